@@ -1,0 +1,1 @@
+"""Data preparation for the plug-in: translation corpora and GLUE, into fairseq's binarised layout."""

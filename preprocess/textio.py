@@ -1,0 +1,153 @@
+"""Reading, checking and writing the text files every preparation script handles.
+
+Bad input stops early with :class:`DataError`, whose message names the file and the line, and
+outputs are written into a temporary directory that replaces the destination only when complete
+(:func:`atomic_directory`), so an interrupted or failed run never leaves half-written data.
+"""
+import contextlib
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Iterable, Iterator, List, Optional, Sequence
+
+
+class DataError(ValueError):
+    """Input data that cannot be prepared; the message names the file (and line)."""
+
+
+def open_text(path: str, mode: str = "rt"):
+    """Open a UTF-8 text file, transparently gunzipping ``*.gz``."""
+    if "r" in mode and not os.path.isfile(path):
+        raise DataError(f"{path}: no such file")
+    if path.endswith(".gz"):
+        return gzip.open(path, mode, encoding="utf-8", newline="\n")
+    return open(path, mode, encoding="utf-8", newline="\n")
+
+
+def find_file(directory: str, stem: str) -> str:
+    """``directory/stem`` or ``directory/stem.gz``, whichever exists."""
+    for candidate in (os.path.join(directory, stem), os.path.join(directory, stem + ".gz")):
+        if os.path.isfile(candidate):
+            return candidate
+    raise DataError(f"{os.path.join(directory, stem)}[.gz]: no such file")
+
+
+def read_lines(path: str, allow_empty: bool = False) -> List[str]:
+    """All lines of ``path`` without their newline; an empty line is an error unless allowed."""
+    lines = []
+    with open_text(path) as f:
+        for lineno, line in enumerate(f, start=1):
+            line = line.rstrip("\n").rstrip("\r")
+            if not allow_empty and not line.strip():
+                raise DataError(f"{path}:{lineno}: empty line (every line must hold one sentence)")
+            lines.append(line)
+    return lines
+
+
+def read_parallel(src_path: str, tgt_path: str) -> (List[str], List[str]):
+    """Two aligned files; a different line count or an empty line is reported with file and line."""
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise DataError(
+            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: parallel files must be "
+            f"aligned line by line (first line without a partner: {min(len(src), len(tgt)) + 1})"
+        )
+    return src, tgt
+
+
+def write_lines(path: str, lines: Iterable[str]) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for line in lines:
+            f.write(line)
+            f.write("\n")
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def progress(items: Sequence, what: str, every: int = 20000) -> Iterator:
+    """Iterate ``items``, logging how far along it is."""
+    total = len(items)
+    for i, item in enumerate(items, start=1):
+        if i % every == 0 or i == total:
+            log(f"  {what}: {i:,}/{total:,}")
+        yield item
+
+
+def config_digest(config: dict) -> str:
+    return hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+
+
+MARKER = ".prepared.json"
+
+
+def is_prepared(dest: str, config: dict) -> bool:
+    """True when ``dest`` was completed by an earlier run with the same configuration."""
+    marker = os.path.join(dest, MARKER)
+    if not os.path.isfile(marker):
+        return False
+    with open(marker) as f:
+        return json.load(f).get("digest") == config_digest(config)
+
+
+@contextlib.contextmanager
+def atomic_directory(dest: str, config: dict):
+    """Yield a temporary directory next to ``dest``; on success it replaces ``dest`` whole."""
+    parent = os.path.dirname(os.path.abspath(dest)) or "."
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(dest) + "-", dir=parent)
+    try:
+        yield tmp
+        with open(os.path.join(tmp, MARKER), "w") as f:
+            json.dump({"digest": config_digest(config), "config": config}, f, indent=1, sort_keys=True)
+        if os.path.isdir(dest):
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def run(cmd: List[str], what: Optional[str] = None) -> None:
+    """Run a command, streaming its output; a failure raises with the command line."""
+    log(what or " ".join(cmd))
+    result = subprocess.run(cmd)
+    if result.returncode != 0:
+        raise DataError(f"command failed with exit code {result.returncode}: {' '.join(cmd)}")
+
+
+def fairseq_preprocess(
+    dest: str,
+    src: str,
+    tgt: Optional[str],
+    trainpref: Optional[str],
+    validpref: Optional[str] = None,
+    testpref: Optional[str] = None,
+    joined_dictionary: bool = False,
+    srcdict: Optional[str] = None,
+    tgtdict: Optional[str] = None,
+    workers: int = 1,
+    extra: Sequence[str] = (),
+) -> None:
+    """``fairseq-preprocess`` (through ``python -m`` so the venv's fairseq is used)."""
+    cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--destdir", dest,
+           "--workers", str(workers)]
+    if tgt is not None:
+        cmd += ["--target-lang", tgt]
+    else:
+        cmd += ["--only-source"]
+    for flag, value in (("--trainpref", trainpref), ("--validpref", validpref), ("--testpref", testpref),
+                        ("--srcdict", srcdict), ("--tgtdict", tgtdict)):
+        if value:
+            cmd += [flag, value]
+    if joined_dictionary and not (srcdict and tgtdict):
+        cmd.append("--joined-dictionary")
+    cmd += list(extra)
+    run(cmd, f"fairseq-preprocess -> {dest}")

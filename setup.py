@@ -1,0 +1,43 @@
+"""fairseq-compress: a fairseq --user-dir plugin for compressing Transformers.
+
+fairseq 0.12.2 (the last PyPI release) fails to import on Python >= 3.11: its dataclass configs
+use mutable defaults, which Python 3.11 rejects. ``fairseq-fixed==0.12.3.1`` is upstream fairseq
+(early 2024) with that fix, so the environment markers below pick fairseq 0.12.2 below Python 3.11
+and fairseq-fixed from 3.11 on. fairseq-fixed ships source only; ``scripts/setup_env.sh`` builds
+its wheel once and caches it (see README, "Install").
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq-compress",
+    version="0.1.0",
+    description="Transformer compression (PET, Variator, GhostBERT, APC and baselines) as a fairseq plugin",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.8",
+    packages=find_packages(include=["user_dir", "user_dir.*", "preprocess", "preprocess.*"]),
+    package_data={"preprocess": ["data/*", "data/*/*"]},
+    install_requires=[
+        "torch>=1.13,<3",
+        'fairseq==0.12.2; python_version < "3.11"',
+        'fairseq-fixed==0.12.3.1; python_version >= "3.11"',
+        "sacrebleu>=2.0",
+        "sentencepiece",
+        "subword-nmt",
+        "sacremoses",
+        "numpy",
+    ],
+    extras_require={
+        "test": ["pytest", "matplotlib"],
+        "plot": ["matplotlib"],
+    },
+    entry_points={
+        "console_scripts": [
+            "fc-average-checkpoints=user_dir.tools.average_checkpoints:cli_main",
+            "fc-measure=user_dir.tools.measure:cli_main",
+            "fc-prepare-multi30k=preprocess.prepare_multi30k:cli_main",
+            "fc-prepare-translation=preprocess.prepare_translation:cli_main",
+            "fc-prepare-glue=preprocess.prepare_glue:cli_main",
+        ]
+    },
+)

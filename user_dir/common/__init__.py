@@ -1,0 +1,1 @@
+"""What the methods share: frozen-teacher loading, KD losses, parameter counting, GLUE metrics."""

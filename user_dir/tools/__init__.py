@@ -1,0 +1,1 @@
+"""Command-line tools of the plug-in (measurement, checkpoint averaging)."""

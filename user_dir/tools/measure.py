@@ -1,0 +1,349 @@
+"""Measure checkpoints side by side: quality, size and speed in one table.
+
+For one or more fairseq checkpoints on one test set, prints and writes (``--out``, Markdown, plus
+``--json``) a table with
+* quality: tokenised BLEU (sacrebleu ``tokenize=none`` on the BPE-removed output, as
+  fairseq-generate's BLEU4) and sacreBLEU on Moses-detokenised output against the raw references
+  (``--raw-reference``), for translation; the GLUE metrics (``--glue-task``) for sentence prediction;
+* total and non-embedding parameters (shared tensors once) and the compression rate (non-embedding
+  parameters in % of the ``--reference`` model, default the first);
+* size: the model's weights as ``torch.save`` writes them, and the checkpoint file;
+* speed: sentences/s and tokens/s of generation (beam ``--beam``, fixed ``--batch-size``, batches in
+  fairseq's length-sorted order), one warm-up batch excluded, median over ``--runs`` runs; the models
+  are measured in turn within each run (A B A B ...) so a drifting machine affects all alike;
+* peak memory: the worker process's maximum resident set size (CPU) or CUDA peak allocation.
+
+Each measurement runs in a fresh worker process, so one model's memory does not count to another's.
+
+    python -m user_dir.tools.measure data-bin/multi30k.de-en --path teacher.pt student.pt \\
+        --names teacher student --raw-reference data-bin/multi30k.de-en/text/test.raw.en \\
+        --out results/table.md
+"""
+import argparse
+import json
+import os
+import platform
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import List, Optional
+
+
+# ----------------------------------------------------------------------------------------------
+# worker: one model, one run
+# ----------------------------------------------------------------------------------------------
+def _worker(spec: dict) -> dict:
+    import torch
+
+    import user_dir  # noqa: F401  (registers the plug-in and the checkpoint-loading fix)
+    from fairseq import checkpoint_utils, utils
+
+    from user_dir.common.counting import count_parameters, state_dict_bytes
+
+    torch.set_num_threads(spec["threads"]) if spec["threads"] else None
+    use_cuda = torch.cuda.is_available() and not spec["cpu"]
+    overrides = {"data": spec["data"]}
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([spec["path"]], arg_overrides=overrides)
+    model = models[0]
+    counts = count_parameters(model)
+    result = {"params": counts.total, "non_embedding_params": counts.non_embedding,
+              "weights_bytes": state_dict_bytes(model), "checkpoint_bytes": os.path.getsize(spec["path"])}
+    if spec["fp16"]:
+        model.half()
+    if use_cuda:
+        model.cuda()
+    model.eval()
+    task.load_dataset(spec["subset"])
+    dataset = task.dataset(spec["subset"])
+    n = len(dataset) if spec["max_sentences"] is None else min(len(dataset), spec["max_sentences"])
+    import numpy as np
+
+    indices = dataset.ordered_indices()
+    indices = indices[indices < n]
+    max_positions = utils.resolve_max_positions(task.max_positions(), model.max_positions())
+    indices, _ = dataset.filter_indices_by_size(indices, max_positions)
+    batches = dataset.batch_by_size(np.asarray(indices, dtype=np.int64), max_sentences=spec["batch_size"])
+    samples = [dataset.collater([dataset[i] for i in batch]) for batch in batches]
+    if use_cuda:
+        samples = [utils.move_to_cuda(s) for s in samples]
+    is_translation = hasattr(task, "build_generator") and getattr(task, "target_dictionary", None) is not None \
+        and not hasattr(task, "label_dictionary")
+
+    def sync():
+        if use_cuda:
+            torch.cuda.synchronize()
+
+    if is_translation:
+        from fairseq.dataclass.configs import GenerationConfig
+
+        gen_cfg = GenerationConfig(beam=spec["beam"], lenpen=spec["lenpen"], max_len_a=spec["max_len_a"],
+                                   max_len_b=spec["max_len_b"])
+        generator = task.build_generator([model], gen_cfg)
+
+        def step(sample):
+            return task.inference_step(generator, [model], sample)
+    else:
+        head = spec["classification_head"]
+
+        def step(sample):
+            logits, _ = model(**sample["net_input"], features_only=True, classification_head_name=head)
+            return logits
+
+    with torch.no_grad():
+        step(samples[0])  # warm-up, not timed
+        sync()
+        if use_cuda:
+            torch.cuda.reset_peak_memory_stats()
+        outputs, start = [], time.perf_counter()
+        for sample in samples:
+            outputs.append(step(sample))
+        sync()
+        elapsed = time.perf_counter() - start
+
+    by_id, n_tokens = {}, 0
+    if is_translation:
+        tgt_dict = task.target_dictionary
+        extra = generator.symbols_to_strip_from_output if hasattr(generator, "symbols_to_strip_from_output") else None
+        for sample, hypos in zip(samples, outputs):
+            for i, sid in enumerate(sample["id"].tolist()):
+                best = hypos[i][0]
+                n_tokens += best["tokens"].numel()
+                hyp = tgt_dict.string(best["tokens"].int().cpu(), spec["post_process"], extra_symbols_to_ignore=extra)
+                ref = tgt_dict.string(utils.strip_pad(sample["target"][i], tgt_dict.pad()).int().cpu(),
+                                      spec["post_process"], escape_unk=True, extra_symbols_to_ignore=extra)
+                by_id[sid] = (hyp, ref)
+    else:
+        for sample, logits in zip(samples, outputs):
+            if logits.size(-1) == 1:
+                preds = logits.view(-1).float().cpu().tolist()
+                labels = sample["target"].view(-1).float().cpu().tolist()
+            else:
+                preds = logits.argmax(-1).cpu().tolist()
+                labels = sample["target"].view(-1).cpu().tolist()
+            n_tokens += int(sample["ntokens"])
+            for sid, p, l in zip(sample["id"].tolist(), preds, labels):
+                by_id[sid] = (p, l)
+    ids = sorted(by_id)
+    result.update({
+        "ids": ids, "outputs": [by_id[i][0] for i in ids], "references": [by_id[i][1] for i in ids],
+        "seconds": elapsed, "sentences": len(ids), "tokens": n_tokens,
+        "peak_memory_mb": (torch.cuda.max_memory_allocated() / 2**20) if use_cuda
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "memory_kind": "CUDA peak allocated" if use_cuda else "peak RSS of the process",
+        "device": torch.cuda.get_device_name() if use_cuda else "cpu",
+        "is_translation": is_translation,
+        "target_lang": getattr(getattr(task, "cfg", None), "target_lang", None),
+    })
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# scoring and reporting
+# ----------------------------------------------------------------------------------------------
+def translation_scores(outputs: List[str], references: List[str], ids: List[int], target_lang: str,
+                       raw_reference: Optional[str]) -> dict:
+    import sacrebleu
+    from sacremoses import MosesDetokenizer
+
+    scores = {"bleu_tok": sacrebleu.corpus_bleu(outputs, [references], tokenize="none", force=True).score}
+    detok = MosesDetokenizer(lang=target_lang or "en")
+    hyps = [detok.detokenize(h.split()) for h in outputs]
+    if raw_reference:
+        from preprocess.textio import read_lines
+
+        raw = read_lines(raw_reference, allow_empty=True)
+        if max(ids) >= len(raw):
+            raise SystemExit(f"--raw-reference {raw_reference} has {len(raw)} lines but the test set has "
+                             f"sentence id {max(ids)}: it is not this test set's reference")
+        refs = [raw[i] for i in ids]
+    else:
+        refs = [detok.detokenize(r.split()) for r in references]
+    scores["sacrebleu"] = sacrebleu.corpus_bleu(hyps, [refs]).score
+    return scores
+
+
+def machine_description() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    import torch
+
+    return (f"{cpu}, {os.cpu_count()} cores visible, torch {torch.__version__}, "
+            f"Python {platform.python_version()}, {platform.system()} {platform.release()}")
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data", help="fairseq data-bin folder holding the test subset")
+    p.add_argument("--path", nargs="+", required=True, help="checkpoints to measure")
+    p.add_argument("--names", nargs="+", default=None, help="a name per checkpoint (default: file names)")
+    p.add_argument("--reference", default=None, help="name of the model compression rates refer to (default: the first)")
+    p.add_argument("--gen-subset", default="test", help="subset to score (default: test)")
+    p.add_argument("--beam", type=int, default=5, help="beam size (default: 5, as the papers)")
+    p.add_argument("--lenpen", type=float, default=1.0, help="length penalty (default: 1)")
+    p.add_argument("--max-len-a", type=float, default=0, help="max length = a*src_len + b (fairseq default a=0)")
+    p.add_argument("--max-len-b", type=int, default=200, help="max length = a*src_len + b (fairseq default b=200)")
+    p.add_argument("--batch-size", type=int, default=128, help="sentences per batch, fixed (default: 128)")
+    p.add_argument("--post-process", default="subword_nmt",
+                   help="subword removal, as fairseq's --post-process: subword_nmt, sentencepiece, none")
+    p.add_argument("--raw-reference", default=None,
+                   help="untokenised reference file for sacreBLEU (line i = sentence id i); default: detokenised targets")
+    p.add_argument("--glue-task", default=None, help="GLUE task for sentence-prediction checkpoints (metric choice)")
+    p.add_argument("--classification-head", default="sentence_classification_head", help="head name (GLUE)")
+    p.add_argument("--runs", type=int, default=3, help="timed runs per model; the median is reported (default 3)")
+    p.add_argument("--max-sentences", type=int, default=None, help="score only sentence ids below N (quick checks)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads per worker (default: torch's choice)")
+    p.add_argument("--cpu", action="store_true", help="measure on the CPU even if CUDA is available")
+    p.add_argument("--fp16", action="store_true", help="run the models in half precision")
+    p.add_argument("--out", default=None, help="write the Markdown table here")
+    p.add_argument("--json", default=None, help="write every figure, per run, as JSON here")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def _run_worker(spec: dict) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_path, out_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "out.json")
+        with open(spec_path, "w") as f:
+            json.dump(dict(spec, out=out_path), f)
+        proc = subprocess.run([sys.executable, "-m", "user_dir.tools.measure", spec["data"], "--path", spec["path"],
+                               "--worker", spec_path], capture_output=True, text=True)
+        if proc.returncode != 0 or not os.path.isfile(out_path):
+            sys.stderr.write(proc.stderr[-4000:])
+            raise SystemExit(f"measuring {spec['path']} failed (exit code {proc.returncode}); its error is above")
+        with open(out_path) as f:
+            return json.load(f)
+
+
+def main(argv=None) -> List[dict]:
+    args = get_parser().parse_args(argv)
+    if args.worker:
+        with open(args.worker) as f:
+            spec = json.load(f)
+        result = _worker(spec)
+        with open(spec["out"], "w") as f:
+            json.dump(result, f)
+        return [result]
+
+    names = args.names or [os.path.splitext(os.path.basename(p))[0] for p in args.path]
+    if len(names) != len(args.path):
+        raise SystemExit(f"--names gives {len(names)} names for {len(args.path)} --path checkpoints")
+    if len(set(names)) != len(names):
+        raise SystemExit(f"--names must be distinct: {names}")
+    for path in args.path:
+        if not os.path.isfile(path):
+            raise SystemExit(f"--path {path}: no such checkpoint")
+    if not os.path.isdir(args.data):
+        raise SystemExit(f"data folder {args.data}: no such directory")
+    if args.raw_reference and not os.path.isfile(args.raw_reference):
+        raise SystemExit(f"--raw-reference {args.raw_reference}: no such file")
+    reference = args.reference or names[0]
+    if reference not in names:
+        raise SystemExit(f"--reference {reference} is not one of --names {names}")
+    if args.runs < 1:
+        raise SystemExit("--runs must be at least 1")
+
+    runs = {name: [] for name in names}
+    for r in range(args.runs):
+        for name, path in zip(names, args.path):
+            print(f"[measure] run {r + 1}/{args.runs}: {name}", file=sys.stderr, flush=True)
+            spec = {"path": os.path.abspath(path), "data": os.path.abspath(args.data), "subset": args.gen_subset,
+                    "beam": args.beam, "lenpen": args.lenpen, "max_len_a": args.max_len_a,
+                    "max_len_b": args.max_len_b, "batch_size": args.batch_size, "post_process": args.post_process,
+                    "classification_head": args.classification_head, "max_sentences": args.max_sentences,
+                    "threads": args.threads, "cpu": args.cpu, "fp16": args.fp16}
+            runs[name].append(_run_worker(spec))
+
+    rows = []
+    for name in names:
+        first = runs[name][0]
+        if first["is_translation"]:
+            quality = translation_scores(first["outputs"], first["references"], first["ids"],
+                                         first["target_lang"], args.raw_reference)
+        else:
+            from user_dir.common.glue_metrics import glue_score
+
+            if not args.glue_task:
+                raise SystemExit("--glue-task is required for sentence-prediction checkpoints")
+            quality = glue_score(args.glue_task, first["outputs"], first["references"])
+        rows.append({
+            "name": name, "path": args.path[names.index(name)], **quality,
+            "params": first["params"], "non_embedding_params": first["non_embedding_params"],
+            "weights_mb": first["weights_bytes"] / 2**20, "checkpoint_mb": first["checkpoint_bytes"] / 2**20,
+            "sentences": first["sentences"],
+            "sentences_per_s": statistics.median(r["sentences"] / r["seconds"] for r in runs[name]),
+            "tokens_per_s": statistics.median(r["tokens"] / r["seconds"] for r in runs[name]),
+            "sentences_per_s_runs": [r["sentences"] / r["seconds"] for r in runs[name]],
+            "peak_memory_mb": statistics.median(r["peak_memory_mb"] for r in runs[name]),
+            "memory_kind": first["memory_kind"], "device": first["device"],
+            "outputs_identical_across_runs": all(r["outputs"] == first["outputs"] for r in runs[name]),
+        })
+    ref = next(r for r in rows if r["name"] == reference)
+    for row in rows:
+        row["compression_rate"] = 100.0 * row["non_embedding_params"] / ref["non_embedding_params"]
+        row["speedup"] = row["sentences_per_s"] / ref["sentences_per_s"]
+
+    table = format_table(rows, args, reference)
+    print(table)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            f.write(table)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": _command(), "machine": machine_description(), "rows": rows}, f, indent=1)
+    return rows
+
+
+def _command() -> str:
+    return "python -m user_dir.tools.measure " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def format_table(rows: List[dict], args, reference: str) -> str:
+    translation = "bleu_tok" in rows[0]
+    metric_cols = ["BLEU (tok)", "sacreBLEU"] if translation else [m for m in rows[0] if m in
+                                                                    ("accuracy", "f1", "mcc", "pearson", "spearman")]
+    head = (["model"] + metric_cols + ["params", "non-emb params", f"compression vs {reference}", "weights MB",
+                                       "checkpoint MB", "sent/s", "tok/s", "speed-up", "peak MB"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        metrics = [r["bleu_tok"], r["sacrebleu"]] if translation else [r[m] for m in metric_cols]
+        cells = ([r["name"]] + [f"{m:.2f}" for m in metrics] +
+                 [f"{r['params']:,}", f"{r['non_embedding_params']:,}", f"{r['compression_rate']:.2f}%",
+                  f"{r['weights_mb']:.1f}", f"{r['checkpoint_mb']:.1f}", f"{r['sentences_per_s']:.1f}",
+                  f"{r['tokens_per_s']:.0f}", f"{r['speedup']:.2f}x", f"{r['peak_memory_mb']:.0f}"])
+        lines.append("| " + " | ".join(cells) + " |")
+    what = f"beam {args.beam}" if translation else "forward pass"
+    notes = [
+        "",
+        f"Subset `{args.gen_subset}` of `{args.data}`, {rows[0]['sentences']} sentences, {what}, batch "
+        f"{args.batch_size} sentences; speed is the median of {args.runs} runs (one warm-up batch excluded), "
+        f"models measured in turn within each run; peak MB is the {rows[0]['memory_kind']}.",
+        "Parameters count each shared tensor once; non-embedding excludes token/position embeddings and the "
+        "vocabulary projection. Weights MB: the state dict as torch.save writes it.",
+    ]
+    if translation:
+        notes.append("BLEU (tok): sacrebleu `tokenize=none` on the tokenised, BPE-removed output (fairseq-generate's "
+                     "BLEU4); sacreBLEU: Moses-detokenised output against "
+                     + (f"`{args.raw_reference}`." if args.raw_reference else "the detokenised references."))
+    if not all(r["outputs_identical_across_runs"] for r in rows):
+        notes.append("WARNING: some model's outputs differed between runs.")
+    notes += ["", f"Machine: {machine_description()}; device: {rows[0]['device']}.",
+              f"Date: {time.strftime('%Y-%m-%d')}.", "", "Command:", "```", _command(), "```", ""]
+    return "\n".join(lines + notes)
+
+
+def cli_main():
+    main()
+
+
+if __name__ == "__main__":
+    cli_main()
