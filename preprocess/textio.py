@@ -125,7 +125,7 @@ def run(cmd: List[str], what: Optional[str] = None) -> None:
 
 def fairseq_preprocess(
     dest: str,
-    src: str,
+    src: Optional[str],
     tgt: Optional[str],
     trainpref: Optional[str],
     validpref: Optional[str] = None,
@@ -136,9 +136,14 @@ def fairseq_preprocess(
     workers: int = 1,
     extra: Sequence[str] = (),
 ) -> None:
-    """``fairseq-preprocess`` (through ``python -m`` so the venv's fairseq is used)."""
-    cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--destdir", dest,
-           "--workers", str(workers)]
+    """``fairseq-preprocess`` (through ``python -m`` so the venv's fairseq is used).
+
+    With ``src=None`` and ``tgt=None`` (``--only-source``), prefixes are read as they are and the
+    outputs are named ``train.bin``/``dict.txt``: the layout of fairseq's sentence_prediction task.
+    """
+    cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--destdir", dest, "--workers", str(workers)]
+    if src is not None:
+        cmd += ["--source-lang", src]
     if tgt is not None:
         cmd += ["--target-lang", tgt]
     else:

@@ -1,0 +1,287 @@
+"""Prepare GLUE tasks for fairseq's ``sentence_prediction`` task (input0/input1/label, binarised).
+
+All nine tasks (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI) from their original TSVs:
+* columns are found by header name (CoLA's train/dev files have no header: fixed positions);
+  the UTF-8 byte-order mark of MRPC's files is ignored;
+* MRPC's canonical training split is rebuilt from ``msr_paraphrase_train.txt`` minus the pairs in
+  ``dev_ids.tsv`` (3,668 pairs) when those files are present; ``train.tsv`` is used otherwise;
+* labels are written with a fixed dictionary in the task's canonical order (class i = i-th label
+  below, not fairseq's frequency order), so class indices mean the same in every run; STS-B's
+  scores are written as ``label/<split>.label`` floats for ``--regression-target``;
+* MNLI: dev_matched -> valid, dev_mismatched -> valid1, test_matched -> test, test_mismatched -> test1.
+
+Sentences are segmented by ``--tokenizer``: ``moses`` (sacremoses; ``--lowercase``), ``bpe``
+(Moses, then subword-nmt ``--bpe-codes``) or ``sentencepiece`` (``--spm-model``), and binarised with
+``--dict`` (e.g. a pretrained model's dictionary) or a dictionary built on the training inputs.
+
+A malformed row (wrong column count, empty sentence, unknown label) stops the run with the file and
+line, unless ``--skip-malformed`` (then the count of skipped rows is reported). Output is written
+whole or not at all; a destination prepared with the same options is left alone.
+
+    python -m preprocess.prepare_glue --task RTE --glue-dir ../shared/data/glue --dest data-bin/RTE \\
+        --tokenizer sentencepiece --spm-model spm.model --dict dict.txt
+"""
+import argparse
+import csv
+import os
+import sys
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .textio import DataError, atomic_directory, fairseq_preprocess, is_prepared, log, write_lines
+
+csv.field_size_limit(sys.maxsize)
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    inputs: Tuple[str, ...]  # header names of the sentence columns
+    label: Optional[str]  # header name of the label column (None: regression label is `label`)
+    labels: Tuple[str, ...]  # canonical class order; empty for regression
+    splits: Dict[str, str]  # file stem -> fairseq split
+    headerless: Optional[Dict[str, int]] = None  # CoLA train/dev: column positions
+
+    @property
+    def regression(self) -> bool:
+        return not self.labels
+
+
+_STD = {"train": "train", "dev": "valid", "test": "test"}
+TASKS: Dict[str, GlueTask] = {
+    "CoLA": GlueTask(("sentence",), "label", ("0", "1"), _STD, headerless={"sentence": 3, "label": 1}),
+    "SST-2": GlueTask(("sentence",), "label", ("0", "1"), _STD),
+    "MRPC": GlueTask(("#1 String", "#2 String"), "Quality", ("0", "1"), _STD),
+    "STS-B": GlueTask(("sentence1", "sentence2"), "score", (), _STD),
+    "QQP": GlueTask(("question1", "question2"), "is_duplicate", ("0", "1"), _STD),
+    "MNLI": GlueTask(("sentence1", "sentence2"), "gold_label", ("entailment", "neutral", "contradiction"),
+                     {"train": "train", "dev_matched": "valid", "dev_mismatched": "valid1",
+                      "test_matched": "test", "test_mismatched": "test1"}),
+    "QNLI": GlueTask(("question", "sentence"), "label", ("entailment", "not_entailment"), _STD),
+    "RTE": GlueTask(("sentence1", "sentence2"), "label", ("entailment", "not_entailment"), _STD),
+    "WNLI": GlueTask(("sentence1", "sentence2"), "label", ("0", "1"), _STD),
+}
+
+
+@dataclass
+class Examples:
+    inputs: List[List[str]]  # one list per input column
+    labels: List[str]  # empty for unlabelled test files
+
+
+def _read_tsv(path: str) -> List[Tuple[int, List[str]]]:
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: no such file")
+    with open(path, encoding="utf-8-sig", newline="") as f:  # utf-8-sig drops MRPC's byte-order mark
+        return [(i, row) for i, row in enumerate(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE), start=1)]
+
+
+def read_split(task_name: str, path: str, stem: str, skip_malformed: bool) -> Examples:
+    """Read one TSV; returns the sentence columns and (if present) the labels."""
+    task = TASKS[task_name]
+    rows = _read_tsv(path)
+    if not rows:
+        raise DataError(f"{path}: empty file")
+    headerless = task.headerless is not None and not stem.startswith("test")
+    if headerless:
+        positions = {name: task.headerless["sentence"] for name in task.inputs}
+        label_pos = task.headerless["label"]
+        width = max(list(positions.values()) + [label_pos]) + 1
+        body = rows
+    else:
+        lineno, header = rows[0]
+        header = [h.strip() for h in header]
+        missing = [name for name in task.inputs if name not in header]
+        if missing:
+            raise DataError(f"{path}:{lineno}: header lacks column(s) {missing} of {task_name} (header: {header})")
+        positions = {name: header.index(name) for name in task.inputs}
+        label_pos = header.index(task.label) if task.label in header else None
+        if stem.startswith(("train", "dev")) and label_pos is None:
+            raise DataError(f"{path}:{lineno}: header lacks the label column '{task.label}' of {task_name}")
+        width = len(header)
+        body = rows[1:]
+    out = Examples(inputs=[[] for _ in task.inputs], labels=[])
+    skipped = 0
+    for lineno, row in body:
+        problem = None
+        if len(row) != width and not (headerless and len(row) >= width):
+            problem = f"expected {width} tab-separated columns, found {len(row)}"
+        else:
+            sentences = [row[positions[name]].strip() for name in task.inputs]
+            if any(not s for s in sentences):
+                problem = "empty sentence"
+            elif label_pos is not None:
+                label = row[label_pos].strip()
+                if task.regression:
+                    try:
+                        float(label)
+                    except ValueError:
+                        problem = f"label {label!r} is not a number"
+                elif label not in task.labels:
+                    problem = f"label {label!r} is not one of {list(task.labels)}"
+        if problem:
+            if not skip_malformed:
+                raise DataError(f"{path}:{lineno}: {problem} (use --skip-malformed to drop such rows)")
+            skipped += 1
+            continue
+        for column, sentence in zip(out.inputs, sentences):
+            column.append(sentence)
+        if label_pos is not None:
+            out.labels.append(label)
+    if skipped:
+        log(f"  {path}: skipped {skipped} malformed row(s)")
+    return out
+
+
+def read_mrpc_canonical_train(glue_task_dir: str) -> Optional[Examples]:
+    """msr_paraphrase_train.txt minus dev_ids.tsv: GLUE's canonical 3,668-pair MRPC training set."""
+    source = os.path.join(glue_task_dir, "msr_paraphrase_train.txt")
+    dev_ids_path = os.path.join(glue_task_dir, "dev_ids.tsv")
+    if not (os.path.isfile(source) and os.path.isfile(dev_ids_path)):
+        return None
+    dev_ids = set()
+    for lineno, row in _read_tsv(dev_ids_path):
+        if len(row) != 2:
+            raise DataError(f"{dev_ids_path}:{lineno}: expected two tab-separated ids, found {len(row)} columns")
+        dev_ids.add((row[0].strip(), row[1].strip()))
+    examples = read_split("MRPC", source, "train", skip_malformed=False)
+    rows = _read_tsv(source)[1:]
+    keep = [i for i, (_, row) in enumerate(rows) if (row[1].strip(), row[2].strip()) not in dev_ids]
+    return Examples(inputs=[[col[i] for i in keep] for col in examples.inputs], labels=[examples.labels[i] for i in keep])
+
+
+# ------------------------------------------------------------------------------------------------
+# tokenisers
+# ------------------------------------------------------------------------------------------------
+def make_tokenizer(args):
+    """A function list[str] -> list[str] (space-separated tokens), by ``--tokenizer``."""
+    if args.tokenizer == "sentencepiece":
+        if not args.spm_model or not os.path.isfile(args.spm_model):
+            raise DataError(f"--spm-model {args.spm_model}: no such sentencepiece model (needed by --tokenizer sentencepiece)")
+        from .translation_text import encode_sentencepiece
+
+        return lambda lines: encode_sentencepiece(args.spm_model, [l.lower() if args.lowercase else l for l in lines])
+    from .translation_text import apply_bpe, moses_tokenize
+
+    if args.tokenizer == "bpe":
+        if not args.bpe_codes or not os.path.isfile(args.bpe_codes):
+            raise DataError(f"--bpe-codes {args.bpe_codes}: no such subword-nmt codes file (needed by --tokenizer bpe)")
+        return lambda lines: apply_bpe(args.bpe_codes, moses_tokenize(lines, "en", args.lowercase, escape=False))
+    return lambda lines: moses_tokenize(lines, "en", args.lowercase, escape=False)
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", required=True, choices=sorted(TASKS), help="GLUE task")
+    p.add_argument("--glue-dir", required=True, help="folder holding <TASK>/train.tsv, dev.tsv, test.tsv")
+    p.add_argument("--dest", required=True, help="output folder (input0/, input1/, label/)")
+    p.add_argument("--tokenizer", default="moses", choices=("moses", "bpe", "sentencepiece"), help="segmentation")
+    p.add_argument("--lowercase", action="store_true", help="lowercase before segmenting (uncased models)")
+    p.add_argument("--bpe-codes", default=None, help="subword-nmt codes for --tokenizer bpe")
+    p.add_argument("--spm-model", default=None, help="sentencepiece model for --tokenizer sentencepiece")
+    p.add_argument("--dict", default=None, help="fairseq dictionary for the inputs (default: built on train)")
+    p.add_argument("--train-rows", type=int, default=None, help="use only the first N training rows (quick runs)")
+    p.add_argument("--skip-malformed", action="store_true", help="drop malformed rows instead of stopping")
+    p.add_argument("--workers", type=int, default=2, help="fairseq-preprocess workers")
+    p.add_argument("--force", action="store_true", help="redo even if --dest is already prepared")
+    return p
+
+
+def main(argv=None) -> str:
+    args = get_parser().parse_args(argv)
+    task = TASKS[args.task]
+    task_dir = os.path.join(args.glue_dir, args.task)
+    if not os.path.isdir(task_dir):
+        raise DataError(f"--glue-dir {args.glue_dir}: no {args.task}/ folder in it")
+    if args.dict and not os.path.isfile(args.dict):
+        raise DataError(f"--dict {args.dict}: no such file")
+    tokenize = make_tokenizer(args)
+    config = {k: v for k, v in vars(args).items() if k not in ("dest", "workers", "force")}
+    config["glue_dir"] = os.path.abspath(args.glue_dir)
+    if not args.force and is_prepared(args.dest, config):
+        log(f"{args.dest} is already prepared with these options (use --force to redo)")
+        return args.dest
+
+    data: Dict[str, Examples] = {}
+    for stem, split in task.splits.items():
+        path = os.path.join(task_dir, stem + ".tsv")
+        if stem == "train" and args.task == "MRPC":
+            canonical = read_mrpc_canonical_train(task_dir)
+            if canonical is not None:
+                log(f"MRPC train: canonical split from msr_paraphrase_train.txt minus dev_ids.tsv")
+                data[split] = canonical
+                continue
+        if stem.startswith("test") and not os.path.isfile(path):
+            log(f"no {path}: skipping the {split} split")
+            continue
+        data[split] = read_split(args.task, path, stem, args.skip_malformed)
+    if args.train_rows:
+        train = data["train"]
+        data["train"] = Examples([c[: args.train_rows] for c in train.inputs], train.labels[: args.train_rows])
+    for split, ex in data.items():
+        log(f"{args.task} {split}: {len(ex.inputs[0]):,} examples" + ("" if ex.labels else " (unlabelled)"))
+
+    with atomic_directory(args.dest, config) as out:
+        text = os.path.join(out, "text")
+        os.makedirs(text)
+        for split, ex in data.items():
+            for i, column in enumerate(ex.inputs):
+                write_lines(os.path.join(text, f"{split}.raw.input{i}"), column)
+                write_lines(os.path.join(text, f"{split}.input{i}"), tokenize(column))
+            if ex.labels:
+                write_lines(os.path.join(text, f"{split}.label"), ex.labels)
+        splits = list(data)
+        input_dict = args.dict
+        for i in range(len(task.inputs)):
+            prefixes = {s: os.path.join(text, f"{s}.input{i}") for s in splits}
+            _binarise(os.path.join(out, f"input{i}"), prefixes, input_dict, args.workers)
+            input_dict = input_dict or os.path.join(out, "input0", "dict.txt")  # input1 shares input0's dictionary
+        labelled = [s for s in splits if data[s].labels]
+        if task.regression:
+            os.makedirs(os.path.join(out, "label"))
+            for s in labelled:
+                write_lines(os.path.join(out, "label", f"{s}.label"), data[s].labels)
+        else:
+            label_dict = os.path.join(text, "label.dict.txt")
+            write_lines(label_dict, [f"{label} 1" for label in task.labels])
+            _binarise(os.path.join(out, "label"), {s: os.path.join(text, f"{s}.label") for s in labelled},
+                      label_dict, args.workers)
+    log(f"done: {args.dest} ({'regression' if task.regression else f'{len(task.labels)} classes: {list(task.labels)}'})")
+    return args.dest
+
+
+def _binarise(dest: str, prefixes: Dict[str, str], srcdict: Optional[str], workers: int) -> None:
+    """fairseq-preprocess --only-source of each split (train/valid/test and extra valid1/test1)."""
+    standard = {"train": "--trainpref", "valid": "--validpref", "test": "--testpref"}
+    extra, valid_more, test_more = [], [], []
+    for split, prefix in prefixes.items():
+        if split in standard:
+            extra += [standard[split], prefix]
+        elif split.startswith("valid"):
+            valid_more.append(prefix)
+        elif split.startswith("test"):
+            test_more.append(prefix)
+    # fairseq-preprocess names extra comma-separated prefixes valid1, test1, ...
+    extra = _merge_prefixes(extra, "--validpref", valid_more)
+    extra = _merge_prefixes(extra, "--testpref", test_more)
+    if srcdict:
+        extra += ["--srcdict", srcdict]
+    fairseq_preprocess(dest, None, None, None, workers=workers, extra=extra)
+
+
+def _merge_prefixes(extra: List[str], flag: str, more: Sequence[str]) -> List[str]:
+    if not more:
+        return extra
+    i = extra.index(flag)
+    extra[i + 1] = ",".join([extra[i + 1]] + list(more))
+    return extra
+
+
+def cli_main():
+    try:
+        main()
+    except DataError as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    cli_main()
