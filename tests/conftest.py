@@ -1,0 +1,72 @@
+"""Shared fixtures: real data slices, tiny model flags, and a runner for the stock fairseq CLIs.
+
+The embedded Multi30k copy (preprocess/data) covers the core path on any clone; tests that need
+the larger corpora or the reference teacher beside the project (``../shared``) skip, saying why.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_DIR = os.path.join(REPO, "user_dir")
+SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(REPO), "shared"))
+SHARED_DATA = os.path.join(SHARED, "data")
+TEACHER_DIR = os.path.join(SHARED, "teachers", "multi30k.de-en")
+TEACHER = os.path.join(TEACHER_DIR, "teacher.pt")
+
+needs_shared_data = pytest.mark.skipif(
+    not os.path.isdir(SHARED_DATA), reason=f"needs the shared corpora at {SHARED_DATA} (not part of a clone)")
+needs_teacher = pytest.mark.skipif(
+    not os.path.isfile(TEACHER), reason=f"needs the reference teacher at {TEACHER} (not part of a clone)")
+
+# a Transformer small enough to train a few updates in seconds on 2 CPU cores
+TINY_TRANSFORMER = [
+    "--arch", "transformer_iwslt_de_en", "--encoder-layers", "1", "--decoder-layers", "1",
+    "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
+    "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+    "--share-all-embeddings",
+]
+TRAIN_FLAGS = [
+    "--optimizer", "adam", "--lr", "1e-3", "--criterion", "label_smoothed_cross_entropy",
+    "--label-smoothing", "0.1", "--max-tokens", "2048", "--log-format", "simple", "--log-interval", "1",
+    "--no-progress-bar", "--seed", "1", "--num-workers", "0",
+]
+
+
+def clean_env():
+    """The environment of a user's shell: no switch that disables torch's weights-only loading."""
+    env = dict(os.environ)
+    env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    env.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "2")
+    return env
+
+
+def run_cli(module, *args, input=None, check=True, cwd=None, timeout=600):
+    """Run ``python -m <module> args`` (the code behind fairseq-train, -generate, ...)."""
+    proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
+                          env=clean_env(), input=input, cwd=cwd, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{module} {' '.join(map(str, args))} failed ({proc.returncode}):\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def multi30k_slice(tmp_path_factory):
+    """Real Multi30k DE->EN from the embedded copy: 3,000 training pairs, 2,000 BPE merges."""
+    dest = tmp_path_factory.mktemp("data") / "multi30k.de-en"
+    run_cli("preprocess.prepare_multi30k", "--dest", dest, "--train-lines", "3000", "--bpe-merges", "2000")
+    return str(dest)
+
+
+@pytest.fixture(scope="session")
+def trained_tiny(multi30k_slice, tmp_path_factory):
+    """A tiny Transformer trained for 8 updates (checkpoints with optimizer and meter state)."""
+    save_dir = tmp_path_factory.mktemp("tiny")
+    proc = run_cli("fairseq_cli.train", multi30k_slice, "--user-dir", USER_DIR, *TINY_TRANSFORMER, *TRAIN_FLAGS,
+                   "--max-update", "8", "--save-dir", save_dir, "--cpu")
+    return {"data": multi30k_slice, "save_dir": str(save_dir), "log": proc.stdout + proc.stderr}

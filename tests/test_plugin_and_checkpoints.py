@@ -1,0 +1,87 @@
+"""The plug-in registers, and every stock command opens fairseq checkpoints under torch >= 2.6
+with weights-only loading kept on and no environment variable (issue: install, section 1)."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import TEACHER, TINY_TRANSFORMER, TRAIN_FLAGS, USER_DIR, clean_env, needs_teacher, run_cli
+
+from user_dir.common.safe_checkpoint_loading import fairseq_checkpoint_globals
+
+
+def test_plugin_registers_its_components():
+    import user_dir  # noqa: F401
+    from fairseq.criterions import CRITERION_REGISTRY
+
+    assert "glue_sentence_prediction" in CRITERION_REGISTRY
+
+
+def _load_in_fresh_process(path, import_plugin):
+    code = ("import torch\n" + ("import user_dir\n" if import_plugin else "") +
+            f"state = torch.load({path!r}, map_location='cpu')\nprint(sorted(state))")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env())
+
+
+def test_checkpoints_need_the_fix_and_get_it(trained_tiny):
+    last = os.path.join(trained_tiny["save_dir"], "checkpoint_last.pt")
+    without = _load_in_fresh_process(last, import_plugin=False)
+    if torch.__version__ >= "2.6":
+        assert without.returncode != 0 and "weights_only" in without.stderr
+    with_plugin = _load_in_fresh_process(last, import_plugin=True)
+    assert with_plugin.returncode == 0, with_plugin.stderr
+    assert "'model'" in with_plugin.stdout
+
+
+def test_allow_list_covers_every_global_of_real_checkpoints(trained_tiny):
+    get_unsafe = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
+    if get_unsafe is None:
+        pytest.skip("torch < 2.5 has no get_unsafe_globals_in_checkpoint")
+    allowed = {f"{g.__module__}.{g.__qualname__}" for g in fairseq_checkpoint_globals()}
+    for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
+        needed = set(get_unsafe(os.path.join(trained_tiny["save_dir"], name)))
+        assert needed <= allowed, f"{name} needs {needed - allowed}"
+
+
+def test_generate_validate_interactive_and_resume(trained_tiny, tmp_path):
+    data, save_dir = trained_tiny["data"], trained_tiny["save_dir"]
+    ckpt = os.path.join(save_dir, "checkpoint_last.pt")
+    gen = run_cli("fairseq_cli.generate", data, "--user-dir", USER_DIR, "--path", ckpt, "--gen-subset", "test",
+                  "--beam", "2", "--max-sentences", "64", "--max-len-b", "20", "--remove-bpe", "--cpu",
+                  "--num-shards", "8", "--shard-id", "0")  # a shard of the test set keeps this quick
+    assert re.search(r"Translated \d+ sentences", gen.stdout + gen.stderr)
+    assert "BLEU4 =" in gen.stdout
+    val = run_cli("fairseq_cli.validate", data, "--task", "translation", "--user-dir", USER_DIR, "--path", ckpt,
+                  "--valid-subset", "valid",
+                  "--max-tokens", "4096", "--cpu")
+    assert re.search(r"valid on 'valid' subset \| loss", val.stdout + val.stderr)
+    inter = run_cli("fairseq_cli.interactive", data, "--user-dir", USER_DIR, "--path", ckpt, "--beam", "2",
+                    "--source-lang", "de", "--target-lang", "en", "--tokenizer", "moses", "--bpe", "subword_nmt",
+                    "--bpe-codes", os.path.join(data, "code"), "--max-len-b", "20", "--cpu",
+                    input="ein mann fährt fahrrad .\nzwei hunde spielen im schnee .\n")
+    assert len(re.findall(r"^H-\d", inter.stdout, flags=re.M)) == 2
+    # resume: a second fairseq-train continues from checkpoint_last.pt instead of starting over
+    resumed = run_cli("fairseq_cli.train", data, "--user-dir", USER_DIR, *TINY_TRANSFORMER, *TRAIN_FLAGS,
+                      "--max-update", "10", "--save-dir", save_dir, "--cpu")
+    log = resumed.stdout + resumed.stderr
+    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch 1 @ 8 updates\)", log), log[-3000:]
+    assert "num_updates 10" in log or "num_updates=10" in log
+
+
+@needs_teacher
+def test_reference_teacher_loads_with_the_plugin():
+    from fairseq import checkpoint_utils
+
+    import user_dir  # noqa: F401
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(TEACHER)
+    assert state["model"]["encoder.embed_tokens.weight"].shape[0] == 7896
+
+
+def test_importing_the_plugin_sets_no_environment_variable():
+    code = "import os, user_dir; print([k for k in os.environ if 'WEIGHTS_ONLY' in k])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env())
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr

@@ -1,0 +1,143 @@
+"""Translation data pipelines: exact reproduction of the reference files, and bad input."""
+import filecmp
+import gzip
+import os
+
+import pytest
+
+from conftest import SHARED_DATA, TEACHER_DIR, needs_shared_data, needs_teacher, run_cli
+
+from preprocess import prepare_multi30k, prepare_translation
+from preprocess.iwslt_xml import read_train_tags, read_xml_segments
+from preprocess.textio import DataError, read_lines
+from preprocess.translation_text import apply_bpe, clean_corpus
+
+IWSLT = os.path.join(SHARED_DATA, "iwslt14.de-en")
+
+
+@needs_shared_data
+@pytest.mark.parametrize("split", ["valid", "test"])
+def test_iwslt14_bpe_reproduces_fairseq_files_byte_for_byte(split, tmp_path):
+    for lang in ("de", "en"):
+        tok = read_lines(os.path.join(IWSLT, "tok", f"{split}.{lang}"), allow_empty=True)
+        out = tmp_path / f"{split}.{lang}"
+        out.write_text("".join(line + "\n" for line in apply_bpe(os.path.join(IWSLT, "code"), tok)), encoding="utf-8")
+        assert filecmp.cmp(out, os.path.join(IWSLT, "bpe", f"{split}.{lang}"), shallow=False), f"{split}.{lang} differs"
+
+
+@needs_teacher
+def test_multi30k_pipeline_reproduces_the_reference_teacher_data(tmp_path):
+    """Embedded raw text -> our pipeline -> the reference teacher's BPE codes and binarised data, exactly."""
+    dest = tmp_path / "m30k"
+    run_cli("preprocess.prepare_multi30k", "--dest", dest)
+    assert filecmp.cmp(dest / "code", os.path.join(TEACHER_DIR, "code"), shallow=False)
+    for name in ["dict.de.txt", "dict.en.txt"] + [f"{s}.de-en.{l}.{e}" for s in ("train", "valid", "test")
+                                                  for l in ("de", "en") for e in ("bin", "idx")]:
+        assert filecmp.cmp(dest / name, os.path.join(TEACHER_DIR, "data-bin", name), shallow=False), name
+    # idempotent: a second run with the same options does nothing
+    again = run_cli("preprocess.prepare_multi30k", "--dest", dest)
+    assert "already prepared" in again.stderr
+
+
+def test_multi30k_reverse_direction_and_reuse_of_codes(multi30k_slice, tmp_path):
+    dest = tmp_path / "en-de"
+    prepare_multi30k.main(["--src", "en", "--tgt", "de", "--dest", str(dest), "--train-lines", "500",
+                           "--bpe-codes", os.path.join(multi30k_slice, "code")])
+    assert (dest / "train.en-de.en.bin").is_file() and (dest / "text" / "test.raw.de").is_file()
+    assert filecmp.cmp(dest / "code", os.path.join(multi30k_slice, "code"), shallow=False)
+
+
+def _write(path, lines, gz=False):
+    data = "".join(line + "\n" for line in lines)
+    if gz:
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(data)
+    else:
+        path.write_text(data, encoding="utf-8")
+
+
+def _raw_multi30k(tmp_path, de_train, en_train):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for stem in ("val", "test_2016_flickr"):
+        _write(raw / f"{stem}.de", ["ein hund ."])
+        _write(raw / f"{stem}.en", ["a dog ."])
+    _write(raw / "train.de", de_train)
+    _write(raw / "train.en", en_train)
+    return raw
+
+
+def test_misaligned_parallel_files_are_reported_and_nothing_is_written(tmp_path):
+    raw = _raw_multi30k(tmp_path, ["ein hund .", "eine katze ."], ["a dog ."])
+    dest = tmp_path / "out"
+    with pytest.raises(DataError, match=r"train\.de has 2 lines but .*train\.en has 1"):
+        prepare_multi30k.main(["--raw-dir", str(raw), "--dest", str(dest)])
+    assert not dest.exists()
+
+
+def test_empty_line_is_reported_with_file_and_line(tmp_path):
+    raw = _raw_multi30k(tmp_path, ["ein hund .", "", "eine katze ."], ["a dog .", "x", "a cat ."])
+    with pytest.raises(DataError, match=r"train\.de:2: empty line"):
+        prepare_multi30k.main(["--raw-dir", str(raw), "--dest", str(tmp_path / "out")])
+
+
+def test_missing_file_and_bad_flags(tmp_path):
+    with pytest.raises(DataError, match="no such file"):
+        prepare_multi30k.main(["--raw-dir", str(tmp_path), "--dest", str(tmp_path / "out")])
+    with pytest.raises(DataError, match="--bpe-codes"):
+        prepare_multi30k.main(["--dest", str(tmp_path / "out"), "--bpe-codes", str(tmp_path / "nope")])
+    with pytest.raises(DataError, match="--src and --tgt"):
+        prepare_multi30k.main(["--src", "en", "--tgt", "en", "--dest", str(tmp_path / "out")])
+
+
+def test_failed_run_leaves_an_earlier_destination_intact(multi30k_slice, tmp_path):
+    raw = _raw_multi30k(tmp_path, ["ein hund ."], [])
+    before = sorted(os.listdir(multi30k_slice))
+    with pytest.raises(DataError):
+        prepare_multi30k.main(["--raw-dir", str(raw), "--dest", multi30k_slice, "--force"])
+    assert sorted(os.listdir(multi30k_slice)) == before
+
+
+def test_clean_corpus_follows_clean_corpus_n():
+    src = ["a b c", "a", "", "a b c d e f g", "x " * 200]
+    tgt = ["a b", "a b c d", "a", "a b c d e", "y"]
+    kept_src, kept_tgt = clean_corpus(src, tgt, 1, 175, 1.5)
+    # ratio 3/2 = 1.5 kept; 1 vs 4 tokens dropped; empty dropped; 7/5 = 1.4 kept; 200 tokens dropped
+    assert kept_src == ["a b c", "a b c d e f g"] and kept_tgt == ["a b", "a b c d e"]
+
+
+def _iwslt_release(tmp_path):
+    """A miniature WIT3 release in the official layout (real IWSLT'14 sentences)."""
+    rel = tmp_path / "release" / "en-es"
+    rel.mkdir(parents=True)
+    en = ["thank you so much , chris .", "and it 's truly a great honor .", "i have been blown away by this ."] * 40
+    es = ["muchas gracias chris .", "y es en verdad un gran honor .", "me he quedado conmovido ."] * 40
+    for lang, lines in (("en", en), ("es", es)):
+        _write(rel / f"train.tags.en-es.{lang}", ["<url>http://www.ted.com/talks/x</url>", "<talkid>1</talkid>",
+                                                  "<keywords>talks</keywords>", f"<title>title {lang}</title>"] + lines)
+        for name in ("IWSLT14.TED.dev2010", "IWSLT14.TED.tst2010", "IWSLT14.TED.tst2011", "IWSLT14.TED.tst2012"):
+            _write(rel / f"{name}.en-es.{lang}.xml", ['<refset>', '<doc docid="1">',
+                                                      f'<seg id="1"> {lines[0]} </seg>', f'<seg id="2">{lines[1]}</seg>',
+                                                      '</doc>', '</refset>'])
+    return rel.parent
+
+
+def test_iwslt_reading_follows_prepare_iwslt14(tmp_path):
+    rel = _iwslt_release(tmp_path)
+    train = read_train_tags(str(rel / "en-es" / "train.tags.en-es.en"))
+    assert train[0] == "title en" and not any("<url>" in t or "<talkid>" in t for t in train)
+    segs = read_xml_segments(str(rel / "en-es" / "IWSLT14.TED.dev2010.en-es.en.xml"))
+    assert segs == ["thank you so much , chris .", "and it 's truly a great honor ."]
+
+
+def test_sentencepiece_corpus_pipeline_both_directions(tmp_path):
+    rel = _iwslt_release(tmp_path)
+    for src, tgt in (("en", "es"), ("es", "en")):
+        dest = tmp_path / f"{src}-{tgt}"
+        prepare_translation.main(["--corpus", "iwslt14.en-es", "--src", src, "--tgt", tgt, "--raw-dir", str(rel),
+                                  "--dest", str(dest), "--spm-vocab", "60", "--workers", "1"])
+        assert (dest / "spm.model").is_file()
+        assert (dest / f"train.{src}-{tgt}.{src}.bin").is_file() and (dest / f"test.{src}-{tgt}.{tgt}.idx").is_file()
+    with pytest.raises(DataError, match="--src fr --tgt en"):
+        prepare_translation.main(["--corpus", "iwslt14.en-es", "--src", "fr", "--tgt", "en", "--raw-dir", str(rel),
+                                  "--dest", str(tmp_path / "x")])
