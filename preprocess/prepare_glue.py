@@ -5,8 +5,10 @@ All nine tasks (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI) from their
   the UTF-8 byte-order mark of MRPC's files is ignored;
 * MRPC's canonical training split is rebuilt from ``msr_paraphrase_train.txt`` minus the pairs in
   ``dev_ids.tsv`` (3,668 pairs) when those files are present; ``train.tsv`` is used otherwise;
-* labels are written with a fixed dictionary in the task's canonical order (class i = i-th label
-  below, not fairseq's frequency order), so class indices mean the same in every run; STS-B's
+* labels are written as class indices ``0..C-1`` in the task's canonical order below (not fairseq's
+  frequency order), with a fixed label dictionary, so class i means the same in every run and
+  fairseq's F1/MCC reports (which parse labels as integers) work; ``label/names.txt`` maps
+  index -> original label. The positive class of MRPC/QQP is 1. STS-B's
   scores are written as ``label/<split>.label`` floats for ``--regression-target``;
 * MNLI: dev_matched -> valid, dev_mismatched -> valid1, test_matched -> test, test_mismatched -> test1.
 
@@ -242,9 +244,12 @@ def main(argv=None) -> str:
                 write_lines(os.path.join(out, "label", f"{s}.label"), data[s].labels)
         else:
             label_dict = os.path.join(text, "label.dict.txt")
-            write_lines(label_dict, [f"{label} 1" for label in task.labels])
-            _binarise(os.path.join(out, "label"), {s: os.path.join(text, f"{s}.label") for s in labelled},
+            write_lines(label_dict, [f"{i} 1" for i in range(len(task.labels))])
+            for s in labelled:
+                write_lines(os.path.join(text, f"{s}.label.id"), [str(task.labels.index(l)) for l in data[s].labels])
+            _binarise(os.path.join(out, "label"), {s: os.path.join(text, f"{s}.label.id") for s in labelled},
                       label_dict, args.workers)
+            write_lines(os.path.join(out, "label", "names.txt"), [f"{i}\t{l}" for i, l in enumerate(task.labels)])
     log(f"done: {args.dest} ({'regression' if task.regression else f'{len(task.labels)} classes: {list(task.labels)}'})")
     return args.dest
 

@@ -1,0 +1,142 @@
+"""GLUE preparation on the real SST-2/MRPC/RTE files and synthetic CoLA/STS-B/MNLI, the metrics,
+and a few real updates of fairseq's sentence_prediction task on RTE."""
+import os
+import re
+
+import numpy as np
+import pytest
+
+from conftest import SHARED_DATA, USER_DIR, needs_shared_data, run_cli
+
+from preprocess.prepare_glue import DataError, main as prepare_glue, read_mrpc_canonical_train, read_split
+from user_dir.common import glue_metrics
+
+GLUE = os.path.join(SHARED_DATA, "glue")
+
+
+@needs_shared_data
+def test_real_files_are_read_with_headers_and_bom():
+    sst = read_split("SST-2", os.path.join(GLUE, "SST-2", "dev.tsv"), "dev", False)
+    assert len(sst.labels) == 872 and set(sst.labels) == {"0", "1"}
+    test = read_split("SST-2", os.path.join(GLUE, "SST-2", "test.tsv"), "test", False)
+    assert len(test.inputs[0]) == 1821 and test.labels == []
+    mrpc_dev = read_split("MRPC", os.path.join(GLUE, "MRPC", "dev.tsv"), "dev", False)
+    assert len(mrpc_dev.labels) == 408 and len(mrpc_dev.inputs) == 2
+    rte = read_split("RTE", os.path.join(GLUE, "RTE", "train.tsv"), "train", False)
+    assert len(rte.labels) == 2490 and set(rte.labels) == {"entailment", "not_entailment"}
+
+
+@needs_shared_data
+def test_mrpc_canonical_train_split():
+    canonical = read_mrpc_canonical_train(os.path.join(GLUE, "MRPC"))
+    assert len(canonical.labels) == 3668  # GLUE's MRPC train; this copy of train.tsv has 3,667
+    dev = read_split("MRPC", os.path.join(GLUE, "MRPC", "dev.tsv"), "dev", False)
+    assert not set(zip(*canonical.inputs)) & set(zip(*dev.inputs))
+
+
+def _write_tsv(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join("\t".join(r) + "\n" for r in rows), encoding="utf-8")
+
+
+@pytest.fixture
+def synthetic_glue(tmp_path):
+    g = tmp_path / "glue"
+    sents = ["the cat sat on the mat .", "a dog barked loudly .", "she reads a book .", "they ran home ."]
+    cola = [("gj04", str(i % 2), "", s) for i, s in enumerate(sents * 3)]  # no header
+    _write_tsv(g / "CoLA" / "train.tsv", cola)
+    _write_tsv(g / "CoLA" / "dev.tsv", cola[:4])
+    _write_tsv(g / "CoLA" / "test.tsv", [("index", "sentence")] + [(str(i), s) for i, s in enumerate(sents)])
+    head = ("index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2", "score")
+    sts = [(str(i), "g", "f", "y", "o", "s1", "s2", a, b, f"{i % 5}.{i}") for i, (a, b) in enumerate(zip(sents * 3, sents[::-1] * 3))]
+    _write_tsv(g / "STS-B" / "train.tsv", [head] + sts)
+    _write_tsv(g / "STS-B" / "dev.tsv", [head] + sts[:4])
+    mhead = ("index", "promptID", "pairID", "genre", "b1", "b2", "p1", "p2", "sentence1", "sentence2", "label1", "gold_label")
+    labels = ["entailment", "neutral", "contradiction"]
+    mnli = [(str(i), "p", "q", "g", "", "", "", "", a, b, labels[i % 3], labels[i % 3])
+            for i, (a, b) in enumerate(zip(sents * 3, sents[1:] * 4))]
+    _write_tsv(g / "MNLI" / "train.tsv", [mhead] + mnli)
+    _write_tsv(g / "MNLI" / "dev_matched.tsv", [mhead] + mnli[:5])
+    _write_tsv(g / "MNLI" / "dev_mismatched.tsv", [mhead] + mnli[5:9])
+    return g
+
+
+def test_cola_stsb_mnli_layouts(synthetic_glue, tmp_path):
+    cola = tmp_path / "cola"
+    prepare_glue(["--task", "CoLA", "--glue-dir", str(synthetic_glue), "--dest", str(cola), "--workers", "1"])
+    assert (cola / "input0" / "train.bin").is_file() and not (cola / "input1").exists()
+    assert (cola / "label" / "dict.txt").read_text().split("\n")[:2] == ["0 1", "1 1"]
+    assert (cola / "input0" / "test.bin").is_file()
+    sts = tmp_path / "sts"
+    prepare_glue(["--task", "STS-B", "--glue-dir", str(synthetic_glue), "--dest", str(sts), "--workers", "1"])
+    values = (sts / "label" / "train.label").read_text().split()
+    assert len(values) == 12 and float(values[1]) == pytest.approx(1.1)
+    mnli = tmp_path / "mnli"
+    prepare_glue(["--task", "MNLI", "--glue-dir", str(synthetic_glue), "--dest", str(mnli), "--workers", "1"])
+    for split in ("train", "valid", "valid1"):
+        assert (mnli / "input1" / f"{split}.bin").is_file() and (mnli / "label" / f"{split}.bin").is_file()
+    assert (mnli / "label" / "dict.txt").read_text().split()[::2] == ["0", "1", "2"]
+    assert (mnli / "label" / "names.txt").read_text().split() == ["0", "entailment", "1", "neutral", "2", "contradiction"]
+    assert (mnli / "text" / "valid.label.id").read_text().split() == ["0", "1", "2", "0", "1"]
+
+
+@pytest.mark.parametrize("bad_row, message", [
+    (("0", "1", "a sentence"), r"train\.tsv:3: expected 4 tab-separated columns, found 3"),
+    (("0", "1", "", "  "), r"train\.tsv:3: empty sentence"),
+    (("0", "maybe", "", "a sentence ."), r"train\.tsv:3: label 'maybe' is not one of"),
+])
+def test_malformed_rows_name_file_and_line(tmp_path, bad_row, message):
+    g = tmp_path / "glue"
+    good = ("src", "1", "", "a fine sentence .")
+    _write_tsv(g / "CoLA" / "train.tsv", [good, good, bad_row, good])
+    _write_tsv(g / "CoLA" / "dev.tsv", [good])
+    with pytest.raises(DataError, match=message):
+        prepare_glue(["--task", "CoLA", "--glue-dir", str(g), "--dest", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+    prepare_glue(["--task", "CoLA", "--glue-dir", str(g), "--dest", str(tmp_path / "out"), "--skip-malformed",
+                  "--workers", "1"])
+    assert (tmp_path / "out" / "input0" / "train.bin").is_file()
+
+
+def test_missing_header_column_and_missing_folder(tmp_path):
+    g = tmp_path / "glue"
+    _write_tsv(g / "RTE" / "train.tsv", [("index", "premise", "hypothesis", "label"), ("0", "a", "b", "entailment")])
+    with pytest.raises(DataError, match=r"train\.tsv:1: header lacks column\(s\) \['sentence1', 'sentence2'\]"):
+        prepare_glue(["--task", "RTE", "--glue-dir", str(g), "--dest", str(tmp_path / "o")])
+    with pytest.raises(DataError, match="no SST-2/ folder"):
+        prepare_glue(["--task", "SST-2", "--glue-dir", str(g), "--dest", str(tmp_path / "o")])
+
+
+def test_metrics_match_reference_implementations():
+    from scipy.stats import pearsonr, spearmanr
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 200)
+    preds = np.where(rng.random(200) < 0.8, labels, 1 - labels)
+    assert glue_metrics.accuracy(preds, labels) == pytest.approx(100 * (preds == labels).mean())
+    assert glue_metrics.f1(preds, labels) == pytest.approx(100 * f1_score(labels, preds))
+    assert glue_metrics.matthews_corrcoef(preds, labels) == pytest.approx(100 * matthews_corrcoef(labels, preds))
+    x, y = rng.random(100), rng.integers(0, 5, 100).astype(float)  # ties in y
+    assert glue_metrics.pearson(x, y) == pytest.approx(100 * pearsonr(x, y)[0])
+    assert glue_metrics.spearman(x, y) == pytest.approx(100 * spearmanr(x, y)[0])
+    assert set(glue_metrics.glue_score("MRPC", preds, labels)) == {"f1", "accuracy"}
+    with pytest.raises(ValueError, match="unknown GLUE task"):
+        glue_metrics.glue_score("SST2", preds, labels)
+
+
+@needs_shared_data
+def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path):
+    data = tmp_path / "rte"
+    prepare_glue(["--task", "RTE", "--glue-dir", GLUE, "--dest", str(data), "--train-rows", "256", "--workers", "1"])
+    proc = run_cli(
+        "fairseq_cli.train", data, "--user-dir", USER_DIR, "--task", "sentence_prediction", "--num-classes", "2",
+        "--arch", "roberta_base", "--encoder-layers", "1", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+        "--encoder-attention-heads", "2", "--max-positions", "512", "--criterion", "glue_sentence_prediction",
+        "--glue-task", "MRPC", "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "32", "--max-update", "4",
+        "--best-checkpoint-metric", "f1", "--maximize-best-checkpoint-metric", "--save-dir", tmp_path / "ck",
+        "--log-format", "simple", "--cpu", "--num-workers", "0", "--init-token", "0", "--separator-token", "2",
+        "--shorten-method", "truncate")
+    log = proc.stdout + proc.stderr
+    assert re.search(r"valid on 'valid' subset .*\| accuracy [\d.]+ .*\| f1 [\d.]+", log), log[-2000:]
+    assert (tmp_path / "ck" / "checkpoint_best.pt").is_file()
