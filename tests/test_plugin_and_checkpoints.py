@@ -41,9 +41,17 @@ def test_allow_list_covers_every_global_of_real_checkpoints(trained_tiny):
     if get_unsafe is None:
         pytest.skip("torch < 2.5 has no get_unsafe_globals_in_checkpoint")
     allowed = {f"{g.__module__}.{g.__qualname__}" for g in fairseq_checkpoint_globals()}
+    from fairseq import checkpoint_utils
+
     for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
-        needed = set(get_unsafe(os.path.join(trained_tiny["save_dir"], name)))
+        path = os.path.join(trained_tiny["save_dir"], name)
+        needed = set(get_unsafe(path))
         assert needed <= allowed, f"{name} needs {needed - allowed}"
+        # what rank 0 broadcasts to the other ranks: the loaded state, cfg turned into omegaconf
+        broadcast = os.path.join(trained_tiny["save_dir"], "broadcast.pt")
+        torch.save(checkpoint_utils.load_checkpoint_to_cpu(path), broadcast)
+        needed = set(get_unsafe(broadcast))
+        assert needed <= allowed, f"the broadcast state of {name} needs {needed - allowed}"
 
 
 def test_generate_validate_interactive_and_resume(trained_tiny, tmp_path):

@@ -5,7 +5,8 @@ does not know. fairseq checkpoints hold a few: the ``argparse.Namespace`` of old
 omegaconf containers of ``cfg``, and numpy scalars/arrays inside the meters of ``extra_state``
 (checkpoint_last.pt, used to resume). fairseq calls plain ``torch.load`` when it loads a checkpoint
 (``fairseq-generate``, ``-interactive``, ``-validate``, resuming ``fairseq-train``) and when it
-broadcasts a loaded state to the other ranks of distributed training, so all of those fail.
+broadcasts a loaded state to the other ranks of distributed training (``broadcast_object`` pickles
+the state with its cfg already turned into omegaconf containers), so all of those fail.
 
 Importing the plug-in (``--user-dir user_dir``) calls :func:`allow_fairseq_checkpoint_globals`,
 which adds exactly those globals to torch's allow-list (``torch.serialization.add_safe_globals``).
@@ -29,7 +30,16 @@ FAIRSEQ_CHECKPOINT_GLOBALS = (
     "collections:OrderedDict",
     "collections:defaultdict",
     "typing:Any",
-    "builtins:getattr",
+    # plain types, pickled by reference inside omegaconf metadata (ref_type/object_type/key_type)
+    # once fairseq has turned a loaded cfg into a DictConfig and broadcasts it to other ranks
+    "builtins:dict",
+    "builtins:list",
+    "builtins:tuple",
+    "builtins:set",
+    "builtins:int",
+    "builtins:float",
+    "builtins:str",
+    "builtins:bool",
     # numpy scalars and arrays (meters, best-checkpoint scores, dataset sizes)
     "numpy:ndarray",
     "numpy:dtype",
@@ -37,6 +47,8 @@ FAIRSEQ_CHECKPOINT_GLOBALS = (
     "numpy.core.multiarray:_reconstruct",
     "numpy._core.multiarray:scalar",
     "numpy._core.multiarray:_reconstruct",
+    # the placeholder fairseq's broadcast_object puts where tensors were (distributed training)
+    "fairseq.distributed.utils:_TensorPlaceholder",
     # omegaconf containers and nodes (cfg of hydra-style checkpoints)
     "omegaconf.dictconfig:DictConfig",
     "omegaconf.listconfig:ListConfig",
