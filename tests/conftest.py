@@ -65,8 +65,11 @@ def multi30k_slice(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def trained_tiny(multi30k_slice, tmp_path_factory):
-    """A tiny Transformer trained for 8 updates (checkpoints with optimizer and meter state)."""
+    """A tiny Transformer trained for 8 updates, best checkpoint chosen by validation BLEU: its
+    checkpoints hold optimizer and meter state and numpy scores, as users' checkpoints do."""
     save_dir = tmp_path_factory.mktemp("tiny")
     proc = run_cli("fairseq_cli.train", multi30k_slice, "--user-dir", USER_DIR, *TINY_TRANSFORMER, *TRAIN_FLAGS,
-                   "--max-update", "8", "--save-dir", save_dir, "--cpu")
+                   "--max-update", "8", "--save-dir", save_dir, "--cpu", "--eval-bleu", "--eval-bleu-remove-bpe",
+                   "--eval-bleu-args", '{"beam": 1, "max_len_a": 0, "max_len_b": 4}',
+                   "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric")
     return {"data": multi30k_slice, "save_dir": str(save_dir), "log": proc.stdout + proc.stderr}
