@@ -4,6 +4,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 
 from conftest import REPO, TEACHER, TINY_TRANSFORMER, TRAIN_FLAGS, USER_DIR, clean_env, needs_teacher, run_cli
 
@@ -25,7 +26,7 @@ def test_two_cpu_ranks_train_halve_updates_and_resume(multi30k_slice, tmp_path):
                      "--cpu")
 
     def launch():
-        env = dict(clean_env(), LOG_DIR=str(tmp_path / "logs"), OMP_NUM_THREADS="1")
+        env = dict(clean_env(), LOG_DIR=str(tmp_path / "logs"), OMP_NUM_THREADS="1", PYTHON=sys.executable)
         return subprocess.run(["bash", os.path.join(REPO, "scripts", "distributed_train.sh"), "--nproc", "2",
                                "--master-port", str(_free_port()), "--cpu", "--", *flags],
                               capture_output=True, text=True, env=env, cwd=REPO, timeout=600)

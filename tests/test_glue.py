@@ -140,3 +140,15 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     log = proc.stdout + proc.stderr
     assert re.search(r"valid on 'valid' subset .*\| accuracy [\d.]+ .*\| f1 [\d.]+", log), log[-2000:]
     assert (tmp_path / "ck" / "checkpoint_best.pt").is_file()
+    # the measurement command scores sentence-prediction checkpoints with the GLUE metrics
+    js = tmp_path / "m.json"
+    run_cli("user_dir.tools.measure", data, "--gen-subset", "valid", "--path", tmp_path / "ck" / "checkpoint_best.pt",
+            "--names", "tiny", "--glue-task", "MRPC", "--runs", "1", "--batch-size", "32", "--json", js)
+    import json
+
+    row = json.loads(js.read_text())["rows"][0]
+    assert row["sentences"] == 277 and 0 <= row["accuracy"] <= 100 and 0 <= row["f1"] <= 100
+    valid_acc = float(re.findall(r"valid on 'valid' subset .*?\| accuracy ([\d.]+)", log)[-1])
+    # the predictions fairseq validated (within one example of 277: an untrained head has near-ties that
+    # batch composition can flip, and the log rounds to 0.1)
+    assert abs(row["accuracy"] - valid_acc) < 100 / 277 + 0.05, row
