@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .textio import DataError, atomic_directory, fairseq_preprocess, is_prepared, log, write_lines
+from .textio import DataError, atomic_directory, main_or_exit, fairseq_preprocess, is_prepared, log, write_lines
 
 csv.field_size_limit(sys.maxsize)
 
@@ -282,10 +282,7 @@ def _merge_prefixes(extra: List[str], flag: str, more: Sequence[str]) -> List[st
 
 
 def cli_main():
-    try:
-        main()
-    except DataError as e:
-        sys.exit(f"error: {e}")
+    main_or_exit(main)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 
-from .textio import DataError, atomic_directory, fairseq_preprocess, find_file, is_prepared, log, read_parallel, write_lines
+from .textio import DataError, atomic_directory, main_or_exit, fairseq_preprocess, find_file, is_prepared, log, read_parallel, write_lines
 from .translation_text import apply_bpe, learn_bpe, moses_tokenize
 
 EMBEDDED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "multi30k.de-en")
@@ -86,10 +86,7 @@ def main(argv=None) -> str:
 
 
 def cli_main():
-    try:
-        main()
-    except DataError as e:
-        sys.exit(f"error: {e}")
+    main_or_exit(main)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .download import download, extract
 from .iwslt_xml import read_train_tags, read_xml_segments
-from .textio import (DataError, atomic_directory, fairseq_preprocess, is_prepared, log, read_lines,
+from .textio import (DataError, main_or_exit, atomic_directory, fairseq_preprocess, is_prepared, log, read_lines,
                      write_lines)
 from .translation_text import (apply_bpe, clean_corpus, encode_sentencepiece, learn_bpe, moses_tokenize,
                                train_sentencepiece)
@@ -206,10 +206,7 @@ def main(argv=None) -> str:
 
 
 def cli_main():
-    try:
-        main()
-    except DataError as e:
-        sys.exit(f"error: {e}")
+    main_or_exit(main)
 
 
 if __name__ == "__main__":

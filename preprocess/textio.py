@@ -21,6 +21,14 @@ class DataError(ValueError):
     """Input data that cannot be prepared; the message names the file (and line)."""
 
 
+def main_or_exit(main) -> None:
+    """Run a preparation script's ``main()``; bad input ends it with ``error: <message>``, no traceback."""
+    try:
+        main()
+    except DataError as e:
+        sys.exit(f"error: {e}")
+
+
 def open_text(path: str, mode: str = "rt"):
     """Open a UTF-8 text file, transparently gunzipping ``*.gz``."""
     if "r" in mode and not os.path.isfile(path):

@@ -141,3 +141,9 @@ def test_sentencepiece_corpus_pipeline_both_directions(tmp_path):
     with pytest.raises(DataError, match="--src fr --tgt en"):
         prepare_translation.main(["--corpus", "iwslt14.en-es", "--src", "fr", "--tgt", "en", "--raw-dir", str(rel),
                                   "--dest", str(tmp_path / "x")])
+
+
+def test_command_line_reports_bad_input_without_a_traceback(tmp_path):
+    proc = run_cli("preprocess.prepare_multi30k", "--src", "en", "--tgt", "en", "--dest", tmp_path / "x", check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().endswith("error: --src and --tgt are both 'en': choose two different languages")
