@@ -1,0 +1,2 @@
+"""PET: parameter-efficient knowledge distillation on Transformer (Jeon et al., PLoS ONE 2023)."""
+from . import pet_transformer  # noqa: F401  registers pet_transformer and its archs
