@@ -28,11 +28,11 @@ TINY_TRANSFORMER = [
     "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
     "--share-all-embeddings",
 ]
-TRAIN_FLAGS = [
-    "--optimizer", "adam", "--lr", "1e-3", "--criterion", "label_smoothed_cross_entropy",
-    "--label-smoothing", "0.1", "--max-tokens", "2048", "--log-format", "simple", "--log-interval", "1",
+OPTIM_FLAGS = [
+    "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2048", "--log-format", "simple", "--log-interval", "1",
     "--no-progress-bar", "--seed", "1", "--num-workers", "0",
 ]
+TRAIN_FLAGS = OPTIM_FLAGS + ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
 
 
 def clean_env():

@@ -11,4 +11,5 @@ from .common.safe_checkpoint_loading import allow_fairseq_checkpoint_globals
 allow_fairseq_checkpoint_globals()
 
 from .common import glue_metrics  # noqa: E402,F401  registers the glue_sentence_prediction criterion
+from .common import word_kd_criterion  # noqa: E402,F401  registers the kd criterion
 from . import pet  # noqa: E402,F401  registers the pet_transformer model and its archs
