@@ -9,6 +9,7 @@
 #                                                             if present, else scripts/train_teacher_multi30k.sh's)
 #   WARMUP_EPOCHS=0 KD_EPOCHS=... bash scripts/pet_multi30k.sh   (no warm-up, PET Table 9)
 #   SEED=2 bash scripts/pet_multi30k.sh work/pet-seed2
+#   EXTRA="--max-update 50" RUNS=1 bash scripts/pet_multi30k.sh work/pet-smoke   (a quick end-to-end check)
 #
 # Student dims: the paper's (320, 240) are 62.5% / 47% of its teacher's 512; against this 256-wide,
 # 3+3-layer teacher we use (128, 96) with FFN 2x and 4 heads, which puts the 4+4-logical-layer
@@ -33,7 +34,7 @@ STUDENT=(--user-dir "$ROOT/user_dir" --arch pet_transformer_iwslt --encoder-embe
   --decoder-embed-dim "$DEC_DIM" --share-decoder-input-output-embed --dropout 0.1
   --optimizer adam --adam-betas '(0.9,0.98)' --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 500
   --warmup-init-lr 1e-7 --weight-decay 1e-4 --max-tokens 2048 --cpu --seed "$SEED" --no-epoch-checkpoints
-  --log-format simple --log-interval 50 --teacher-path "$TEACHER")
+  --log-format simple --log-interval 50 --teacher-path "$TEACHER" ${EXTRA:-})
 
 START_FROM=()
 if [ "$WARMUP_EPOCHS" -gt 0 ]; then
