@@ -75,6 +75,15 @@ def test_source_english_swaps_the_dims(multi30k_slice, tmp_path):
     args = options.parse_args_and_arch(parser, [multi30k_slice, "--task", "translation", "-s", "en", "-t", "de",
                                                 "--arch", "pet_transformer_iwslt"])
     assert (args.encoder_embed_dim, args.decoder_embed_dim) == (240, 320)
+    # without -s/-t the direction is unknown when the arch is resolved: an English source is refused
+    from fairseq import tasks
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [multi30k_slice, "--task", "translation",
+                                                                       "--arch", "pet_transformer_iwslt"])
+    task = tasks.setup_task(args)
+    task.cfg.source_lang, task.cfg.target_lang = "en", "de"
+    with pytest.raises(ValueError, match=r"--arch pet_transformer_iwslt: .* pass -s en -t XX"):
+        task.build_model(args)
 
 
 def test_bad_configurations_fail_naming_the_flag(multi30k_slice):

@@ -58,6 +58,16 @@ class PETTransformerModel(TransformerModel):
                                  "query matrix for self- and encoder-decoder attention in each layer)")
 
     @classmethod
+    def build_model(cls, args, task):
+        guessed = getattr(args, "pet_dims_guessed_without_langs", False)
+        if guessed and getattr(task.cfg, "source_lang", None) == "en" and getattr(task.cfg, "target_lang", None) != "en":
+            raise ValueError(
+                f"--arch {args.arch}: the student's dims depend on the direction (PET: (320, 240) into English, "
+                "(240, 320) out of English) but -s/-t were not given when the arch was resolved, and the data's "
+                "source is English; pass -s en -t XX (or --encoder-embed-dim/--decoder-embed-dim)")
+        return super().build_model(args, task)
+
+    @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
         return PETTransformerEncoder(args, src_dict, embed_tokens)
 
@@ -78,6 +88,8 @@ def _pet_defaults(args):
 def _student_dims(args, wide: int, narrow: int):
     """(320, 240) when the target is English, (240, 320) when the source is (PET, Training details)."""
     source_is_english = getattr(args, "source_lang", None) == "en" and getattr(args, "target_lang", None) != "en"
+    if getattr(args, "source_lang", None) is None and not hasattr(args, "encoder_embed_dim"):
+        args.pet_dims_guessed_without_langs = True  # checked against the task's languages in build_model
     enc, dec = (narrow, wide) if source_is_english else (wide, narrow)
     args.encoder_embed_dim = getattr(args, "encoder_embed_dim", enc)
     args.decoder_embed_dim = getattr(args, "decoder_embed_dim", dec)
