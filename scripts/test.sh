@@ -6,4 +6,4 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/setup_env.sh
-"${VENV:-$ROOT/.venv}/bin/python" -m pytest -q -rs tests "$@"
+"${VENV:-$ROOT/.venv}/bin/python" -m pytest -q -rs --durations=10 tests "$@"

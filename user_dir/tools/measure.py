@@ -46,6 +46,7 @@ def _worker(spec: dict) -> dict:
 
     torch.set_num_threads(spec["threads"]) if spec["threads"] else None
     use_cuda = torch.cuda.is_available() and not spec["cpu"]
+    device = torch.device("cuda" if use_cuda else "cpu")
     overrides = {"data": spec["data"]}
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([spec["path"]], arg_overrides=overrides)
     model = models[0]
@@ -54,8 +55,7 @@ def _worker(spec: dict) -> dict:
               "weights_bytes": state_dict_bytes(model), "checkpoint_bytes": os.path.getsize(spec["path"])}
     if spec["fp16"]:
         model.half()
-    if use_cuda:
-        model.cuda()
+    model.to(device)
     model.eval()
     task.load_dataset(spec["subset"])
     dataset = task.dataset(spec["subset"])
@@ -68,8 +68,7 @@ def _worker(spec: dict) -> dict:
     indices, _ = dataset.filter_indices_by_size(indices, max_positions)
     batches = dataset.batch_by_size(np.asarray(indices, dtype=np.int64), max_sentences=spec["batch_size"])
     samples = [dataset.collater([dataset[i] for i in batch]) for batch in batches]
-    if use_cuda:
-        samples = [utils.move_to_cuda(s) for s in samples]
+    samples = [utils.apply_to_sample(lambda t: t.to(device), s) for s in samples]
     is_translation = hasattr(task, "build_generator") and getattr(task, "target_dictionary", None) is not None \
         and not hasattr(task, "label_dictionary")
 
