@@ -97,19 +97,24 @@ def _student_dims(args, wide: int, narrow: int):
     args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 2 * args.decoder_embed_dim)
 
 
-@register_model_architecture("pet_transformer", "pet_transformer_iwslt")
-def pet_transformer_iwslt(args):
+def _pet_student(args):
+    """The PET student's shape (Training details): 4 logical layers, direction-dependent dims,
+    FFN 2x, 4 heads; the base arch then fills in everything else."""
     _pet_defaults(args)
     _student_dims(args, wide=320, narrow=240)
     args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
     args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+
+
+@register_model_architecture("pet_transformer", "pet_transformer_iwslt")
+def pet_transformer_iwslt(args):
+    """Student of the IWSLT teacher ``transformer_iwslt_de_en``."""
+    _pet_student(args)
     transformer_iwslt_de_en(args)
 
 
 @register_model_architecture("pet_transformer", "pet_transformer_wmt")
 def pet_transformer_wmt(args):
-    _pet_defaults(args)
-    _student_dims(args, wide=320, narrow=240)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    """Student of the WMT teacher, Transformer-base (the paper does not give the student's heads: 4)."""
+    _pet_student(args)
     base_architecture(args)
