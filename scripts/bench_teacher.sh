@@ -39,7 +39,11 @@ valid = re.findall(r"valid on 'valid' subset \| loss ([\d.]+) \| nll_loss ([\d.]
 epochs = re.findall(r"end of epoch (\d+)", log)
 wall = re.search(r"training wall time: (\d+) s", log)
 loss, nll, updates = valid[-1]
-print(f"| teacher_ours | {epochs[-1]} | {updates} | {loss} ({nll}) | {int(wall.group(1)) / 60:.0f} min |")
+minutes = f"{int(wall.group(1)) / 60:.0f} min" if wall else "n/a (log has no end time)"
+print(f"| teacher_ours | {epochs[-1]} | {updates} | {loss} ({nll}) | {minutes} |")
+print()
+print("Validation nll_loss after each epoch: " + ", ".join(
+    f"{n}" for n in re.findall(r"valid on 'valid' subset \| loss [\d.]+ \| nll_loss ([\d.]+)", log)))
 PY
   echo
   echo "Log: \`$WORK/train.log\` (not committed). The reference teacher's own README gives 57 minutes, 8 epochs,"
