@@ -183,7 +183,7 @@ def main(argv=None) -> str:
                 data[split] = {l: [s.lower() for s in lines] for l, lines in data[split].items()}
             if corpus.valid_every:
                 n = corpus.valid_every  # awk '{if (NR%23 == 0) print > valid; else print > train}'
-                train, held = data["train"], {}
+                train = data["train"]
                 held = {l: [s for i, s in enumerate(train[l], 1) if i % n == 0] for l in (src, tgt)}
                 data["train"] = {l: [s for i, s in enumerate(train[l], 1) if i % n != 0] for l in (src, tgt)}
                 data["valid"] = held

@@ -13,7 +13,7 @@ which adds exactly those globals to torch's allow-list (``torch.serialization.ad
 No environment variable is needed and the weights-only unpickler stays in force: a checkpoint
 with any other global is still refused. The list was read off real checkpoints with
 ``torch.serialization.get_unsafe_globals_in_checkpoint`` (translation and sentence-prediction,
-best and last, tests/test_checkpoint_loading.py checks it stays complete).
+best and last, tests/test_plugin_and_checkpoints.py checks it stays complete).
 """
 import importlib
 import logging

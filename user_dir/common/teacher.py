@@ -63,8 +63,8 @@ def check_teacher_dictionaries(state: dict, task, path: str, flag: str = "--teac
                     "trained on data binarised with the same dictionary (fairseq-preprocess "
                     "--srcdict/--tgtdict with the teacher's dict files)."
                 )
-    langs = {"encoder": getattr(task, "cfg", None) and getattr(task.cfg, "source_lang", None),
-             "decoder": getattr(task, "cfg", None) and getattr(task.cfg, "target_lang", None)}
+    task_cfg = getattr(task, "cfg", None)
+    langs = {"encoder": getattr(task_cfg, "source_lang", None), "decoder": getattr(task_cfg, "target_lang", None)}
     for data_dir in _teacher_data_dirs(state):
         for side, dictionary in _task_dictionaries(task):
             lang = langs.get(side)

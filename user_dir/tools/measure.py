@@ -44,7 +44,8 @@ def _worker(spec: dict) -> dict:
 
     from user_dir.common.counting import count_parameters, state_dict_bytes
 
-    torch.set_num_threads(spec["threads"]) if spec["threads"] else None
+    if spec["threads"]:
+        torch.set_num_threads(spec["threads"])
     use_cuda = torch.cuda.is_available() and not spec["cpu"]
     device = torch.device("cuda" if use_cuda else "cpu")
     overrides = {"data": spec["data"]}
