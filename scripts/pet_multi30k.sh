@@ -10,6 +10,8 @@
 #   WARMUP_EPOCHS=0 KD_EPOCHS=... bash scripts/pet_multi30k.sh   (no warm-up, PET Table 9)
 #   SEED=2 bash scripts/pet_multi30k.sh work/pet-seed2
 #   EXTRA="--max-update 50" RUNS=1 bash scripts/pet_multi30k.sh work/pet-smoke   (a quick end-to-end check)
+#   WARMUP_MINUTES=2 KD_MINUTES=6 bash scripts/pet_multi30k.sh   (time-bounded stages, as the demo runs it)
+#   MEASURE_EXTRA="--max-len-a 1.2 --max-len-b 10" ...          (extra flags for the measurement command)
 #
 # Student dims: the paper's (320, 240) are 62.5% / 47% of its teacher's 512; against this 256-wide,
 # 3+3-layer teacher we use (128, 96) with FFN 2x and 4 heads, which puts the 4+4-logical-layer
@@ -26,6 +28,9 @@ DATA="${DATA:-$WORK/data-bin}"
 WARMUP_EPOCHS="${WARMUP_EPOCHS:-3}"; KD_EPOCHS="${KD_EPOCHS:-10}"; SEED="${SEED:-1}"
 ENC_DIM="${ENC_DIM:-128}"; DEC_DIM="${DEC_DIM:-96}"
 mkdir -p "$WORK"
+# optional wall-clock bounds per stage (fairseq's --stop-time-hours); epochs still cap each stage
+stop_after() { [ -n "${1:-}" ] && python -c "print('--stop-time-hours', ${1} / 60)" || true; }
+WARMUP_STOP=$(stop_after "${WARMUP_MINUTES:-}"); KD_STOP=$(stop_after "${KD_MINUTES:-}")
 
 # the teacher's data: our pipeline reproduces the reference teacher's binarised files exactly
 python -m preprocess.prepare_multi30k --src de --tgt en --dest "$DATA"
@@ -38,13 +43,13 @@ STUDENT=(--user-dir "$ROOT/user_dir" --arch pet_transformer_iwslt --encoder-embe
 
 START_FROM=()
 if [ "$WARMUP_EPOCHS" -gt 0 ]; then
-  fairseq-train "$DATA" "${STUDENT[@]}" --criterion pet_warmup --max-epoch "$WARMUP_EPOCHS" \
+  fairseq-train "$DATA" "${STUDENT[@]}" --criterion pet_warmup --max-epoch "$WARMUP_EPOCHS" $WARMUP_STOP \
     --save-dir "$WORK/warmup" 2>&1 | tee "$WORK/warmup.log"
   START_FROM=(--finetune-from-model "$WORK/warmup/checkpoint_last.pt")
 fi
 fairseq-train "$DATA" "${STUDENT[@]}" --criterion kd --label-smoothing 0.1 --kd-alpha 0.5 --kd-temperature 1 \
-  --max-epoch "$KD_EPOCHS" "${START_FROM[@]}" --save-dir "$WORK/kd" 2>&1 | tee "$WORK/kd.log"
+  --max-epoch "$KD_EPOCHS" $KD_STOP "${START_FROM[@]}" --save-dir "$WORK/kd" 2>&1 | tee "$WORK/kd.log"
 
 python -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$WORK/kd/checkpoint_best.pt" --names teacher pet \
-  --raw-reference "$DATA/text/test.raw.en" --beam 5 --batch-size 128 --runs "${RUNS:-3}" \
+  --raw-reference "$DATA/text/test.raw.en" --beam 5 --batch-size 128 --runs "${RUNS:-3}" ${MEASURE_EXTRA:-} \
   --out "$WORK/measure.md" --json "$WORK/measure.json"

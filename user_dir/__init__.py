@@ -13,3 +13,4 @@ allow_fairseq_checkpoint_globals()
 from .common import glue_metrics  # noqa: E402,F401  registers the glue_sentence_prediction criterion
 from .common import word_kd_criterion  # noqa: E402,F401  registers the kd criterion
 from . import pet  # noqa: E402,F401  registers the pet_transformer model and its archs
+from . import baselines  # noqa: E402,F401  registers PET's competitors (patient_kd criterion, CAN model)
