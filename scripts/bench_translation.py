@@ -18,6 +18,7 @@ else running), and the summary -- mean +- std over seeds -- is written to ``--ou
 import argparse
 import concurrent.futures
 import json
+import logging
 import os
 import shlex
 import statistics
@@ -38,21 +39,70 @@ KD = ["--criterion", "kd", "--label-smoothing", "0.1", "--kd-alpha", "0.5", "--k
 WARMUP = ["--criterion", "pet_warmup"]
 
 
+CE = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
+PKD = ["--criterion", "patient_kd", "--label-smoothing", "0.1", "--kd-alpha", "0.5", "--kd-temperature", "1"]
+
+
 def pet_arch(enc, dec, *extra):
     return ["--arch", "pet_transformer_iwslt", "--encoder-embed-dim", str(enc), "--decoder-embed-dim", str(dec),
             "--share-decoder-input-output-embed", *extra]
 
 
-# method -> (description, arch flags, stages); a stage is (name, criterion flags, share of the budget).
-# A stage after the first starts from the previous stage's last checkpoint (--finetune-from-model).
-def methods(enc, dec):
+def plain_arch(enc, dec):
+    """PET's student without sharing: its 2+2 physical layers as a stock Transformer (same widths,
+    FFN 2x, 4 heads), so the non-embedding size differs from PET's only by the decoder queries
+    PET shares (+1 point of compression at the default widths)."""
+    return ["--arch", "transformer_iwslt_de_en", "--encoder-layers", "2", "--decoder-layers", "2",
+            "--encoder-embed-dim", str(enc), "--decoder-embed-dim", str(dec), "--encoder-ffn-embed-dim", str(2 * enc),
+            "--decoder-ffn-embed-dim", str(2 * dec), "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+            "--share-decoder-input-output-embed"]
+
+
+def can_arch(dim, enc_layers):
+    """CAN's deep encoder (enc_layers) and one compressed-attention decoder layer, all at one width."""
+    return ["--arch", "can_transformer_iwslt", "--encoder-layers", str(enc_layers), "--decoder-layers", "1",
+            "--encoder-embed-dim", str(dim), "--decoder-embed-dim", str(dim), "--encoder-ffn-embed-dim", str(2 * dim),
+            "--decoder-ffn-embed-dim", str(2 * dim), "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+            "--share-decoder-input-output-embed"]
+
+
+# method -> (group, description, arch flags, stages); a stage is (name, criterion flags, share of
+# the budget). A stage after the first starts from the previous stage's last checkpoint
+# (--finetune-from-model). Group "main" runs with every seed, "ablation" (PET Tables 2-4, 8, 10)
+# with the first seed only, when --ablations is given; "extra" (seq-kd) only when --methods names it
+# (it first decodes the training set with the teacher: ~15 minutes on 2 CPU cores).
+def methods(enc, dec, can_dim, can_layers):
     pet = pet_arch(enc, dec)
-    return {
-        "pet": ("PET: shared pairs (1,3),(2,4), enc Q<->K, dec Qself=Qed; warm-up then word KD",
+    grid = {
+        "pet": ("main", "PET: shared pairs (1,3),(2,4), enc Q<->K, dec Qself=Qed; warm-up then word KD",
                 pet, [("warmup", WARMUP, "warmup"), ("kd", KD, "rest")]),
-        "pet-nowarmup": ("PET without the simplified-task warm-up (Table 9), word KD for the whole budget",
+        "pet-nowarmup": ("main", "PET without the simplified-task warm-up (Table 9), word KD for the whole budget",
                          pet, [("kd", KD, "all")]),
+        "word-kd": ("main", "word-level KD into a plain 2+2-layer Transformer of PET's widths",
+                    plain_arch(enc, dec), [("kd", KD, "all")]),
+        "patient-kd": ("main", "Patient-KD (KD + beta * normalised hidden-state MSE, skip layer map) into the "
+                               "same plain student", plain_arch(enc, dec), [("kd", PKD, "all")]),
+        "can": ("main", f"CAN: {can_layers}-layer encoder, 1 compressed-attention decoder layer, width {can_dim}, "
+                        "word KD", can_arch(can_dim, can_layers), [("kd", KD, "all")]),
     }
+    grid["seq-kd"] = ("extra", "sequence-level KD (Kim & Rush 2016): the plain student trained with label-smoothed "
+                               "CE on the teacher's beam-5 outputs of the training set (user_dir/tools/seq_kd_data.py)",
+                      plain_arch(enc, dec), [("ce", CE, "all")])
+    pet_stages = [("warmup", WARMUP, "warmup"), ("kd", KD, "rest")]
+    for pairing in ("adjacent", "mirrored", "none"):
+        grid[f"pet-layers-{pairing}"] = ("ablation", f"PET, layer pairing {pairing} (Table 2)",
+                                         pet_arch(enc, dec, "--layer-pairing", pairing), pet_stages)
+    for pairs in ("kv", "vq", "none"):
+        grid[f"pet-enc-{pairs}"] = ("ablation", f"PET, encoder matrix pairs {pairs} (Table 3)",
+                                    pet_arch(enc, dec, "--encoder-matrix-pairs", pairs), pet_stages)
+    for pairs in ("qself-kself", "kv-self-ed", "swap-qk-all", "none"):
+        grid[f"pet-dec-{pairs}"] = ("ablation", f"PET, decoder matrix pairs {pairs} (Tables 4, 8)",
+                                    pet_arch(enc, dec, "--decoder-matrix-pairs", pairs), pet_stages)
+    for mapping in ("output-layer", "projection"):
+        grid[f"pet-warmup-{mapping}"] = ("ablation", f"PET, naive warm-up mapping: {mapping} (Table 10)", pet,
+                                         [("warmup", WARMUP + ["--warmup-mapping", mapping], "warmup"),
+                                          ("kd", KD, "rest")])
+    return grid
 
 
 def run_stages(run_dir, data, teacher, arch, stages, seed, updates, warmup_updates, threads, lr_warmup, extra):
@@ -85,57 +135,110 @@ def run_stages(run_dir, data, teacher, arch, stages, seed, updates, warmup_updat
     return previous
 
 
+# the paper's IWSLT'14 DE->EN numbers (PET Tables 7-10; Transformer teacher 34.63 BLEU), shown beside ours
+PAPER = {"pet": ("9.51", "34.36 +- 0.14"), "patient-kd": ("9.88", "33.24 +- 0.23"), "can": ("9.52", "31.15 +- 0.39"),
+         "pet-nowarmup": ("", "34.05"), "pet-dec-qself-kself": ("", "30.94"), "pet-dec-kv-self-ed": ("", "33.98"),
+         "pet-warmup-output-layer": ("", "30.89"), "pet-warmup-projection": ("", "33.97")}
+
+
 def summarise(rows, grid, args, command):
-    """Mean +- std over seeds per method, plus the Table 9 comparison when both PET variants ran."""
+    """Mean +- std over seeds per method, the paper's numbers beside, Table 9, ablations, per run."""
     by_method = {}
     for row in rows:
-        if row["name"] == "teacher":
-            continue
-        method = row["name"].rsplit("-s", 1)[0]
-        by_method.setdefault(method, []).append(row)
+        if row["name"] != "teacher":
+            by_method.setdefault(row["name"].rsplit("-s", 1)[0], []).append(row)
     teacher = next(r for r in rows if r["name"] == "teacher")
 
     def mean_std(values):
         return (statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0)
 
-    lines = [f"# Translation benchmark: compressing the Multi30k DE->EN teacher", "",
-             f"Teacher: `{os.path.relpath(args.teacher, ROOT)}`. Test set: test_2016_flickr (1,000 sentences), "
-             f"beam 5, batch 128. Every student trains for {args.updates} updates (PET: {args.warmup_updates} "
-             f"of them on the warm-up task), seeds {' '.join(map(str, args.seeds))}; BLEU is mean +- std over "
-             f"seeds, speed the mean over seeds of each model's median of {args.measure_runs} runs. "
-             f"Compression = non-embedding parameters in % of the teacher's.", "",
-             "| method | seeds | BLEU (tok) | sacreBLEU | non-emb params | compression | weights MB | sent/s | speed-up |",
-             "|---|---|---|---|---|---|---|---|---|",
-             f"| teacher | - | {teacher['bleu_tok']:.2f} | {teacher['sacrebleu']:.2f} | "
-             f"{teacher['non_embedding_params']:,} | 100.00% | {teacher['weights_mb']:.1f} | "
-             f"{teacher['sentences_per_s']:.1f} | 1.00x |"]
+    work = os.path.relpath(args.work, ROOT)
+    lines = ["# Translation benchmark: compressing the Multi30k DE->EN teacher", "",
+             f"Teacher: `{os.path.relpath(args.teacher, ROOT)}` (3+3 layers, width 256). Test set: test_2016_flickr "
+             f"({teacher['sentences']:,} sentences), beam 5, batch 128 sentences. Every student trains for "
+             f"{args.updates} updates from scratch (PET: the first {args.warmup_updates} on the simplified "
+             f"warm-up task) and is scored at its last update. BLEU is the mean +- sample std over seeds; "
+             f"sent/s the mean over seeds of each model's median of {args.measure_runs} timed runs, all models "
+             f"measured in turn in one run with nothing else running. Compression = non-embedding parameters "
+             f"in % of the teacher's. The paper's column: IWSLT'14 DE->EN, Transformer teacher 34.63 BLEU "
+             f"(PET Table 7) -- a different scale, for orientation only.", ""]
     stats = {}
-    for method, runs in by_method.items():
-        tok, sacre = mean_std([r["bleu_tok"] for r in runs]), mean_std([r["sacrebleu"] for r in runs])
-        speed = statistics.mean(r["sentences_per_s"] for r in runs)
-        stats[method] = tok
-        lines.append(f"| {method} | {len(runs)} | {tok[0]:.2f} +- {tok[1]:.2f} | {sacre[0]:.2f} +- {sacre[1]:.2f} | "
-                     f"{runs[0]['non_embedding_params']:,} | {runs[0]['compression_rate']:.2f}% | "
-                     f"{runs[0]['weights_mb']:.1f} | {speed:.1f} | {speed / teacher['sentences_per_s']:.2f}x |")
-    lines += ["", "Methods:", ""]
-    for method in by_method:
-        lines.append(f"- `{method}`: {grid[method][0]}")
+
+    def table(group):
+        out = ["| method | seeds | BLEU (tok) | sacreBLEU | non-emb params | compression | weights MB | sent/s | "
+               "speed-up | paper: compression, BLEU |", "|---|---|---|---|---|---|---|---|---|---|"]
+        if group == "main":
+            out.append(f"| teacher | - | {teacher['bleu_tok']:.2f} | {teacher['sacrebleu']:.2f} | "
+                       f"{teacher['non_embedding_params']:,} | 100.00% | {teacher['weights_mb']:.1f} | "
+                       f"{teacher['sentences_per_s']:.1f} | 1.00x | 100%, 34.63 |")
+        for method, runs in by_method.items():
+            if (grid[method][0] == "ablation") != (group == "ablation"):
+                continue
+            tok, sacre = mean_std([r["bleu_tok"] for r in runs]), mean_std([r["sacrebleu"] for r in runs])
+            speed = statistics.mean(r["sentences_per_s"] for r in runs)
+            stats[method] = dict(bleu=tok, speed=speed, compression=runs[0]["compression_rate"])
+            paper = PAPER.get(method)
+            paper = f"{paper[0] + '%, ' if paper[0] else ''}{paper[1]}" if paper else ""
+            out.append(f"| {method} | {len(runs)} | {tok[0]:.2f} +- {tok[1]:.2f} | {sacre[0]:.2f} +- {sacre[1]:.2f} | "
+                       f"{runs[0]['non_embedding_params']:,} | {runs[0]['compression_rate']:.2f}% | "
+                       f"{runs[0]['weights_mb']:.1f} | {speed:.1f} | {speed / teacher['sentences_per_s']:.2f}x | "
+                       f"{paper} |")
+        return out
+
+    lines += table("main")
     if "pet" in stats and "pet-nowarmup" in stats:
-        t = teacher["bleu_tok"]
+        t, w, n = teacher["bleu_tok"], stats["pet"]["bleu"], stats["pet-nowarmup"]["bleu"]
         lines += ["", "## Warm-up versus no warm-up at an equal budget (PET Table 9)", "",
-                  "| | BLEU (tok) | BLEU reduction vs teacher | paper's BLEU reduction (IWSLT'14 EN->DE, teacher 34.63) |",
-                  "|---|---|---|---|",
-                  f"| with warm-up | {stats['pet'][0]:.2f} +- {stats['pet'][1]:.2f} | {t - stats['pet'][0]:.2f} | 0.27 |",
-                  f"| without warm-up | {stats['pet-nowarmup'][0]:.2f} +- {stats['pet-nowarmup'][1]:.2f} | "
-                  f"{t - stats['pet-nowarmup'][0]:.2f} | 0.58 |"]
+                  "| | BLEU (tok) | BLEU reduction vs teacher | paper's BLEU reduction |", "|---|---|---|---|",
+                  f"| with warm-up | {w[0]:.2f} +- {w[1]:.2f} | {t - w[0]:.2f} | 0.27 |",
+                  f"| without warm-up | {n[0]:.2f} +- {n[1]:.2f} | {t - n[0]:.2f} | 0.58 |"]
+    if any(grid[m][0] == "ablation" for m in by_method):
+        lines += ["", f"## PET ablations (one seed; PET Tables 2, 3, 4/8, 10)", ""] + table("ablation")
+    lines += ["", "Methods:", ""] + [f"- `{m}`: {grid[m][1]}" for m in by_method]
     lines += ["", "Per run:", "", "| run | BLEU (tok) | sacreBLEU | sent/s |", "|---|---|---|---|"]
-    for row in rows:
-        lines.append(f"| {row['name']} | {row['bleu_tok']:.2f} | {row['sacrebleu']:.2f} | {row['sentences_per_s']:.1f} |")
+    lines += [f"| {r['name']} | {r['bleu_tok']:.2f} | {r['sacrebleu']:.2f} | {r['sentences_per_s']:.1f} |" for r in rows]
     lines += ["", f"Machine: {args.machine}.", f"Date: {time.strftime('%Y-%m-%d')}.",
-              "", "Command (reruns only what is missing):", "```", command, "```",
-              f"Training logs: `{os.path.relpath(args.work, ROOT)}/<method>-s<seed>/<stage>/train.log`; the full "
-              f"measurement table: `{os.path.relpath(args.work, ROOT)}/measure.md`.", ""]
-    return "\n".join(lines)
+              "", "Command (trains and measures only what is missing):", "```", command, "```",
+              f"Training logs: `{work}/<budget>/<method>-s<seed>/<stage>/train.log`; the full measurement "
+              f"table: `{work}/measure.md`.", ""]
+    return "\n".join(lines), stats, teacher
+
+
+def plot(stats, teacher, out_prefix):
+    """PET Fig 5 at our scale: BLEU vs compression rate, and BLEU vs sentences/s, one point per method."""
+    try:
+        import matplotlib
+        logging.getLogger("matplotlib").setLevel(logging.WARNING)
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("[bench] matplotlib is not installed: no plots (pip install -e '.[plot]')", file=sys.stderr)
+        return []
+    written = []
+    for key, label, fname in (("compression", "non-embedding parameters, % of the teacher", "bleu_vs_compression"),
+                              ("speed", "sentences / s (beam 5, CPU)", "bleu_vs_speed")):
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        for method, st in stats.items():
+            x = st[key]
+            ax.errorbar([x], [st["bleu"][0]], yerr=[st["bleu"][1]], fmt="o", capsize=3)
+            ax.annotate(method, (x, st["bleu"][0]), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        if key == "speed":
+            ax.axhline(teacher["bleu_tok"], ls="--", c="grey", lw=0.8)
+            ax.plot([teacher["sentences_per_s"]], [teacher["bleu_tok"]], "k*", ms=10)
+            ax.annotate("teacher", (teacher["sentences_per_s"], teacher["bleu_tok"]), textcoords="offset points",
+                        xytext=(4, -10), fontsize=7)
+        else:
+            ax.axhline(teacher["bleu_tok"], ls="--", c="grey", lw=0.8, label="teacher")
+            ax.legend(fontsize=7)
+        ax.set_xlabel(label)
+        ax.set_ylabel("BLEU (test_2016_flickr)")
+        ax.set_title("Multi30k DE->EN, " + ("size" if key == "compression" else "speed") + " (cf. PET Fig 5)", fontsize=9)
+        fig.tight_layout()
+        path = f"{out_prefix}_{fname}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    return written
 
 
 def get_parser():
@@ -144,7 +247,10 @@ def get_parser():
                    help="folder for data, runs and logs (default: work/bench-translation)")
     p.add_argument("--teacher", default=None,
                    help="teacher checkpoint (default: the reference teacher in ../shared/teachers/multi30k.de-en)")
-    p.add_argument("--methods", nargs="+", default=None, help="methods to run (default: all)")
+    p.add_argument("--methods", nargs="+", default=None,
+                   help="methods to run with every seed (default: pet pet-nowarmup word-kd patient-kd can)")
+    p.add_argument("--ablations", nargs="*", default=None,
+                   help="PET ablations to run with the first seed: none given = all of them (default: none run)")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3], help="seeds per method (default: 1 2 3)")
     p.add_argument("--updates", type=int, default=800, help="training updates per run, all stages (default 800)")
     p.add_argument("--warmup-updates", type=int, default=200,
@@ -152,6 +258,9 @@ def get_parser():
     p.add_argument("--lr-warmup", type=int, default=200, help="inverse_sqrt lr warm-up updates per stage (default 200)")
     p.add_argument("--enc-dim", type=int, default=128, help="student encoder width (default 128: <10%% of the teacher)")
     p.add_argument("--dec-dim", type=int, default=96, help="student decoder width (default 96)")
+    p.add_argument("--can-dim", type=int, default=96,
+                   help="CAN's width (default 96: with 6+1 layers, within 1 point of PET's compression, not below it)")
+    p.add_argument("--can-encoder-layers", type=int, default=6, help="CAN's deep encoder (default 6, twice the teacher's)")
     p.add_argument("--jobs", type=int, default=2, help="runs trained at once (default 2)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per training run (default 1)")
     p.add_argument("--measure-runs", type=int, default=5, help="timed generation runs per model (default 5)")
@@ -177,11 +286,12 @@ def main(argv=None):
                          "scripts/train_teacher_multi30k.sh and pass its checkpoint_best.pt)")
     if not 0 < args.warmup_updates < args.updates:
         raise SystemExit(f"--warmup-updates {args.warmup_updates}: must lie strictly between 0 and --updates {args.updates}")
-    grid = methods(args.enc_dim, args.dec_dim)
-    chosen = args.methods or list(grid)
-    unknown = [m for m in chosen if m not in grid]
+    grid = methods(args.enc_dim, args.dec_dim, args.can_dim, args.can_encoder_layers)
+    chosen = args.methods or [m for m, spec in grid.items() if spec[0] == "main"]
+    ablations = [] if args.ablations is None else (args.ablations or [m for m, v in grid.items() if v[0] == "ablation"])
+    unknown = [m for m in chosen + ablations if m not in grid]
     if unknown:
-        raise SystemExit(f"--methods: unknown {unknown}; known: {list(grid)}")
+        raise SystemExit(f"--methods/--ablations: unknown {unknown}; known: {list(grid)}")
     sys.path.insert(0, ROOT)
     from user_dir.tools.measure import machine_description
     args.machine = machine_description()
@@ -189,12 +299,19 @@ def main(argv=None):
     data = os.path.join(args.work, "data-bin")
     subprocess.check_call([sys.executable, "-m", "preprocess.prepare_multi30k", "--src", "de", "--tgt", "en",
                            "--dest", data], cwd=ROOT)
-    runs = [(m, s) for m in chosen for s in args.seeds]
+    data_for = {m: data for m in grid}
+    if "seq-kd" in chosen:
+        data_for["seq-kd"] = os.path.join(args.work, "data-bin-seqkd")
+        if not os.path.isfile(os.path.join(data_for["seq-kd"], "DONE")):
+            subprocess.check_call([sys.executable, "-m", "user_dir.tools.seq_kd_data", data, "--path", args.teacher,
+                                   "--dest", data_for["seq-kd"], "--cpu"], cwd=ROOT)
+            open(os.path.join(data_for["seq-kd"], "DONE"), "w").close()
+    runs = [(m, s) for m in chosen for s in args.seeds] + [(m, args.seeds[0]) for m in ablations if m not in chosen]
     budget = f"u{args.updates}-w{args.warmup_updates}-e{args.enc_dim}-d{args.dec_dim}"
     checkpoints = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_stages, os.path.join(args.work, budget, f"{m}-s{s}"), data, args.teacher,
-                               grid[m][1], grid[m][2], s, args.updates, args.warmup_updates, args.threads,
+        futures = {pool.submit(run_stages, os.path.join(args.work, budget, f"{m}-s{s}"), data_for[m], args.teacher,
+                               grid[m][2], grid[m][3], s, args.updates, args.warmup_updates, args.threads,
                                args.lr_warmup, extra): (m, s) for m, s in runs}
         for future in concurrent.futures.as_completed(futures):
             m, s = futures[future]
@@ -209,17 +326,35 @@ def main(argv=None):
            "--runs", str(args.measure_runs), "--out", os.path.join(args.work, "measure.md"), "--json", measure_json]
     if args.max_sentences:
         cmd += ["--max-sentences", str(args.max_sentences)]
-    subprocess.check_call(cmd, cwd=ROOT)
+    if measured_already(measure_json, cmd):
+        print(f"[bench] {measure_json} already measures these checkpoints: not measuring again", file=sys.stderr)
+    else:
+        subprocess.check_call(cmd, cwd=ROOT)
     with open(measure_json) as f:
         rows = json.load(f)["rows"]
-    summary = summarise(rows, grid, args, command)
+    summary, stats, teacher = summarise(rows, grid, args, command)
     out = args.out or (os.path.join(args.work, "translation.md") if args.quick
                        else os.path.join(ROOT, "results", "translation.md"))
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    plots = plot(stats, teacher, os.path.splitext(out)[0])
+    if plots:
+        summary += "\nPlots (cf. PET Fig 5): " + ", ".join(f"`{os.path.basename(p)}`" for p in plots) + "\n"
     with open(out, "w") as f:
         f.write(summary)
     print(summary)
     print(f"[bench] wrote {out}", file=sys.stderr)
+
+
+def measured_already(measure_json, cmd):
+    """True when measure_json came from the same models (same names and checkpoints, none newer)."""
+    if not os.path.isfile(measure_json):
+        return False
+    with open(measure_json) as f:
+        rows = json.load(f)["rows"]
+    paths = cmd[cmd.index("--path") + 1: cmd.index("--names")]
+    names = cmd[cmd.index("--names") + 1: cmd.index("--raw-reference")]
+    same = [r["name"] for r in rows] == names and [os.path.abspath(r["path"]) for r in rows] == paths
+    return same and all(os.path.getmtime(p) < os.path.getmtime(measure_json) for p in paths)
 
 
 if __name__ == "__main__":

@@ -194,3 +194,65 @@ def test_can_trains_with_kd_and_generates(tmp_path):
                   "--beam", "5", "--batch-size", "128", "--max-len-b", "5", "--gen-subset", "valid", "--cpu")
     lines = gen.stdout.splitlines()
     assert sum(line.startswith("H-") for line in lines) == sum(line.startswith("S-") for line in lines) > 1000
+
+
+@needs_teacher
+def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
+    """The benchmark runner end to end on one method: trains, measures, writes the table and the
+    plots; a second call retrains nothing and measures nothing."""
+    import subprocess
+    import sys
+
+    from conftest import REPO, clean_env
+
+    cmd = [sys.executable, os.path.join(REPO, "scripts", "bench_translation.py"), "--quick", "--methods", "word-kd",
+           "--max-sentences", "10", "--work", str(tmp_path)]
+    first = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    table = (tmp_path / "quick" / "translation.md").read_text()
+    assert "| word-kd | 1 |" in table and "| teacher | - |" in table and "9.07%" in table
+    assert (tmp_path / "quick" / "translation_bleu_vs_speed.png").stat().st_size > 1000
+    done = tmp_path / "quick" / "u6-w3-e128-d96" / "word-kd-s1" / "kd" / "DONE"
+    assert done.is_file()
+    stamp = done.stat().st_mtime
+    second = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=900)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert done.stat().st_mtime == stamp and "not measuring again" in second.stderr
+    bad = subprocess.run(cmd + ["--ablations", "pet-layers-diagonal"], capture_output=True, text=True,
+                         env=clean_env(), cwd=REPO)
+    assert bad.returncode != 0 and "unknown ['pet-layers-diagonal']" in bad.stderr
+
+
+def test_sequence_level_kd_data_replaces_targets_with_the_teachers_beam_outputs(trained_tiny, tmp_path):
+    from fairseq.data import Dictionary, data_utils
+
+    data, teacher = trained_tiny["data"], os.path.join(trained_tiny["save_dir"], "checkpoint_last.pt")
+    dest = tmp_path / "seqkd"
+    run_cli("user_dir.tools.seq_kd_data", data, "--path", teacher, "--dest", dest, "--beam", "2", "--max-len-a", "0",
+            "--max-len-b", "3", "--cpu")
+
+    def load(folder, lang):
+        return data_utils.load_indexed_dataset(os.path.join(folder, f"train.de-en.{lang}"), None)
+
+    orig_src, new_src, orig_tgt, new_tgt = load(data, "de"), load(dest, "de"), load(data, "en"), load(dest, "en")
+    assert len(new_src) == len(orig_src) == len(new_tgt) == 3000
+    assert all(torch.equal(orig_src[i], new_src[i]) for i in range(0, 3000, 7))  # sources unchanged, same order
+    # targets are the teacher's outputs of at most 3 tokens + EOS, not the references
+    assert all(len(new_tgt[i]) <= 4 for i in range(3000))
+    assert sum(not torch.equal(orig_tgt[i], new_tgt[i]) for i in range(3000)) > 2900
+    assert Dictionary.load(os.path.join(dest, "dict.en.txt")).symbols == Dictionary.load(
+        os.path.join(data, "dict.en.txt")).symbols
+    assert os.path.isfile(dest / "valid.de-en.en.bin") and os.path.isfile(dest / "test.de-en.en.bin")
+    # the teacher's own beam search, in this process, gives the same targets for a few pairs
+    from fairseq import checkpoint_utils
+    from fairseq.dataclass.configs import GenerationConfig
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([teacher], arg_overrides={"data": data})
+    task.load_dataset("train")
+    ds = task.dataset("train")
+    sample = ds.collater([ds[i] for i in (0, 1, 2, 1234)])
+    generator = task.build_generator(models, GenerationConfig(beam=2, max_len_a=0, max_len_b=3))
+    with torch.no_grad():
+        hypos = task.inference_step(generator, models, sample)
+    for idx, nbest in zip(sample["id"].tolist(), hypos):
+        assert torch.equal(nbest[0]["tokens"], new_tgt[idx]), idx
