@@ -30,7 +30,14 @@ ENC_DIM="${ENC_DIM:-128}"; DEC_DIM="${DEC_DIM:-96}"
 mkdir -p "$WORK"
 # optional wall-clock bounds per stage (fairseq's --stop-time-hours); epochs still cap each stage
 stop_after() { [ -n "${1:-}" ] && python -c "print('--stop-time-hours', ${1} / 60)" || true; }
-WARMUP_STOP=$(stop_after "${WARMUP_MINUTES:-}"); KD_STOP=$(stop_after "${KD_MINUTES:-}")
+# fairseq carries a checkpoint's training time over even through --finetune-from-model, so the KD
+# stage's bound counts the warm-up's time too: it is set to the sum of both stages' minutes
+WARMUP_STOP=$(stop_after "${WARMUP_MINUTES:-}")
+KD_TOTAL="${KD_MINUTES:-}"
+if [ -n "$KD_TOTAL" ] && [ -n "${WARMUP_MINUTES:-}" ] && [ "$WARMUP_EPOCHS" -gt 0 ]; then
+  KD_TOTAL=$(python -c "print(${WARMUP_MINUTES} + ${KD_MINUTES})")
+fi
+KD_STOP=$(stop_after "$KD_TOTAL")
 
 # the teacher's data: our pipeline reproduces the reference teacher's binarised files exactly
 python -m preprocess.prepare_multi30k --src de --tgt en --dest "$DATA"
