@@ -28,7 +28,9 @@ setup(
         "numpy",
     ],
     extras_require={
-        "test": ["pytest", "matplotlib"],
+        # transformers: only the tests' parity checks against Hugging Face (never imported by the plug-in)
+        "test": ["pytest", "matplotlib", "safetensors", "transformers"],
+        "hf": ["safetensors"],  # user_dir.tools.import_hf_bert reading model.safetensors
         "plot": ["matplotlib"],
     },
     entry_points={

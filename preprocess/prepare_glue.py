@@ -13,7 +13,8 @@ All nine tasks (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI) from their
 * MNLI: dev_matched -> valid, dev_mismatched -> valid1, test_matched -> test, test_mismatched -> test1.
 
 Sentences are segmented by ``--tokenizer``: ``moses`` (sacremoses; ``--lowercase``), ``bpe``
-(Moses, then subword-nmt ``--bpe-codes``) or ``sentencepiece`` (``--spm-model``), and binarised with
+(Moses, then subword-nmt ``--bpe-codes``), ``sentencepiece`` (``--spm-model``) or ``wordpiece`` (BERT's,
+``--wordpiece-vocab``, for checkpoints imported by user_dir.tools.import_hf_bert), and binarised with
 ``--dict`` (e.g. a pretrained model's dictionary) or a dictionary built on the training inputs.
 
 A malformed row (wrong column count, empty sentence, unknown label) stops the run with the file and
@@ -22,6 +23,8 @@ whole or not at all; a destination prepared with the same options is left alone.
 
     python -m preprocess.prepare_glue --task RTE --glue-dir ../shared/data/glue --dest data-bin/RTE \\
         --tokenizer sentencepiece --spm-model spm.model --dict dict.txt
+    python -m preprocess.prepare_glue --task SST-2 --glue-dir ../shared/data/glue --dest data-bin/SST-2.minilm \
+        --tokenizer wordpiece --wordpiece-vocab models/minilm --dict models/minilm/dict.txt
 """
 import argparse
 import csv
@@ -156,6 +159,14 @@ def read_mrpc_canonical_train(glue_task_dir: str) -> Optional[Examples]:
 # ------------------------------------------------------------------------------------------------
 def make_tokenizer(args):
     """A function list[str] -> list[str] (space-separated tokens), by ``--tokenizer``."""
+    if args.tokenizer == "wordpiece":
+        if not args.wordpiece_vocab or not os.path.exists(args.wordpiece_vocab):
+            raise DataError(f"--wordpiece-vocab {args.wordpiece_vocab}: no such vocab.txt or model folder "
+                            "(needed by --tokenizer wordpiece)")
+        from .wordpiece import WordPieceTokenizer
+
+        wordpiece = WordPieceTokenizer.from_pretrained_dir(args.wordpiece_vocab)
+        return lambda lines: [" ".join(wordpiece.tokenize(line)) for line in lines]
     if args.tokenizer == "sentencepiece":
         if not args.spm_model or not os.path.isfile(args.spm_model):
             raise DataError(f"--spm-model {args.spm_model}: no such sentencepiece model (needed by --tokenizer sentencepiece)")
@@ -176,10 +187,14 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True, choices=sorted(TASKS), help="GLUE task")
     p.add_argument("--glue-dir", required=True, help="folder holding <TASK>/train.tsv, dev.tsv, test.tsv")
     p.add_argument("--dest", required=True, help="output folder (input0/, input1/, label/)")
-    p.add_argument("--tokenizer", default="moses", choices=("moses", "bpe", "sentencepiece"), help="segmentation")
+    p.add_argument("--tokenizer", default="moses", choices=("moses", "bpe", "sentencepiece", "wordpiece"),
+                   help="segmentation (wordpiece: BERT's, as an imported checkpoint's tokenizer; see --wordpiece-vocab)")
     p.add_argument("--lowercase", action="store_true", help="lowercase before segmenting (uncased models)")
     p.add_argument("--bpe-codes", default=None, help="subword-nmt codes for --tokenizer bpe")
     p.add_argument("--spm-model", default=None, help="sentencepiece model for --tokenizer sentencepiece")
+    p.add_argument("--wordpiece-vocab", default=None,
+                   help="vocab.txt, or a folder with vocab.txt and tokenizer_config.json (its do_lower_case decides "
+                        "lowercasing), for --tokenizer wordpiece; pair with --dict from user_dir.tools.import_hf_bert")
     p.add_argument("--dict", default=None, help="fairseq dictionary for the inputs (default: built on train)")
     p.add_argument("--train-rows", type=int, default=None, help="use only the first N training rows (quick runs)")
     p.add_argument("--skip-malformed", action="store_true", help="drop malformed rows instead of stopping")
