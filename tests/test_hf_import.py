@@ -144,3 +144,20 @@ def test_unknown_architecture_and_missing_vocabulary_fail_clearly(tmp_path):
     missing = run_cli("user_dir.tools.import_hf_bert", novocab, "--dest", tmp_path / "out2", check=False)
     assert missing.returncode != 0 and "no vocab.txt" in missing.stderr and "Traceback" not in missing.stderr
     assert not (tmp_path / "out2" / "model.pt").exists()
+
+
+def test_shorter_position_table_keeps_berts_first_rows():
+    from user_dir.tools.import_hf_bert import HFImportError, convert_state, dictionary_order, read_hf_dir
+
+    config, state, vocab = read_hf_dir(MINILM_DIR)
+    order = dictionary_order(vocab)
+    mapped, _ = convert_state(config, state, order, max_positions=128)
+    table = mapped["encoder.sentence_encoder.embed_positions.weight"]
+    segment0 = state["embeddings.token_type_embeddings.weight"][0]
+    assert table.shape == (130, 384) and table[:2].abs().sum() == 0
+    assert torch.equal(table[2:], state["embeddings.position_embeddings.weight"][:128] + segment0)
+    emb = mapped["encoder.sentence_encoder.embed_tokens.weight"]
+    assert torch.equal(emb[0], state["embeddings.word_embeddings.weight"][vocab.index("[CLS]")])
+    assert torch.equal(emb[-1], state["embeddings.word_embeddings.weight"][vocab.index("[MASK]")])
+    with pytest.raises(HFImportError, match="--max-positions 600"):
+        convert_state(config, state, order, max_positions=600)

