@@ -114,7 +114,7 @@ def run_stages(run_dir, data, teacher, arch, stages, seed, updates, warmup_updat
         save_dir = os.path.join(run_dir, name)
         n = {"warmup": warmup_updates, "rest": updates - warmup_updates, "all": updates}[share]
         if not os.path.exists(os.path.join(save_dir, "DONE")):
-            cmd = (["fairseq-train", data, "--user-dir", os.path.join(ROOT, "user_dir"), *arch, *criterion, *OPTIM,
+            cmd = ([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", os.path.join(ROOT, "user_dir"), *arch, *criterion, *OPTIM,
                     "--warmup-updates", str(min(lr_warmup, max(1, n // 2))), "--teacher-path", teacher,
                     "--max-update", str(n), "--max-epoch", "1000", "--seed", str(seed), "--cpu",
                     "--save-dir", save_dir, "--no-epoch-checkpoints", "--log-format", "simple",
