@@ -2,7 +2,7 @@
 PET's competitors (PET Table 7), for encoder-decoder translation models.
 
     loss = (1 - alpha) * label-smoothed CE + alpha * T^2 * KL(teacher^T || student^T)
-           + beta * sum_{matched layers} sum_{non-padding positions} || h_s / |h_s| - W h_t... ||^2
+           + beta * sum_{matched layers (j, t)} sum_{non-padding positions} || W h_s^j / |W h_s^j| - h_t^t / |h_t^t| ||^2
 
 i.e. the word-level KD loss of ``--criterion kd`` plus Patient-KD's distance between
 L2-normalised hidden states (PKD eq. 5, ``kd_losses.normalized_hidden_mse``) of matched layers.
