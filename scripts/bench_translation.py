@@ -310,8 +310,10 @@ def main(argv=None):
     budget = f"u{args.updates}-w{args.warmup_updates}-e{args.enc_dim}-d{args.dec_dim}"
     checkpoints = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_stages, os.path.join(args.work, budget, f"{m}-s{s}"), data_for[m], args.teacher,
-                               grid[m][2], grid[m][3], s, args.updates, args.warmup_updates, args.threads,
+        # CAN's widths are not in the budget's name: keep them in its run folder, so runs of other widths never mix
+        run_name = {"can": f"can-{args.can_dim}x{args.can_encoder_layers}"}
+        futures = {pool.submit(run_stages, os.path.join(args.work, budget, f"{run_name.get(m, m)}-s{s}"), data_for[m],
+                               args.teacher, grid[m][2], grid[m][3], s, args.updates, args.warmup_updates, args.threads,
                                args.lr_warmup, extra): (m, s) for m, s in runs}
         for future in concurrent.futures.as_completed(futures):
             m, s = futures[future]

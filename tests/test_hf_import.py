@@ -29,6 +29,20 @@ def _english_sentences(n):
         return [next(f).strip() for _ in range(n)]
 
 
+def _glue_dev_sentences():
+    """Every sentence of the SST-2, MRPC and RTE dev sets when the shared GLUE data is present."""
+    import csv
+
+    out = []
+    for task, cols in (("SST-2", [0]), ("MRPC", [3, 4]), ("RTE", [1, 2])):
+        path = os.path.join(SHARED_DATA, "glue", task, "dev.tsv")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8-sig") as f:
+                rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+            out += [row[c] for row in rows for c in cols]
+    return out
+
+
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     dest = tmp_path_factory.mktemp("minilm")
@@ -92,7 +106,7 @@ def test_wordpiece_gives_the_hugging_face_tokenizers_ids(imported):
     from user_dir.tools.import_hf_bert import dictionary_order
 
     to_bert = dictionary_order(vocab)
-    sentences = _english_sentences(300) + [
+    sentences = _english_sentences(300) + _glue_dev_sentences() + [
         "Café naïve résumé — “quotes” 東京 \u00adsoft\u200bhyphen e\u0301", "x" * 120, "Don't stop-believing!!", "\tA  b\n"]
     for s in sentences:
         pieces = ours.tokenize(s)

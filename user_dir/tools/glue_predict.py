@@ -19,7 +19,7 @@ SUBMISSION_NAMES = {"MNLI": {"test": "MNLI-m", "test1": "MNLI-mm"}}
 
 
 def predict(data: str, path: str, subset: str, batch_size: int = 64, head: str = "sentence_classification_head"):
-    """(ids, predictions as class indices or floats, labels or None) for ``subset``, in TSV order."""
+    """(ids, predictions as class indices or floats, labels or None, regression?) for ``subset``, in TSV order."""
     import user_dir  # noqa: F401  (registers the plug-in and the checkpoint-loading fix)
     from fairseq import checkpoint_utils
 

@@ -177,10 +177,11 @@ def import_hf_bert(hf_dir: str, dest: str, max_positions: int = None) -> dict:
     flags = fairseq_flags(config, max_positions)
     # dest doubles as a stand-in sentence_prediction data folder, so model.pt loads on its own
     # (load_model_ensemble_and_task); real training passes its own data folder
-    for sub, text in (("input0", open(os.path.join(dest, "dict.txt"), encoding="utf-8").read()), ("label", "0 1\n1 1\n")):
+    for sub in ("input0", "label"):
         os.makedirs(os.path.join(dest, sub), exist_ok=True)
-        with open(os.path.join(dest, sub, "dict.txt"), "w", encoding="utf-8") as f:
-            f.write(text)
+    shutil.copy(os.path.join(dest, "dict.txt"), os.path.join(dest, "input0", "dict.txt"))
+    with open(os.path.join(dest, "label", "dict.txt"), "w", encoding="utf-8") as f:
+        f.write("0 1\n1 1\n")
     user_dir_path = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     args = options.parse_args_and_arch(options.get_training_parser(), [
         os.path.abspath(dest), "--user-dir", user_dir_path, "--task", "sentence_prediction",

@@ -22,8 +22,9 @@ import tempfile
 
 
 def _languages(data: str):
-    pairs = {re.match(r"train\.(\w+)-(\w+)\.\1\.idx$", os.path.basename(p)) for p in glob.glob(os.path.join(data, "train.*-*.*.idx"))}
-    pairs = {(m.group(1), m.group(2)) for m in pairs if m}
+    matches = (re.match(r"train\.(\w+)-(\w+)\.\1\.idx$", os.path.basename(p))
+               for p in glob.glob(os.path.join(data, "train.*-*.*.idx")))
+    pairs = {(m.group(1), m.group(2)) for m in matches if m}
     if len(pairs) != 1:
         raise SystemExit(f"{data}: expected one binarised train.SRC-TGT.SRC.idx pair, found {sorted(pairs) or 'none'}")
     return pairs.pop()
