@@ -15,3 +15,4 @@ from .common import word_kd_criterion  # noqa: E402,F401  registers the kd crite
 from . import pet  # noqa: E402,F401  registers the pet_transformer model and its archs
 from . import baselines  # noqa: E402,F401  registers PET's competitors (patient_kd criterion, CAN model)
 from . import bert  # noqa: E402,F401  registers hf_bert (imported Hugging Face BERT-family encoders)
+from . import variator  # noqa: E402,F401  registers Variator's plugin tasks and distillation criterion
