@@ -18,13 +18,20 @@ import torch
 SUBMISSION_NAMES = {"MNLI": {"test": "MNLI-m", "test1": "MNLI-mm"}}
 
 
-def predict(data: str, path: str, subset: str, batch_size: int = 64, head: str = "sentence_classification_head"):
-    """(ids, predictions as class indices or floats, labels or None, regression?) for ``subset``, in TSV order."""
+def predict(data: str, path: str, subset: str, batch_size: int = 64, head: str = "sentence_classification_head",
+            variator_plugins: str = "", variator_ratio: int = 0):
+    """(ids, predictions as class indices or floats, labels or None, regression?) for ``subset``, in TSV order.
+
+    ``variator_plugins`` (comma-separated plugin files) and ``variator_ratio`` run the model with a
+    Variator plugin (user_dir/variator/)."""
     import user_dir  # noqa: F401  (registers the plug-in and the checkpoint-loading fix)
     from fairseq import checkpoint_utils
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
     model = models[0].eval()
+    if variator_plugins or variator_ratio:
+        from user_dir.variator.plugged_encoder import attach_plugin_files
+        attach_plugin_files(model, variator_plugins).use(variator_ratio)
     task.load_dataset(subset)
     dataset = task.dataset(subset)
     regression = bool(getattr(task.cfg, "regression_target", False))
@@ -53,11 +60,14 @@ def main(argv=None):
     p.add_argument("--subset", default="test", help="subset to predict (default: test)")
     p.add_argument("--out", default=None, help="output TSV (default: <TASK>.tsv, GLUE's file name, in the cwd)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    p.add_argument("--variator-plugins", default="", help="Variator plugin files to attach (comma-separated)")
+    p.add_argument("--variator-ratio", type=int, default=0, help="the attached plugin to run (k; 0: none)")
     args = p.parse_args(argv)
     if not os.path.isfile(args.path):
         raise SystemExit(f"--path {args.path}: no such checkpoint")
     names_path = os.path.join(args.data, "label", "names.txt")
-    ids, preds, labels, regression = predict(args.data, args.path, args.subset, args.batch_size)
+    ids, preds, labels, regression = predict(args.data, args.path, args.subset, args.batch_size,
+                                         variator_plugins=args.variator_plugins, variator_ratio=args.variator_ratio)
     if regression:
         shown = [f"{min(5.0, max(0.0, p)):.3f}" for p in preds]
     else:

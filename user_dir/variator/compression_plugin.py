@@ -182,18 +182,24 @@ class HiddenDecompression(nn.Module):
 
     def forward(self, merged_out: torch.Tensor, groups: Groups) -> torch.Tensor:
         G, k, B, C = groups.vectors.shape
-        copied = merged_out.unsqueeze(1).expand(G, k, B, merged_out.size(-1)).reshape(G * k, B, -1)
+        group_out = merged_out.unsqueeze(1)  # G x 1 x B x C: g_i^o, broadcast over its k positions
         if self.mode == "adapter":
-            h = groups.vectors.reshape(G * k, B, C)
-            copied = copied + self.up(self.activation(self.down(torch.cat([copied, h], dim=-1))))
-        return ungroup_sequence(copied, groups)
+            # W_u1 concat(g_i^o, h) = W_u1[:, :d] g_i^o + W_u1[:, d:] h: the g_i^o half runs once per
+            # group instead of once per token, and no concatenated copy is made (same result)
+            w = self.down.weight
+            z = F.linear(groups.vectors, w[:, C:], self.down.bias) + F.linear(group_out, w[:, :C])
+            out = group_out + self.up(self.activation(z))
+        else:
+            out = group_out.expand(G, k, B, C)
+        return ungroup_sequence(out.reshape(G * k, B, C), groups)
 
-    def macs_per_token(self, embed_dim: int) -> int:
-        """Multiply-adds per output token: W_u1 (2d x r) and W_u2 (r x d)."""
+    def macs(self, embed_dim: int, groups: int, ratio: int) -> int:
+        """Multiply-adds for ``groups`` groups of ``ratio`` positions: W_u1's token half on every
+        position, its group half once per group, W_u2 on every position."""
         if self.mode != "adapter":
             return 0
         r = self.down.out_features
-        return 2 * embed_dim * r + r * embed_dim
+        return groups * ratio * 2 * embed_dim * r + groups * embed_dim * r
 
 
 class CompressionPlugin(nn.Module):
@@ -207,11 +213,12 @@ class CompressionPlugin(nn.Module):
                                                   config.adapter_activation)
                               if config.place == "ffn" else None)
 
-    def macs_per_token(self, embed_dim: int) -> int:
-        """Multiply-adds the plugin adds per token (paper section 3.4; element-wise adds not counted)."""
-        macs = self.compression.macs_per_token(embed_dim)
+    def macs(self, embed_dim: int, length: int) -> int:
+        """Multiply-adds the plugin adds on one sequence of ``length`` positions (section 3.4)."""
+        groups = math.ceil(length / self.config.ratio)
+        macs = groups * self.config.ratio * self.compression.macs_per_token(embed_dim)
         if self.decompression is not None:
-            macs += self.decompression.macs_per_token(embed_dim)
+            macs += self.decompression.macs(embed_dim, groups, self.config.ratio)
         return macs
 
 

@@ -280,6 +280,16 @@ def plugins_in_checkpoint(state: dict, path: str) -> List[dict]:
     return found
 
 
+def attach_plugin_files(model: nn.Module, paths: str) -> VariatorPlugins:
+    """Give ``model`` a plugin container (once) and attach the comma-separated plugin files ``paths``."""
+    if getattr(model, "variator", None) is None:
+        model.variator = VariatorPlugins(model)
+    for path in filter(None, (p.strip() for p in (paths or "").split(","))):
+        for payload in read_plugin_source(path):
+            attach_payload(model.variator, payload)
+    return model.variator
+
+
 def attach_payload(container: VariatorPlugins, payload: dict) -> PluginConfig:
     """Attach a plugin read by :func:`read_plugin_source`; refuse one made for another backbone shape."""
     path, expected = payload.get("source", "?"), payload.get("backbone")

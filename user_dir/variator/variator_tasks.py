@@ -21,7 +21,7 @@ from fairseq.tasks.sentence_prediction import SentencePredictionConfig, Sentence
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from .compression_plugin import PluginConfig
-from .plugged_encoder import VariatorError, VariatorPlugins, attach_payload, parse_layers, read_plugin_source
+from .plugged_encoder import VariatorError, attach_plugin_files, parse_layers
 
 
 @dataclass
@@ -60,10 +60,7 @@ def plug_model(model, cfg: VariatorConfig, from_checkpoint: bool):
         raise VariatorError("--variator-backbone is required to train plugins: the fine-tuned checkpoint whose "
                             "frozen weights they accelerate")
     model.requires_grad_(False)
-    model.variator = VariatorPlugins(model)
-    for path in filter(None, (p.strip() for p in (cfg.variator_plugins or "").split(","))):
-        for payload in read_plugin_source(path):
-            attach_payload(model.variator, payload)
+    attach_plugin_files(model, cfg.variator_plugins)
     k = cfg.variator_ratio
     if k and model.variator.key(k) not in model.variator.plugins:
         config = PluginConfig(ratio=k, layers=parse_layers(cfg.variator_layers, model.variator.signature["layers"]),
