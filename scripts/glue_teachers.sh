@@ -11,7 +11,8 @@
 #
 # CPU-scale settings (ours): inputs truncated to 128 WordPieces (the importer keeps the first 128
 # position vectors), batch 32 (SST-2) / 16, lr 2e-5 with 6% linear warm-up then linear decay, Adam
-# (0.9, 0.98), eps 1e-6, weight decay 0.1, dropout 0.1; epochs SST-2 1, MRPC 5, RTE 10.
+# (0.9, 0.98), eps 1e-6, weight decay 0.1, dropout 0.1; epochs SST-2 1, MRPC 5, RTE 6.
+# A task whose training finished (its DONE file) is not retrained: a rerun only measures again.
 # GPU settings: 512 positions, epochs SST-2 3, MRPC 10, RTE 10, fp16 (RoBERTa's GLUE recipe).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,7 +37,7 @@ for TASK in $TASKS; do
   case "$TASK" in
     SST-2) CLASSES=2; METRIC=accuracy; BSZ=32; EPOCHS=1; GPU_EPOCHS=3 ;;
     MRPC)  CLASSES=2; METRIC=f1;       BSZ=16; EPOCHS=5; GPU_EPOCHS=10 ;;
-    RTE)   CLASSES=2; METRIC=accuracy; BSZ=16; EPOCHS=10; GPU_EPOCHS=10 ;;
+    RTE)   CLASSES=2; METRIC=accuracy; BSZ=16; EPOCHS=6; GPU_EPOCHS=10 ;;
     *) echo "glue_teachers.sh: no recipe for $TASK (SST-2, MRPC, RTE)" >&2; exit 2 ;;
   esac
   [ "$GPU" = 1 ] && EPOCHS=$GPU_EPOCHS
@@ -47,19 +48,22 @@ for TASK in $TASKS; do
   TOTAL=$(( (N + BSZ - 1) / BSZ * EPOCHS )); WARMUP=$(( TOTAL * 6 / 100 ))
   LIMIT=(--max-epoch "$EPOCHS"); [ "$SMOKE" = 1 ] && LIMIT=(--max-update 2)
   SAVE="$WORK/$TASK"; mkdir -p "$SAVE"
-  start=$(date +%s)
-  "$PY" -m fairseq_cli.train "$DATA" --user-dir user_dir --task sentence_prediction \
-    --restore-file "$MODEL/model.pt" --reset-optimizer --reset-dataloader --reset-meters \
-    "${FLAGS[@]}" --init-token 0 --num-classes "$CLASSES" --shorten-method truncate \
-    --criterion glue_sentence_prediction --glue-task "$TASK" \
-    --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-6 --weight-decay 0.1 --clip-norm 0.0 \
-    --lr 2e-5 --lr-scheduler polynomial_decay --total-num-update "$TOTAL" --warmup-updates "$WARMUP" \
-    --dropout 0.1 --attention-dropout 0.1 --batch-size "$BSZ" "${LIMIT[@]}" "${DEVICE[@]}" \
-    --best-checkpoint-metric "$METRIC" --maximize-best-checkpoint-metric --no-epoch-checkpoints \
-    --validate-interval-updates 500 --save-interval-updates 500 --keep-interval-updates 1 \
-    --save-dir "$SAVE/checkpoints" --log-format simple --log-interval 50 --num-workers 0 \
-    2>&1 | tee "$SAVE/train.log"
-  echo "$(( $(date +%s) - start ))" > "$SAVE/train_seconds"
+  if [ ! -f "$SAVE/DONE" ] || [ "$SMOKE" = 1 ]; then
+    start=$(date +%s)
+    "$PY" -m fairseq_cli.train "$DATA" --user-dir user_dir --task sentence_prediction \
+      --restore-file "$MODEL/model.pt" --reset-optimizer --reset-dataloader --reset-meters \
+      "${FLAGS[@]}" --init-token 0 --num-classes "$CLASSES" --shorten-method truncate \
+      --criterion glue_sentence_prediction --glue-task "$TASK" \
+      --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-6 --weight-decay 0.1 --clip-norm 0.0 \
+      --lr 2e-5 --lr-scheduler polynomial_decay --total-num-update "$TOTAL" --warmup-updates "$WARMUP" \
+      --dropout 0.1 --attention-dropout 0.1 --batch-size "$BSZ" "${LIMIT[@]}" "${DEVICE[@]}" \
+      --best-checkpoint-metric "$METRIC" --maximize-best-checkpoint-metric --no-epoch-checkpoints \
+      --validate-interval-updates 500 --save-interval-updates 500 --keep-interval-updates 1 \
+      --save-dir "$SAVE/checkpoints" --log-format simple --log-interval 50 --num-workers 0 \
+      2>&1 | tee "$SAVE/train.log"
+    echo "$(( $(date +%s) - start ))" > "$SAVE/train_seconds"
+    touch "$SAVE/DONE"
+  fi
   "$PY" -m user_dir.tools.measure "$DATA" --path "$SAVE/checkpoints/checkpoint_best.pt" --names "minilm-$TASK" \
     --glue-task "$TASK" --gen-subset valid --batch-size 32 --runs 1 "${MEASURE_DEVICE[@]}" \
     --out "$SAVE/measure.md" --json "$SAVE/measure.json"
@@ -80,7 +84,13 @@ for task in tasks:
                  + (f"{row['f1']:.2f}" if 'f1' in row else "-")
                  + f" | {row['params']:,} | {row['non_embedding_params']:,} | {secs / 60:.0f} min | `bash scripts/glue_teachers.sh` |")
 machine = json.load(open(os.path.join(work, tasks[0], "measure.json")))["machine"]
-lines += ["", f"Machine: {machine}. Date: {time.strftime('%Y-%m-%d')}.", ""]
+lines += ["", "CPU-scale settings: 128 WordPieces, lr 2e-5, epochs SST-2 1, MRPC 5, RTE 6 (see scripts/glue_teachers.sh).",
+          "", "Published scores of the model family, for comparison (dev): MiniLM-L12-H384 (microsoft/MiniLM-L12-H384-uncased "
+          "model card, Wang et al. 2020): SST-2 93.0, MRPC 89.5, RTE 73.3; BERT-base: SST-2 93.2, MRPC 87.3, RTE 68.6 "
+          "(same card). Our checkpoint is all-MiniLM-L6-v2: nreimers/MiniLM-L6-H384-uncased (every second layer of "
+          "MiniLM-L12-H384) further trained as a sentence-embedding model; no GLUE dev scores are published for it, "
+          "so the 12-layer parent's are the nearest published reference.",
+          "", f"Machine: {machine}. Date: {time.strftime('%Y-%m-%d')}.", ""]
 os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
 open(out, "w").write("\n".join(lines))
 print("\n".join(lines))

@@ -224,9 +224,10 @@ class VariatorPlugins(nn.Module):
                     del state_dict[k]
         for key in self._placeholders:
             if key not in present:
+                attached = sorted(int(k[1:]) for k in self.plugins if k not in self._placeholders)
                 raise VariatorError(
-                    f"--variator-ratio {key[1:]}: the checkpoint has no plugin with k={key[1:]} and none is "
-                    "attached; give its plugin file with --variator-plugins")
+                    f"--variator-ratio {key[1:]}: no plugin with k={key[1:]}: the checkpoint holds none and the "
+                    f"attached plugin files have k in {attached or 'none'}; add its file to --variator-plugins")
         backbone_fc1 = next((v for k, v in state_dict.items()
                              if k.endswith("layers.0.fc1.weight") and not k.startswith(prefix)), None)
         for key, (expected, path) in self._fingerprints.items():
