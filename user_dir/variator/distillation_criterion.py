@@ -37,6 +37,11 @@ class VariatorDistillConfig(FairseqDataclass):
         "help": "label smoothing of the translation task loss when --variator-task-weight > 0"})
     glue_task: Optional[str] = field(default=None, metadata={
         "help": "sentence prediction: the GLUE task whose metrics validation reports (e.g. MRPC adds F1)"})
+    # read by the sentence_prediction task's config (as with fairseq's sentence_prediction criterion)
+    classification_head_name: str = field(default="sentence_classification_head", metadata={
+        "help": "sentence prediction: the classification head whose accuracy validation reports"})
+    regression_target: bool = field(default=False, metadata={
+        "help": "sentence prediction: regression tasks (STS-B) report no accuracy"})
 
 
 @contextmanager
@@ -51,8 +56,10 @@ def inference_mode_of(model):
 
 @register_criterion("variator_distill", dataclass=VariatorDistillConfig)
 class VariatorDistillCriterion(FairseqCriterion):
-    def __init__(self, task, variator_task_weight=0.0, label_smoothing=0.1, glue_task=None):
+    def __init__(self, task, variator_task_weight=0.0, label_smoothing=0.1, glue_task=None,
+                 classification_head_name="sentence_classification_head", regression_target=False):
         super().__init__(task)
+        self.head, self.regression = classification_head_name, regression_target
         if variator_task_weight < 0:
             raise VariatorError(f"--variator-task-weight {variator_task_weight}: must be >= 0")
         if glue_task is not None and glue_task not in TASK_METRICS:
@@ -91,9 +98,11 @@ class VariatorDistillCriterion(FairseqCriterion):
         logits = None
         if is_sentence and (self.task_weight > 0 or not model.training):
             with inference_mode_of(model):
-                logits = model.classification_heads[self.task.cfg.classification_head_name](extra)
+                logits = model.classification_heads[self.head](extra)
         if self.task_weight > 0:
-            if is_sentence:
+            if is_sentence and self.regression:
+                task_loss = F.mse_loss(logits.view(-1).float(), sample["target"].view(-1).float())
+            elif is_sentence:
                 task_loss = F.cross_entropy(logits.float(), sample["target"].view(-1), reduction="mean")
             else:
                 with inference_mode_of(model):
@@ -104,7 +113,7 @@ class VariatorDistillCriterion(FairseqCriterion):
                 task_loss = task_loss / sample["ntokens"]
             loss = loss + self.task_weight * task_loss
             logging_output["task_loss"] = task_loss.detach()
-        if logits is not None and "target" in sample:
+        if logits is not None and "target" in sample and not self.regression:
             preds, targets = logits.argmax(-1), sample["target"].view(-1)
             logging_output.update(ncorrect=(preds == targets).sum().item(), pred=preds.tolist(), targ=targets.tolist())
             if self.glue_task:
