@@ -158,7 +158,9 @@ def glue(args, work):
 
     results, costs = {}, {}
     pretrained = {}
-    for k in args.ratios:  # plugin pre-training: the pre-trained MiniLM, unlabelled SST-2 sentences
+    sweep = args.tasks if args.glue_sweep is None else args.glue_sweep
+    ratios_of = {task: (args.ratios if task in sweep else [4]) for task in args.tasks}
+    for k in sorted({k for ks in ratios_of.values() for k in ks}):  # plugin pre-training: the pre-trained MiniLM, unlabelled SST-2 sentences
         log(f"GLUE pre-training k={k}")
         data = os.path.join(glue_work, "data-bin", "SST-2.wordpiece")
         pretrained[k] = train_plugin(os.path.join(work, "pretrain", f"k{k}"), data, common[2:],
@@ -173,7 +175,7 @@ def glue(args, work):
             continue
         _, preds, labels, _ = predict(data, teacher, "valid")
         results[task] = {0: {"scores": glue_score(task, preds, labels)}}
-        for k in args.ratios:
+        for k in ratios_of[task]:
             log(f"GLUE {task} adaptation k={k}")
             directory = os.path.join(work, task, f"k{k}")
             plugin = train_plugin(directory, data, common[2:] + ["--glue-task", task, "--variator-plugins",
@@ -186,7 +188,7 @@ def glue(args, work):
             results[task][k] = {"scores": glue_score(task, preds, labels), "plugin": plugin,
                                 "without_adaptation": glue_score(task, pt_preds, labels)}
         costs[task] = encoder_cost(os.path.join(work, task, "encoder_cost.json"), data, teacher,
-                                   [results[task][k]["plugin"] for k in args.ratios], args.cost_threads,
+                                   [results[task][k]["plugin"] for k in ratios_of[task]], args.cost_threads,
                                    args.cost_runs, args.force_cost)
     return results, costs
 
@@ -242,7 +244,7 @@ def write_report(args, translation_part, glue_part, out):
             lines.append(f"| {task} | none | {base:.2f} | - | - | 0 | - | - | 1.00x |")
             cost, raw = costs[task]
             machine = machine or raw["machine"]
-            for k in args.ratios:
+            for k in sorted(k for k in res if k):
                 s, c = res[k]["scores"][metric], cost[k]
                 lines.append(f"| {task} | {k} | {s:.2f} | {base - s:.2f} | {res[k]['without_adaptation'][metric]:.2f} | "
                              f"{c['plugin_params']:,} ({c['plugin_params_percent']:.2f}%) | "
@@ -277,8 +279,9 @@ def plot(args, translation_part, glue_part, png):
         for task, res in results.items():
             cost = costs[task][0]
             metric = GLUE_TASKS[task][0]
-            xs = [100.0] + [100 - cost[k]["encoder_flops_saved_percent"] for k in args.ratios]
-            ys = [res[0]["scores"][metric]] + [res[k]["scores"][metric] for k in args.ratios]
+            ks = sorted(k for k in res if k)
+            xs = [100.0] + [100 - cost[k]["encoder_flops_saved_percent"] for k in ks]
+            ys = [res[0]["scores"][metric]] + [res[k]["scores"][metric] for k in ks]
             axes[1].plot(xs, ys, "o-", label=f"{task} ({metric})")
         axes[1].set(xlabel="encoder FLOPs (% of the backbone)", ylabel="dev score", title="GLUE (MiniLM-L6)")
         axes[1].legend()
@@ -291,6 +294,8 @@ def main(argv=None):
     p.add_argument("--parts", nargs="+", default=["translation", "glue"], choices=["translation", "glue"])
     p.add_argument("--ratios", nargs="+", type=int, default=[2, 4, 8, 16])
     p.add_argument("--tasks", nargs="+", default=list(GLUE_TASKS), choices=list(GLUE_TASKS))
+    p.add_argument("--glue-sweep", nargs="*", default=None, choices=list(GLUE_TASKS),
+                   help="GLUE tasks that get every ratio of --ratios; the others get k=4 only (default: all)")
     p.add_argument("--bottleneck", type=int, default=16, help="adapter bottleneck r (paper: 64; see the docstring)")
     p.add_argument("--updates", default="400", help="training updates per translation plugin")
     p.add_argument("--glue-pretrain-updates", default="200")

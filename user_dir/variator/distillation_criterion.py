@@ -78,14 +78,17 @@ class VariatorDistillCriterion(FairseqCriterion):
         return out["encoder_out"][0].transpose(0, 1), mask, out
 
     def forward(self, model, sample, reduce=True):
-        if getattr(model, "variator", None) is None or model.variator.active is None:
-            raise VariatorError("variator_distill needs a model with an active plugin: use --task variator_translation "
-                                "or variator_sentence_prediction with --variator-ratio > 0")
+        if getattr(model, "variator", None) is None:
+            raise VariatorError("variator_distill needs a model with Variator plugins: use --task variator_translation "
+                                "or variator_sentence_prediction")
         net_input = sample["net_input"]
         with inference_mode_of(model):
-            with torch.no_grad(), model.variator.bypassed():
-                target, _, _ = self.encode(model, net_input)
             hidden, pad, extra = self.encode(model, net_input)
+            if model.variator.active is None:  # --variator-ratio 0 (evaluation of the backbone): nothing to distil
+                target = hidden.detach()
+            else:
+                with torch.no_grad(), model.variator.bypassed():
+                    target, _, _ = self.encode(model, net_input)
         keep = (~pad).unsqueeze(-1).to(torch.float32)
         ntokens = keep.sum()
         squared = ((hidden.float() - target.float()) ** 2).mean(-1, keepdim=True)
