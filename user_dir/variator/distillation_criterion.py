@@ -45,7 +45,8 @@ class VariatorDistillConfig(FairseqDataclass):
 
 
 @contextmanager
-def inference_mode_of(model):
+def eval_mode(model):
+    """The frozen backbone (and the plugins, which have no dropout) as at inference."""
     was_training = model.training
     model.eval()
     try:
@@ -82,7 +83,7 @@ class VariatorDistillCriterion(FairseqCriterion):
             raise VariatorError("variator_distill needs a model with Variator plugins: use --task variator_translation "
                                 "or variator_sentence_prediction")
         net_input = sample["net_input"]
-        with inference_mode_of(model):
+        with eval_mode(model):
             hidden, pad, extra = self.encode(model, net_input)
             if model.variator.active is None:  # --variator-ratio 0 (evaluation of the backbone): nothing to distil
                 target = hidden.detach()
@@ -100,7 +101,7 @@ class VariatorDistillCriterion(FairseqCriterion):
         is_sentence = hasattr(model.encoder, "sentence_encoder")
         logits = None
         if is_sentence and (self.task_weight > 0 or not model.training):
-            with inference_mode_of(model):
+            with eval_mode(model):
                 logits = model.classification_heads[self.head](extra)
         if self.task_weight > 0:
             if is_sentence and self.regression:
@@ -108,7 +109,7 @@ class VariatorDistillCriterion(FairseqCriterion):
             elif is_sentence:
                 task_loss = F.cross_entropy(logits.float(), sample["target"].view(-1), reduction="mean")
             else:
-                with inference_mode_of(model):
+                with eval_mode(model):
                     decoder_out = model.decoder(net_input["prev_output_tokens"], encoder_out=extra)
                 lprobs = model.get_normalized_probs(decoder_out, log_probs=True)
                 task_loss, _ = label_smoothed_nll_loss(lprobs.view(-1, lprobs.size(-1)), sample["target"].view(-1),

@@ -16,6 +16,7 @@ another signature is refused, naming the file.
 import hashlib
 import logging
 import os
+from contextlib import contextmanager
 from typing import Dict, List, Optional
 
 import torch
@@ -148,18 +149,14 @@ class VariatorPlugins(nn.Module):
                                 f"(attached: {self.ratios or 'none'}; add its file to --variator-plugins)")
         self.active = self.key(ratio)
 
+    @contextmanager
     def bypassed(self):
-        """Context manager: run the backbone alone (the distillation teacher)."""
-        container = self
-
-        class _Bypass:
-            def __enter__(self):
-                self.saved, container.active = container.active, None
-
-            def __exit__(self, *exc):
-                container.active = self.saved
-
-        return _Bypass()
+        """Run the backbone alone inside this block (the distillation teacher)."""
+        saved, self.active = self.active, None
+        try:
+            yield
+        finally:
+            self.active = saved
 
     def _plugin_for(self, layer_index: int) -> Optional[CompressionPlugin]:
         if self.active is None:
