@@ -273,7 +273,8 @@ def test_fairseq_train_trains_plugins_only_then_generate_switches_them(tiny, tmp
 def test_training_needs_a_backbone_that_fits(tiny, tmp_path):
     path, data = tiny
     common = [data, "--user-dir", USER_DIR, "--task", "variator_translation", "--criterion", "variator_distill",
-              "--optimizer", "adam", "--lr", "1e-3", "--max-update", "1", "--cpu", "--save-dir", tmp_path]
+              "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1024", "--max-update", "1", "--cpu",
+              "--save-dir", tmp_path]
     no_backbone = run_cli("fairseq_cli.train", *common, *TINY_ARCH, check=False)
     assert no_backbone.returncode != 0 and "--variator-backbone is required" in no_backbone.stderr
     wider = [a if a != "128" else "256" for a in TINY_ARCH]
