@@ -12,6 +12,7 @@ backbone alone, then each plugin), ``--repeats`` forwards each; the median over 
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -21,7 +22,6 @@ import torch
 
 def real_batch(task, data_subset: str, length: int, batch_size: int) -> torch.Tensor:
     from fairseq.data import data_utils
-    import os
     data = task.cfg.data.split(os.pathsep)[0]
     if hasattr(task.cfg, "source_lang") and task.cfg.source_lang:
         src, tgt = task.cfg.source_lang, task.cfg.target_lang
