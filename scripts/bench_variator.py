@@ -16,7 +16,9 @@ Also Table 2's ablations at k=4 (mean-pooling compression, copy decompression) a
 GLUE: the MiniLM-L6 teachers of ``scripts/glue_teachers.sh`` (SST-2, MRPC, RTE). Plugin pre-training
 on the *pre-trained* encoder (the imported MiniLM) over unlabelled sentences (SST-2's training
 sentences), then task adaptation on each fine-tuned teacher, initialised from the pre-trained
-plugin; dev scores with ``user_dir.tools.glue_predict --variator-plugins``.
+plugin; dev scores with ``user_dir.tools.glue_predict --variator-plugins``. The adapted plugin is the
+checkpoint with the best dev metric (``--glue-select best``, how the teachers and the paper's models are
+chosen); the last checkpoint's score is reported beside it.
 
 Cost: ``user_dir.tools.encoder_cost`` -- analytic and profiler-counted encoder FLOPs and the timed
 encoder forward at sequence length 128, the backbone and every plugin side by side in one run.
@@ -79,18 +81,20 @@ def stage(directory, cmds, threads):
     open(done, "w").write(time.strftime("%Y-%m-%d %H:%M:%S\n"))
 
 
-def train_plugin(directory, data, task_flags, backbone, k, updates, extra, threads, export_from="checkpoint_last.pt"):
-    """fairseq-train a plugin of ratio k on ``backbone``; export it as ``directory/plugin.pt``: the last one
-    by default (GLUE reports dev scores, so nothing is chosen on dev); translation takes the best by
+def train_plugin(directory, data, task_flags, backbone, k, updates, extra, threads, export_from="checkpoint_last.pt",
+                 also_last=False):
+    """fairseq-train a plugin of ratio k on ``backbone``; export ``export_from`` as ``directory/plugin.pt``
+    (and the last checkpoint as ``plugin_last.pt`` with ``also_last``). Translation takes the best by
     validation MSE (Multi30k's valid set; BLEU is reported on test)."""
     py = sys.executable
     train = [py, "-m", "fairseq_cli.train", data, "--user-dir", "user_dir", *task_flags,
              "--variator-backbone", backbone, "--variator-ratio", k, *extra, *OPTIM,
              "--max-update", updates, "--save-dir", os.path.join(directory, "checkpoints")]
-    export = [py, "-m", "user_dir.tools.variator_plugins", "export",
-              os.path.join(directory, "checkpoints", export_from), "--out", os.path.join(directory, "plugin.pt")]
+    exports = [(export_from, "plugin.pt")] + ([("checkpoint_last.pt", "plugin_last.pt")] if also_last else [])
+    export = [[py, "-m", "user_dir.tools.variator_plugins", "export", os.path.join(directory, "checkpoints", ckpt),
+               "--out", os.path.join(directory, name)] for ckpt, name in exports]
     started = time.time()
-    stage(directory, [train, export], threads)
+    stage(directory, [train, *export], threads)
     seconds_file = os.path.join(directory, "train_seconds")
     if not os.path.exists(seconds_file):
         open(seconds_file, "w").write(f"{time.time() - started:.0f}\n")
@@ -171,7 +175,9 @@ def glue(args, work):
                                      os.path.join(model_dir, "model.pt"), k, args.glue_pretrain_updates,
                                      ["--batch-size", "32"], args.threads)
     for task in args.tasks:
-        _, bsz = GLUE_TASKS[task]
+        metric, bsz = GLUE_TASKS[task]
+        select = (["--best-checkpoint-metric", metric, "--maximize-best-checkpoint-metric"]
+                  if args.glue_select == "best" else [])
         data = os.path.join(glue_work, "data-bin", f"{task}.wordpiece")
         teacher = os.path.join(glue_work, task, "checkpoints", "checkpoint_best.pt")
         if not os.path.isfile(teacher):
@@ -185,11 +191,16 @@ def glue(args, work):
             plugin = train_plugin(directory, data, common[2:] + ["--glue-task", task, "--variator-plugins",
                                                                   pretrained[k]], teacher, k,
                                   args.glue_updates, ["--batch-size", str(bsz), "--validate-interval-updates",
-                                                      str(max(1, int(args.glue_updates) // 4))], args.threads)
-            _, preds, labels, _ = predict(data, teacher, "valid", variator_plugins=plugin, variator_ratio=k)
-            _, pt_preds, _, _ = predict(data, teacher, "valid", variator_plugins=pretrained[k], variator_ratio=k)
-            results[task][k] = {"scores": glue_score(task, preds, labels), "plugin": plugin,
-                                "without_adaptation": glue_score(task, pt_preds, labels)}
+                                                      str(max(1, int(args.glue_updates) // args.glue_validations)),
+                                                      *select], args.threads,
+                                  export_from=f"checkpoint_{args.glue_select}.pt", also_last=True)
+            scores = {}
+            for name, path in (("scores", plugin), ("last", os.path.join(directory, "plugin_last.pt")),
+                               ("without_adaptation", pretrained[k])):
+                _, preds, labels, _ = predict(data, teacher, "valid", variator_plugins=path, variator_ratio=k)
+                scores[name] = glue_score(task, preds, labels)
+            results[task][k] = {**scores, "plugin": plugin,
+                                "train_seconds": int(open(os.path.join(directory, "train_seconds")).read())}
         costs[task] = encoder_cost(os.path.join(work, task, "encoder_cost.json"), data, teacher,
                                    [results[task][k]["plugin"] for k in ratios_of[task]], args.cost_threads,
                                    args.cost_runs, args.force_cost)
@@ -237,23 +248,26 @@ def write_report(args, translation_part, glue_part, out):
         results, costs = glue_part
         lines += ["## GLUE: MiniLM-L6 teachers (dev)", "",
                   f"Pre-training: {args.glue_pretrain_updates} updates on SST-2 training sentences with the pre-trained "
-                  f"MiniLM; adaptation: {args.glue_updates} updates on each fine-tuned teacher. Score = accuracy "
-                  "(SST-2, RTE) or F1 (MRPC) of the plugin after its last update (no choice on dev); 'w/o PA' = the "
-                  "pre-trained plugin used without adaptation.", "",
-                  "| task | k | score | drop | w/o PA | added params (%) | encoder FFN FLOPs saved | encoder FLOPs saved "
-                  "| encoder speed-up (len 128) |", "|---|---|---|---|---|---|---|---|---|"]
+                  f"MiniLM; adaptation: {args.glue_updates} updates on each fine-tuned teacher, validated "
+                  f"{args.glue_validations} times. Score = accuracy (SST-2, RTE) or F1 (MRPC) of the "
+                  + ("checkpoint with the best dev score (as the teachers are chosen)" if args.glue_select == "best"
+                     else "last checkpoint") + "; 'last' = after the last update; 'w/o PA' = the pre-trained "
+                  "plugin used without adaptation.", "",
+                  "| task | k | score | drop | last | w/o PA | added params (%) | encoder FFN FLOPs saved | encoder FLOPs "
+                  "saved | encoder speed-up (len 128) | adaptation time |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for task, res in results.items():
             metric = GLUE_TASKS[task][0]
             base = res[0]["scores"][metric]
-            lines.append(f"| {task} | none | {base:.2f} | - | - | 0 | - | - | 1.00x |")
+            lines.append(f"| {task} | none | {base:.2f} | - | - | - | 0 | - | - | 1.00x | - |")
             cost, raw = costs[task]
             machine = machine or raw["machine"]
             for k in sorted(k for k in res if k):
                 s, c = res[k]["scores"][metric], cost[k]
-                lines.append(f"| {task} | {k} | {s:.2f} | {base - s:.2f} | {res[k]['without_adaptation'][metric]:.2f} | "
+                lines.append(f"| {task} | {k} | {s:.2f} | {base - s:.2f} | {res[k]['last'][metric]:.2f} | "
+                             f"{res[k]['without_adaptation'][metric]:.2f} | "
                              f"{c['plugin_params']:,} ({c['plugin_params_percent']:.2f}%) | "
                              f"{c['ffn_flops_saved_percent']:.1f}% | {c['encoder_flops_saved_percent']:.1f}% | "
-                             f"{c['speedup']:.2f}x |")
+                             f"{c['speedup']:.2f}x | {res[k]['train_seconds'] / 60:.0f} min |")
         lines.append("")
     lines += ["## The paper", "", PAPER, "", f"Machine: {machine}. Date: {time.strftime('%Y-%m-%d')}.", ""]
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -263,7 +277,9 @@ def write_report(args, translation_part, glue_part, out):
 
 def plot(args, translation_part, glue_part, png):
     try:
+        import logging
         import matplotlib
+        logging.getLogger("matplotlib").setLevel(logging.WARNING)
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -303,7 +319,10 @@ def main(argv=None):
     p.add_argument("--bottleneck", type=int, default=16, help="adapter bottleneck r (paper: 64; see the docstring)")
     p.add_argument("--updates", default="400", help="training updates per translation plugin")
     p.add_argument("--glue-pretrain-updates", default="200")
-    p.add_argument("--glue-updates", default="200", help="adaptation updates per GLUE plugin")
+    p.add_argument("--glue-updates", default="800", help="adaptation updates per GLUE plugin")
+    p.add_argument("--glue-validations", type=int, default=8, help="dev evaluations during each GLUE adaptation")
+    p.add_argument("--glue-select", default="best", choices=["best", "last"],
+                   help="the adapted plugin: the checkpoint with the best dev metric, or the last one")
     p.add_argument("--no-ablations", action="store_true")
     p.add_argument("--threads", type=int, default=1, help="torch threads of each training run")
     p.add_argument("--cost-threads", type=int, default=2, help="torch threads of the timed encoder")
