@@ -176,7 +176,10 @@ def glue(args, work):
                                      ["--batch-size", "32"], args.threads)
     for task in args.tasks:
         metric, bsz = GLUE_TASKS[task]
-        select = (["--best-checkpoint-metric", metric, "--maximize-best-checkpoint-metric"]
+        interval = str(max(1, int(args.glue_updates) // args.glue_validations))
+        # checkpoint_best is only written when a checkpoint is saved: save at every validation
+        select = (["--best-checkpoint-metric", metric, "--maximize-best-checkpoint-metric",
+                   "--save-interval-updates", interval, "--keep-interval-updates", "1"]
                   if args.glue_select == "best" else [])
         data = os.path.join(glue_work, "data-bin", f"{task}.wordpiece")
         teacher = os.path.join(glue_work, task, "checkpoints", "checkpoint_best.pt")
@@ -191,8 +194,7 @@ def glue(args, work):
             plugin = train_plugin(directory, data, common[2:] + ["--glue-task", task, "--variator-plugins",
                                                                   pretrained[k]], teacher, k,
                                   args.glue_updates, ["--batch-size", str(bsz), "--validate-interval-updates",
-                                                      str(max(1, int(args.glue_updates) // args.glue_validations)),
-                                                      *select], args.threads,
+                                                      interval, *select], args.threads,
                                   export_from=f"checkpoint_{args.glue_select}.pt", also_last=True)
             scores = {}
             for name, path in (("scores", plugin), ("last", os.path.join(directory, "plugin_last.pt")),

@@ -51,8 +51,10 @@ for TASK in $TASKS; do
   [ "$GPU" = 1 ] && EPOCHS=$GPU_EPOCHS
   [ "$CPU_BUDGET" = 1 ] && [ -n "$BUDGET_EPOCHS" ] && EPOCHS=$BUDGET_EPOCHS
   DATA="$WORK/data-bin/$TASK.wordpiece"; ROWS=(); [ "$SMOKE" = 1 ] && ROWS=(--train-rows 64)
-  "$PY" -m preprocess.prepare_glue --task "$TASK" --glue-dir "$GLUE_DIR" --dest "$DATA" --tokenizer wordpiece \
-    --wordpiece-vocab "$MODEL" --dict "$MODEL/dict.txt" "${ROWS[@]}"
+  # binarised once (a rerun must not rewrite files that a running training reads); delete DATA to redo
+  [ -f "$DATA/label/valid.bin" ] && [ "$SMOKE" != 1 ] || \
+    "$PY" -m preprocess.prepare_glue --task "$TASK" --glue-dir "$GLUE_DIR" --dest "$DATA" --tokenizer wordpiece \
+      --wordpiece-vocab "$MODEL" --dict "$MODEL/dict.txt" "${ROWS[@]}"
   N=$("$PY" -c "from fairseq.data import data_utils; print(len(data_utils.load_indexed_dataset('$DATA/input0/train', None)))")
   TOTAL=$(( (N + BSZ - 1) / BSZ * EPOCHS )); WARMUP=$(( TOTAL * 6 / 100 ))
   LIMIT=(--max-epoch "$EPOCHS"); [ "$SMOKE" = 1 ] && LIMIT=(--max-update 2)
