@@ -187,7 +187,7 @@ def glue(args, work):
             log(f"GLUE {task}: no teacher at {teacher} (run scripts/glue_teachers.sh); skipped")
             continue
         _, preds, labels, _ = predict(data, teacher, "valid")
-        results[task] = {0: {"scores": glue_score(task, preds, labels)}}
+        results[task] = {0: {"scores": glue_score(task, preds, labels), "examples": len(labels)}}
         for k in ratios_of[task]:
             log(f"GLUE {task} adaptation k={k}")
             directory = os.path.join(work, task, f"k{k}")
@@ -270,7 +270,10 @@ def write_report(args, translation_part, glue_part, out):
                              f"{c['plugin_params']:,} ({c['plugin_params_percent']:.2f}%) | "
                              f"{c['ffn_flops_saved_percent']:.1f}% | {c['encoder_flops_saved_percent']:.1f}% | "
                              f"{c['speedup']:.2f}x | {res[k]['train_seconds'] / 60:.0f} min |")
-        lines.append("")
+        lines += ["", "Dev sets are small: " + ", ".join(
+            f"{task} {res[0]['examples']} examples (one example = {100 / res[0]['examples']:.2f} points of accuracy)"
+            for task, res in results.items()) + ". Speed-ups measured with "
+            + ", ".join(f"{task} {raw['threads']} thread(s)" for task, (_, raw) in costs.items()) + ".", ""]
     lines += ["## The paper", "", PAPER, "", f"Machine: {machine}. Date: {time.strftime('%Y-%m-%d')}.", ""]
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     open(out, "w").write("\n".join(lines))
