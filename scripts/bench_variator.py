@@ -195,10 +195,14 @@ def glue(args, work):
                                                                   pretrained[k]], teacher, k,
                                   args.glue_updates, ["--batch-size", str(bsz), "--validate-interval-updates",
                                                       interval, *select], args.threads,
-                                  export_from=f"checkpoint_{args.glue_select}.pt", also_last=True)
+                                  export_from=f"checkpoint_{args.glue_select}.pt",
+                                  also_last=args.glue_select != "last")
             scores = {}
             for name, path in (("scores", plugin), ("last", os.path.join(directory, "plugin_last.pt")),
                                ("without_adaptation", pretrained[k])):
+                if name == "last" and args.glue_select == "last":  # the chosen plugin is the last one
+                    scores["last"] = scores["scores"]
+                    continue
                 _, preds, labels, _ = predict(data, teacher, "valid", variator_plugins=path, variator_ratio=k)
                 scores[name] = glue_score(task, preds, labels)
             results[task][k] = {**scores, "plugin": plugin,
