@@ -6,6 +6,8 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, TEACHER, TINY_TRANSFORMER, TRAIN_FLAGS, USER_DIR, clean_env, needs_teacher, run_cli
 
 
@@ -81,3 +83,21 @@ def test_measure_table_for_teacher_and_a_small_model(tmp_path):
 def test_measure_rejects_bad_arguments(multi30k_slice, tmp_path):
     bad = run_cli("user_dir.tools.measure", multi30k_slice, "--path", tmp_path / "missing.pt", check=False)
     assert bad.returncode != 0 and "--path" in bad.stderr and "missing.pt: no such checkpoint" in bad.stderr
+
+
+def test_measure_scores_against_the_tokenized_reference_text(tmp_path):
+    """--tokenized-reference: BLEU (tok) against the text itself, where the binarised references
+    read <unk> for words outside the dictionary (the IWSLT'14 protocol, scripts/bench_iwslt14.py)."""
+    from user_dir.tools.measure import translation_scores
+
+    text = ["a man rides a zebrafish through the park .", "two dogs play in the snow ."]
+    ref = tmp_path / "test.en"
+    ref.write_text("\n".join(text) + "\n")
+    binarised = ["a man rides a <unk> through the park .", "two dogs play in the snow ."]
+    hyps = list(text)
+    assert translation_scores(hyps, binarised, [0, 1], "en", None)["bleu_tok"] < 90
+    scores = translation_scores(hyps, binarised, [0, 1], "en", None, tokenized_reference=str(ref))
+    assert abs(scores["bleu_tok"] - 100) < 1e-6 and abs(scores["sacrebleu"] - 100) < 1e-6
+    # ids index the file's lines: a file of another test set is refused, naming the flag
+    with pytest.raises(SystemExit, match="--tokenized-reference .* has 2 lines .* sentence id 5"):
+        translation_scores(hyps, binarised, [0, 5], "en", None, tokenized_reference=str(ref))

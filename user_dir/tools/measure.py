@@ -144,22 +144,28 @@ def _worker(spec: dict) -> dict:
 # ----------------------------------------------------------------------------------------------
 # scoring and reporting
 # ----------------------------------------------------------------------------------------------
+def _reference_lines(path: str, flag: str, ids: List[int]) -> List[str]:
+    from preprocess.textio import read_lines
+
+    lines = read_lines(path, allow_empty=True)
+    if max(ids) >= len(lines):
+        raise SystemExit(f"{flag} {path} has {len(lines)} lines but the test set has "
+                         f"sentence id {max(ids)}: it is not this test set's reference")
+    return [lines[i] for i in ids]
+
+
 def translation_scores(outputs: List[str], references: List[str], ids: List[int], target_lang: str,
-                       raw_reference: Optional[str]) -> dict:
+                       raw_reference: Optional[str], tokenized_reference: Optional[str] = None) -> dict:
     import sacrebleu
     from sacremoses import MosesDetokenizer
 
+    if tokenized_reference:  # the text itself: no <unk> where a reference word is outside the dictionary
+        references = _reference_lines(tokenized_reference, "--tokenized-reference", ids)
     scores = {"bleu_tok": sacrebleu.corpus_bleu(outputs, [references], tokenize="none", force=True).score}
     detok = MosesDetokenizer(lang=target_lang or "en")
     hyps = [detok.detokenize(h.split()) for h in outputs]
     if raw_reference:
-        from preprocess.textio import read_lines
-
-        raw = read_lines(raw_reference, allow_empty=True)
-        if max(ids) >= len(raw):
-            raise SystemExit(f"--raw-reference {raw_reference} has {len(raw)} lines but the test set has "
-                             f"sentence id {max(ids)}: it is not this test set's reference")
-        refs = [raw[i] for i in ids]
+        refs = _reference_lines(raw_reference, "--raw-reference", ids)
     else:
         refs = [detok.detokenize(r.split()) for r in references]
     scores["sacrebleu"] = sacrebleu.corpus_bleu(hyps, [refs]).score
@@ -196,6 +202,9 @@ def get_parser() -> argparse.ArgumentParser:
                    help="subword removal, as fairseq's --post-process: subword_nmt, sentencepiece, none")
     p.add_argument("--raw-reference", default=None,
                    help="untokenised reference file for sacreBLEU (line i = sentence id i); default: detokenised targets")
+    p.add_argument("--tokenized-reference", default=None,
+                   help="tokenised reference text, one line per test sentence, for BLEU (tok) (default: the "
+                        "binarised references, where words outside the dictionary read <unk>)")
     p.add_argument("--glue-task", default=None, help="GLUE task for sentence-prediction checkpoints (metric choice)")
     p.add_argument("--classification-head", default="sentence_classification_head", help="head name (GLUE)")
     p.add_argument("--runs", type=int, default=3, help="timed runs per model; the median is reported (default 3)")
@@ -243,8 +252,9 @@ def main(argv=None) -> List[dict]:
             raise SystemExit(f"--path {path}: no such checkpoint")
     if not os.path.isdir(args.data):
         raise SystemExit(f"data folder {args.data}: no such directory")
-    if args.raw_reference and not os.path.isfile(args.raw_reference):
-        raise SystemExit(f"--raw-reference {args.raw_reference}: no such file")
+    for flag, path in (("--raw-reference", args.raw_reference), ("--tokenized-reference", args.tokenized_reference)):
+        if path and not os.path.isfile(path):
+            raise SystemExit(f"{flag} {path}: no such file")
     reference = args.reference or names[0]
     if reference not in names:
         raise SystemExit(f"--reference {reference} is not one of --names {names}")
@@ -267,7 +277,8 @@ def main(argv=None) -> List[dict]:
         first = runs[name][0]
         if first["is_translation"]:
             quality = translation_scores(first["outputs"], first["references"], first["ids"],
-                                         first["target_lang"], args.raw_reference)
+                                         first["target_lang"], args.raw_reference,
+                                         args.tokenized_reference)
         else:
             from user_dir.common.glue_metrics import glue_score
 
@@ -332,7 +343,8 @@ def format_table(rows: List[dict], args, reference: str) -> str:
     ]
     if translation:
         notes.append("BLEU (tok): sacrebleu `tokenize=none` on the tokenised, BPE-removed output (fairseq-generate's "
-                     "BLEU4); sacreBLEU: Moses-detokenised output against "
+                     "BLEU4) against " + (f"`{args.tokenized_reference}`" if args.tokenized_reference else
+                                          "the binarised references") + "; sacreBLEU: Moses-detokenised output against "
                      + (f"`{args.raw_reference}`." if args.raw_reference else "the detokenised references."))
     if not all(r["outputs_identical_across_runs"] for r in rows):
         notes.append("WARNING: some model's outputs differed between runs.")
