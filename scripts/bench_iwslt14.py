@@ -78,10 +78,19 @@ def prepare(work):
 
 
 def train_teacher(work, data, updates, threads, extra):
+    """Train (or continue, when --teacher-updates grew) the teacher; fairseq resumes from checkpoint_last.pt,
+    and inverse_sqrt does not depend on --max-update, so a continued run equals a longer one."""
     save_dir = os.path.join(work, "teacher")
     last = os.path.join(save_dir, "checkpoint_last.pt")
-    if os.path.isfile(os.path.join(save_dir, "DONE")):
-        return last
+    done = os.path.join(save_dir, "DONE")
+    if os.path.isfile(done):
+        with open(done) as f:
+            previous = json.load(f)
+        if previous["updates"] >= updates:
+            return last
+        started_before = previous["seconds"]
+    else:
+        started_before = 0.0
     os.makedirs(save_dir, exist_ok=True)
     cmd = [sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", os.path.join(ROOT, "user_dir"), *TEACHER,
            "--max-update", str(updates), "--max-epoch", "1000", "--seed", "1", "--cpu", "--save-dir", save_dir,
@@ -93,8 +102,8 @@ def train_teacher(work, data, updates, threads, extra):
         log.flush()
         if subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT) != 0:
             raise SystemExit(f"teacher training failed; see {save_dir}/train.log")
-    with open(os.path.join(save_dir, "DONE"), "w") as f:
-        json.dump({"updates": updates, "seconds": time.time() - started, "threads": threads}, f)
+    with open(done, "w") as f:
+        json.dump({"updates": updates, "seconds": started_before + time.time() - started, "threads": threads}, f)
     return last
 
 
@@ -130,7 +139,7 @@ def main(argv=None):
     teacher = train_teacher(args.work, data, args.teacher_updates, args.threads, extra)
     print("[bench-iwslt14] teacher trained", file=sys.stderr, flush=True)
     pet = bt.methods(128, 96, 96, 6)["pet"]
-    student = bt.run_stages(os.path.join(args.work, f"pet-u{args.updates}-w{args.warmup_updates}"), data, teacher,
+    student = bt.run_stages(os.path.join(args.work, f"pet-t{args.teacher_updates}-u{args.updates}-w{args.warmup_updates}"), data, teacher,
                             pet[2], pet[3], 1, args.updates, args.warmup_updates, args.threads, 200, extra)
     print("[bench-iwslt14] PET student trained", file=sys.stderr, flush=True)
 

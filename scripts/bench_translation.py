@@ -355,7 +355,8 @@ def measured_already(measure_json, cmd):
         rows = json.load(f)["rows"]
     paths = cmd[cmd.index("--path") + 1: cmd.index("--names")]
     names = cmd[cmd.index("--names") + 1: cmd.index("--raw-reference")]
-    same = [r["name"] for r in rows] == names and [os.path.abspath(r["path"]) for r in rows] == paths
+    same = [r["name"] for r in rows] == names and \
+        [os.path.realpath(r["path"]) for r in rows] == [os.path.realpath(p) for p in paths]
     return same and all(os.path.getmtime(p) < os.path.getmtime(measure_json) for p in paths)
 
 
