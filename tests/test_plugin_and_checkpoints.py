@@ -92,3 +92,45 @@ def test_importing_the_plugin_sets_no_environment_variable():
     code = "import os, user_dir; print([k for k in os.environ if 'WEIGHTS_ONLY' in k])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env())
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+def test_fairseq_drops_the_last_batch_and_the_plugin_keeps_it():
+    """fairseq 0.12's batch_by_size drops a last batch whose size is not a multiple of
+    --required-batch-size-multiple (fairseq issue #5036); the plug-in gives it back, unchanged otherwise."""
+    import numpy as np
+    from fairseq.data import data_utils
+
+    import user_dir  # noqa: F401
+
+    patched = data_utils.batch_by_size
+    fairseq_own = patched.fairseq_batch_by_size
+    indices, sizes = np.arange(21, dtype=np.int64), np.full(21, 5, dtype=np.int64)
+    for max_tokens, max_sentences in ((None, 16), (80, None)):  # by sentences (GLUE) and by tokens (translation)
+        kw = dict(num_tokens_vec=sizes, max_tokens=max_tokens, max_sentences=max_sentences,
+                  required_batch_size_multiple=8)
+        dropped = fairseq_own(indices, None, **kw)
+        assert [len(b) for b in dropped] == [16], "fairseq no longer drops the last batch: the fix can go"
+        kept = patched(indices, None, **kw)
+        assert [b.tolist() for b in kept] == [list(range(16)), list(range(16, 21))]
+        # an iterator of indices is read once
+        assert [len(b) for b in patched(iter(indices.tolist()), None, **kw)] == [16, 5]
+    # multiples of 8 and --required-batch-size-multiple 1 were never cut: identical to fairseq's
+    kw = dict(num_tokens_vec=sizes[:16], max_sentences=8, required_batch_size_multiple=8)
+    assert [b.tolist() for b in patched(indices[:16], None, **kw)] == [b.tolist() for b in fairseq_own(indices[:16], None, **kw)]
+    kw = dict(num_tokens_vec=sizes, max_sentences=16, required_batch_size_multiple=1)
+    assert [b.tolist() for b in patched(indices, None, **kw)] == [b.tolist() for b in fairseq_own(indices, None, **kw)]
+
+
+def test_generate_translates_every_sentence_of_a_set_not_a_multiple_of_8(trained_tiny):
+    """Multi30k's valid set has 1,014 sentences (126 x 8 + 6): stock fairseq-generate with the
+    plug-in translates all of them, in batches of 16 (fairseq alone stops at 1,008)."""
+    from fairseq.data import data_utils
+
+    data, save_dir = trained_tiny["data"], trained_tiny["save_dir"]
+    n = len(data_utils.load_indexed_dataset(os.path.join(data, "valid.de-en.de"), None))
+    assert n % 8 != 0
+    gen = run_cli("fairseq_cli.generate", data, "--user-dir", USER_DIR, "--path",
+                  os.path.join(save_dir, "checkpoint_last.pt"), "--gen-subset", "valid", "--beam", "1",
+                  "--batch-size", "16", "--max-len-b", "2", "--cpu")
+    assert f"Translated {n:,} sentences" in gen.stdout + gen.stderr
+    assert len(re.findall(r"^H-\d+", gen.stdout, flags=re.M)) == n

@@ -4,11 +4,16 @@ Importing this package (``fairseq-train --user-dir user_dir ...``, or ``import u
 1. lets ``torch.load`` open fairseq checkpoints under torch >= 2.6 with weights_only kept on
    (common/safe_checkpoint_loading.py), so fairseq-generate/-interactive/-validate, resuming and
    distributed training work without any environment variable;
-2. registers the plug-in's criteria, tasks and models, each module imported explicitly below.
+2. makes fairseq keep the last batch of an epoch, which fairseq 0.12 drops unless its size is a
+   multiple of --required-batch-size-multiple (8): validation, fairseq-validate and fairseq-generate
+   then score every example of a set (common/keep_last_batch.py);
+3. registers the plug-in's criteria, tasks and models, each module imported explicitly below.
 """
+from .common.keep_last_batch import keep_last_batch
 from .common.safe_checkpoint_loading import allow_fairseq_checkpoint_globals
 
 allow_fairseq_checkpoint_globals()
+keep_last_batch()
 
 from .common import glue_metrics  # noqa: E402,F401  registers the glue_sentence_prediction criterion
 from .common import word_kd_criterion  # noqa: E402,F401  registers the kd criterion
