@@ -126,7 +126,12 @@ def encoder_cost(json_path, data, backbone, plugins, threads, runs, force):
         run([sys.executable, "-m", "user_dir.tools.encoder_cost", data, "--path", backbone, "--plugins",
              ",".join(plugins), "--length", "128", "--batch-size", "16", "--runs", str(runs), "--json", json_path],
             json_path + ".log", threads)
-    return {row["ratio"]: row for row in json.load(open(json_path))["rows"]}, json.load(open(json_path))
+    from user_dir.tools.encoder_cost import paired_speedup
+
+    raw = json.load(open(json_path))
+    for row in raw["rows"]:  # files measured before the speed-up was paired per run
+        row["speedup"] = paired_speedup(raw["rows"][0]["seconds"], row["seconds"])
+    return {row["ratio"]: row for row in raw["rows"]}, raw
 
 
 def translation(args, work):
@@ -220,8 +225,9 @@ def write_report(args, translation_part, glue_part, out):
              "distillation (MSE of the final encoder states, lambda = 0) with stock `fairseq-train --user-dir user_dir "
              "--task variator_translation|variator_sentence_prediction --criterion variator_distill`.", "",
              "Encoder cost: sequence length 128, batch 16 real-text sequences, FLOPs = 2 x multiply-adds of the "
-             "matrix products (analytic, checked against `torch.utils.flop_counter` in one run); speed = median "
-             "encoder forward time, backbone and plugins timed in turn within each run.", ""]
+             "matrix products (analytic, checked against `torch.utils.flop_counter` in one run); speed-up = median over "
+             "runs of backbone time / plugged time, backbone and plugins timed in turn within each run (a ratio "
+             "within one run cancels the machine's drift between runs).", ""]
     machine = None
     if translation_part:
         rows, cost, raw = translation_part

@@ -96,10 +96,9 @@ def measure(path: str, data: str, plugins: str, subset: str, length: int, batch_
                     forward()
                 rows[k]["seconds"].append((time.perf_counter() - start) / repeats)
     backbone_params = sum(p.numel() for n, p in model.named_parameters() if not n.startswith("variator."))
-    base = statistics.median(rows[0]["seconds"])
     for row in rows.values():
         row["median_seconds"] = statistics.median(row["seconds"])
-        row["speedup"] = base / row["median_seconds"]
+        row["speedup"] = paired_speedup(rows[0]["seconds"], row["seconds"])
         row["plugin_params_percent"] = 100.0 * row["plugin_params"] / backbone_params
         a0, a = rows[0]["analytic_flops"], row["analytic_flops"]
         row["encoder_flops_saved_percent"] = 100.0 * (1 - a["total"] / a0["total"])
@@ -107,6 +106,12 @@ def measure(path: str, data: str, plugins: str, subset: str, length: int, batch_
     return {"path": path, "data": data, "plugins": plugins, "length": length, "batch_size": batch_size,
             "runs": runs, "repeats": repeats, "threads": torch.get_num_threads(), "backbone": sig,
             "backbone_params": backbone_params, "machine": machine_description(), "rows": list(rows.values())}
+
+
+def paired_speedup(backbone_seconds, seconds) -> float:
+    """Median over runs of (backbone time / plugged time) within the same run: the settings are timed
+    in turn within each run, so a machine that slows down between runs cancels out of each ratio."""
+    return statistics.median(b / s for b, s in zip(backbone_seconds, seconds))
 
 
 def format_rows(result: dict) -> str:
