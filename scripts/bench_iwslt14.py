@@ -176,8 +176,9 @@ def main(argv=None):
         f"the IWSLT'14 *valid* set ({n_valid:,} held out for validation), joined dictionary of those pairs. "
         f"Its PET student (encoder/decoder widths 128/96, 4+4 logical layers from 2+2) trains as in "
         f"`scripts/bench_translation.py`: {args.warmup_updates} warm-up updates, then word-level KD to "
-        f"{args.updates}. The paper's numbers (full training set, 6+6-layer 512-wide teacher): teacher 34.63, "
-        f"PET 34.36 BLEU at 9.51% of the non-embedding parameters.", "",
+        f"{args.updates}. The paper's numbers (full training set, 6+6-layer 512-wide teacher): teacher "
+        f"{bt.PAPER_TEACHER_BLEU}, PET {bt.PAPER['pet'][1]} BLEU at {bt.PAPER['pet'][0]}% of the non-embedding "
+        f"parameters.", "",
         "| model | BLEU (tok) | non-emb params | compression | sent/s | speed-up |", "|---|---|---|---|---|---|",
         *[f"| {r['name']} | {r['bleu_tok']:.2f} | {r['non_embedding_params']:,} | {r['compression_rate']:.2f}% | "
           f"{r['sentences_per_s']:.1f} | {r['speedup']:.2f}x |" for r in (t, s)],

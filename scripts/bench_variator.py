@@ -221,9 +221,10 @@ def write_report(args, translation_part, glue_part, out):
              "distillation (MSE of the final encoder states, lambda = 0) with stock `fairseq-train --user-dir user_dir "
              "--task variator_translation|variator_sentence_prediction --criterion variator_distill`.", "",
              "Encoder cost: sequence length 128, batch 16 real-text sequences, FLOPs = 2 x multiply-adds of the "
-             "matrix products (analytic, checked against `torch.utils.flop_counter` in one run); speed-up = median over "
-             "runs of backbone time / plugged time, backbone and plugins timed in turn within each run (a ratio "
-             "within one run cancels the machine's drift between runs).", ""]
+             "matrix products (analytic, checked against `torch.utils.flop_counter` in one run); speed-up = backbone time / "
+             "plugged time of the fastest of the runs x 3 forwards, backbone and plugins timed in turn within each run "
+             "(best-of, as Python's `timeit` advises: on this shared VM the slower timings are other processes taking "
+             "the CPU; `user_dir.tools.encoder_cost` prints the median-based ratio beside it).", ""]
     machine = None
     if translation_part:
         rows, cost, raw = translation_part

@@ -195,9 +195,11 @@ def test_analytic_flops_equal_the_profilers_count_on_a_real_batch(tiny, tmp_path
     from user_dir.tools.encoder_cost import measure
     path, data = tiny
     files = ",".join([_plugin_file(load(path, data)[0], tmp_path, 4)])
-    result = measure(path, data, files, "valid", length=24, batch_size=3, runs=1, repeats=1, threads=1)
+    result = measure(path, data, files, "valid", length=24, batch_size=3, runs=2, repeats=2, threads=1)
     for row in result["rows"]:
         assert row["analytic_flops"]["total"] == row["profiler_flops"], row
+        assert len(row["seconds"]) == 4 and row["best_seconds"] == min(row["seconds"])  # every forward timed
+    assert result["rows"][1]["speedup"] == result["rows"][0]["best_seconds"] / result["rows"][1]["best_seconds"]
     saved = result["rows"][1]
     assert saved["ffn_flops_saved_percent"] > 50 and saved["plugin_params"] > 0
 
