@@ -12,6 +12,7 @@
 #   EXTRA="--max-update 50" RUNS=1 bash scripts/pet_multi30k.sh work/pet-smoke   (a quick end-to-end check)
 #   WARMUP_MINUTES=2 KD_MINUTES=6 bash scripts/pet_multi30k.sh   (time-bounded stages, as the demo runs it)
 #   MEASURE_EXTRA="--max-len-a 1.2 --max-len-b 10" ...          (extra flags for the measurement command)
+#   Re-running the same command resumes an interrupted run (fairseq's checkpoint_last.pt; logs are appended).
 #
 # Student dims: the paper's (320, 240) are 62.5% / 47% of its teacher's 512; against this 256-wide,
 # 3+3-layer teacher we use (128, 96) with FFN 2x and 4 heads, which puts the 4+4-logical-layer
@@ -51,11 +52,11 @@ STUDENT=(--user-dir "$ROOT/user_dir" --arch pet_transformer_iwslt --encoder-embe
 START_FROM=()
 if [ "$WARMUP_EPOCHS" -gt 0 ]; then
   fairseq-train "$DATA" "${STUDENT[@]}" --criterion pet_warmup --max-epoch "$WARMUP_EPOCHS" $WARMUP_STOP \
-    --save-dir "$WORK/warmup" 2>&1 | tee "$WORK/warmup.log"
+    --save-dir "$WORK/warmup" 2>&1 | tee -a "$WORK/warmup.log"
   START_FROM=(--finetune-from-model "$WORK/warmup/checkpoint_last.pt")
 fi
 fairseq-train "$DATA" "${STUDENT[@]}" --criterion kd --label-smoothing 0.1 --kd-alpha 0.5 --kd-temperature 1 \
-  --max-epoch "$KD_EPOCHS" $KD_STOP "${START_FROM[@]}" --save-dir "$WORK/kd" 2>&1 | tee "$WORK/kd.log"
+  --max-epoch "$KD_EPOCHS" $KD_STOP "${START_FROM[@]}" --save-dir "$WORK/kd" 2>&1 | tee -a "$WORK/kd.log"
 
 python -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$WORK/kd/checkpoint_best.pt" --names teacher pet \
   --raw-reference "$DATA/text/test.raw.en" --beam 5 --batch-size 128 --runs "${RUNS:-3}" ${MEASURE_EXTRA:-} \
