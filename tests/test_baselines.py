@@ -223,6 +223,33 @@ def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
     assert bad.returncode != 0 and "unknown ['pet-layers-diagonal']" in bad.stderr
 
 
+def test_benchmark_reuses_a_measurement_only_for_the_same_checkpoints(tmp_path):
+    """The benchmarks skip the slow measurement when measure.json already covers their checkpoints; the
+    check must read --path/--names wherever the measurement command puts its other flags
+    (bench_iwslt14's has --tokenized-reference after --names)."""
+    import importlib.util
+    import json
+    import time
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_translation", os.path.join(REPO, "scripts", "bench_translation.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    a.write_bytes(b"a"), b.write_bytes(b"b")
+    measure_json = tmp_path / "measure.json"
+    time.sleep(0.01)
+    measure_json.write_text(json.dumps({"rows": [{"name": "teacher", "path": str(a)}, {"name": "pet", "path": str(b)}]}))
+    cmd = ["python", "-m", "user_dir.tools.measure", "data", "--path", str(a), str(b), "--names", "teacher", "pet",
+           "--tokenized-reference", "test.en", "--beam", "5", "--json", str(measure_json)]
+    assert bench.measured_already(str(measure_json), cmd)
+    other_names = cmd[:cmd.index("pet")] + ["pet2"] + cmd[cmd.index("pet") + 1:]
+    assert not bench.measured_already(str(measure_json), other_names)
+    os.utime(b, (time.time() + 5, time.time() + 5))  # a checkpoint newer than the measurement
+    assert not bench.measured_already(str(measure_json), cmd)
+
+
 def test_sequence_level_kd_data_replaces_targets_with_the_teachers_beam_outputs(trained_tiny, tmp_path):
     from fairseq.data import Dictionary, data_utils
 
