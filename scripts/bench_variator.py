@@ -222,7 +222,7 @@ def write_report(args, translation_part, glue_part, out):
              "--task variator_translation|variator_sentence_prediction --criterion variator_distill`.", "",
              "Encoder cost: sequence length 128, batch 16 real-text sequences, FLOPs = 2 x multiply-adds of the "
              "matrix products (analytic, checked against `torch.utils.flop_counter` in one run); speed-up = backbone time / "
-             "plugged time of the fastest of the runs x 3 forwards, backbone and plugins timed in turn within each run "
+             "plugged time of the fastest forward over all runs, backbone and plugins timed in turn within each run "
              "(best-of, as Python's `timeit` advises: on this shared VM the slower timings are other processes taking "
              "the CPU; `user_dir.tools.encoder_cost` prints the median-based ratio beside it).", ""]
     machine = None

@@ -13,6 +13,8 @@
 #   WARMUP_MINUTES=2 KD_MINUTES=6 bash scripts/pet_multi30k.sh   (time-bounded stages, as the demo runs it)
 #   MEASURE_EXTRA="--max-len-a 1.2 --max-len-b 10" ...          (extra flags for the measurement command)
 #   Re-running the same command resumes an interrupted run (fairseq's checkpoint_last.pt; logs are appended).
+#   REPORT=results/pet_multi30k.md bash scripts/pet_multi30k.sh work/pet-full   (where scripts/pet_report.py's report goes;
+#                                                                               default WORK_DIR/pet.md)
 #
 # Student dims: the paper's (320, 240) are 62.5% / 47% of its teacher's 512; against this 256-wide,
 # 3+3-layer teacher we use (128, 96) with FFN 2x and 4 heads, which puts the 4+4-logical-layer
@@ -61,3 +63,7 @@ fairseq-train "$DATA" "${STUDENT[@]}" --criterion kd --label-smoothing 0.1 --kd-
 python -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$WORK/kd/checkpoint_best.pt" --names teacher pet \
   --raw-reference "$DATA/text/test.raw.en" --beam 5 --batch-size 128 --runs "${RUNS:-3}" ${MEASURE_EXTRA:-} \
   --out "$WORK/measure.md" --json "$WORK/measure.json"
+
+python "$ROOT/scripts/pet_report.py" "$WORK" --out "${REPORT:-$WORK/pet.md}" \
+  --command "WARMUP_EPOCHS=$WARMUP_EPOCHS KD_EPOCHS=$KD_EPOCHS SEED=$SEED${EXTRA:+ EXTRA='$EXTRA'} bash scripts/pet_multi30k.sh ${1:-}" \
+  --recipe "$WARMUP_EPOCHS warm-up epochs on the simplified task, then $KD_EPOCHS epochs of word-level KD from the warmed-up checkpoint; seed $SEED; student widths $ENC_DIM/$DEC_DIM, 4+4 logical layers from 2+2 physical, pairs (1,3),(2,4), encoder Q<->K, decoder Q_self = Q_ed; scored at the checkpoint of best validation loss"

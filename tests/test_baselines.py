@@ -239,15 +239,36 @@ def test_benchmark_reuses_a_measurement_only_for_the_same_checkpoints(tmp_path):
     a, b = tmp_path / "a.pt", tmp_path / "b.pt"
     a.write_bytes(b"a"), b.write_bytes(b"b")
     measure_json = tmp_path / "measure.json"
-    time.sleep(0.01)
     measure_json.write_text(json.dumps({"rows": [{"name": "teacher", "path": str(a)}, {"name": "pet", "path": str(b)}]}))
+    now = time.time()
+    for checkpoint in (a, b):  # checkpoints older than the measurement, whatever the file system's clock grain
+        os.utime(checkpoint, (now - 10, now - 10))
+    os.utime(measure_json, (now, now))
     cmd = ["python", "-m", "user_dir.tools.measure", "data", "--path", str(a), str(b), "--names", "teacher", "pet",
            "--tokenized-reference", "test.en", "--beam", "5", "--json", str(measure_json)]
     assert bench.measured_already(str(measure_json), cmd)
     other_names = cmd[:cmd.index("pet")] + ["pet2"] + cmd[cmd.index("pet") + 1:]
     assert not bench.measured_already(str(measure_json), other_names)
-    os.utime(b, (time.time() + 5, time.time() + 5))  # a checkpoint newer than the measurement
+    os.utime(b, (now + 5, now + 5))  # a checkpoint newer than the measurement
     assert not bench.measured_already(str(measure_json), cmd)
+
+
+def test_pet_report_reads_the_validation_nll_of_every_kd_epoch_once(tmp_path):
+    """scripts/pet_report.py's convergence line: a resumed run's log repeats an epoch; its last line counts."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("pet_report", os.path.join(REPO, "scripts", "pet_report.py"))
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    line = ("2026-11-22 23:09:07 | INFO | valid | epoch {:03d} | valid on 'valid' subset | loss 5.027 | nll_loss {} | "
+            "task_loss 5.027 | ppl 12.99 | num_updates 738 | best_loss 5.027\n")
+    log = tmp_path / "kd.log"
+    log.write_text(line.format(1, "4.74") + "| INFO | train | epoch 001 | nll_loss 9.9\n" + line.format(2, "4.2")
+                   + line.format(2, "4.15"))
+    assert report.valid_nll_per_epoch(str(log)) == {1: 4.74, 2: 4.15}
+    assert report.valid_nll_per_epoch(str(tmp_path / "missing.log")) == {}
 
 
 def test_sequence_level_kd_data_replaces_targets_with_the_teachers_beam_outputs(trained_tiny, tmp_path):
