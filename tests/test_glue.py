@@ -152,3 +152,41 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     # the predictions fairseq validated (within one example of 277: an untrained head has near-ties that
     # batch composition can flip, and the log rounds to 0.1)
     assert abs(row["accuracy"] - valid_acc) < 100 / 277 + 0.05, row
+
+    # scripts/glue_report.py (glue_teachers.sh's report) reads what each run trained from its checkpoints
+    # and reports the run the teacher link points at: two runs, the link on the second
+    import shutil
+    import subprocess
+    import sys
+
+    import torch
+
+    from conftest import REPO
+
+    work = tmp_path / "work"
+    (work / "data-bin").mkdir(parents=True)
+    os.symlink(data, work / "data-bin" / "RTE.wordpiece")
+    for lr in ("1e-3", "2e-3"):
+        run = work / "RTE" / f"lr{lr}"
+        shutil.copytree(tmp_path / "ck", run / "checkpoints")
+        for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
+            ckpt = torch.load(run / "checkpoints" / name, map_location="cpu", weights_only=False)
+            ckpt["cfg"]["optimization"]["lr"] = [float(lr)]
+            torch.save(ckpt, run / "checkpoints" / name)
+        (run / "DONE").touch()
+        (run / "command.txt").write_text(f'LRS="{lr}" bash scripts/glue_teachers.sh\n')
+    os.symlink(work / "RTE" / "lr2e-3" / "checkpoints", work / "RTE" / "checkpoints")
+    shutil.copy(js, work / "RTE" / "measure.json")
+    (work / "RTE" / "train_seconds").write_text("120")
+    out = tmp_path / "glue.md"
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "glue_report.py"), work, "--tasks", "RTE",
+                    "--command", "bash scripts/glue_teachers.sh", "--out", out], check=True, capture_output=True)
+    report = out.read_text()
+    best = torch.load(tmp_path / "ck" / "checkpoint_best.pt", weights_only=False)["extra_state"]["best"]
+    # the table: the linked run's lr, its 4 updates = 0.50 of an epoch of 256 rows / 32, published RTE 68.8
+    assert f"| RTE | {row['accuracy']:.2f} | {row['f1']:.2f} | " in report
+    assert f"| 68.8 | {row['accuracy'] - 68.8:+.2f} | 0.002 | 4 (0.50) | " in report
+    assert (f"- RTE lr2e-3: lr 0.002, batch 32, 4 updates (0.50 epochs of 8), best dev f1 {best:.2f} at update 4 "
+            f'(chosen); trained by `LRS="2e-3" bash scripts/glue_teachers.sh`') in report
+    assert "- RTE lr1e-3: lr 0.001, batch 32, 4 updates (0.50 epochs of 8)" in report
+    assert report.count("(chosen)") == 1
