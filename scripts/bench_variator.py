@@ -26,9 +26,13 @@ encoder forward at sequence length 128, the backbone and every plugin side by si
 Choices (ours, stated in results/variator.md): bottleneck r = 16 (the paper's r = 64 is 2.1% of
 these small backbones' parameters; r = 16 keeps the plugins under 1%), Adam lr 1e-3 (the paper's
 pre-training lr) with inverse-sqrt decay, lambda = 0 (distillation only, paper Appendix B).
-Finished stages (a DONE file) are never redone; ``--force-cost`` re-measures speed.
+Finished stages (a DONE file) are never redone; ``--force-cost`` re-measures speed. A plugin is reused
+only on the backbone it was trained on (its ``backbone.txt`` holds the checkpoint's SHA-256): after a
+teacher changes (e.g. glue_teachers.sh links a better learning rate's run), the benchmark stops and
+names the plugin folders to delete.
 """
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -81,6 +85,33 @@ def stage(directory, cmds, threads):
     open(done, "w").write(time.strftime("%Y-%m-%d %H:%M:%S\n"))
 
 
+def backbone_digest(backbone):
+    """What a plugin is trained on: the SHA-256 of its backbone checkpoint (a teacher link moved to another
+    run, or a teacher retrained in place, changes it; copying the file does not)."""
+    digest = hashlib.sha256()
+    with open(backbone, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_backbone(directory, backbone):
+    """A plugin (finished or resumable) is reused only on the backbone it was trained on: plugins distil
+    that backbone's hidden states, and on another one they would be silently wrong. ``backbone.txt``
+    holds the digest and, for a reader, the path it was trained on."""
+    path, digest = os.path.join(directory, "backbone.txt"), backbone_digest(backbone)
+    recorded = open(path).read().split() if os.path.exists(path) else None
+    if recorded is None and os.path.exists(os.path.join(directory, "DONE")):
+        recorded = ["(not recorded)", "a backbone it did not record"]
+    if recorded is not None and recorded[0] != digest:
+        sys.exit(f"bench_variator: the plugin in {directory} was trained on {' '.join(recorded[1:])} "
+                 f"(sha256 {recorded[0][:12]}), but its backbone is now {os.path.realpath(backbone)} "
+                 f"(sha256 {digest[:12]}); delete {directory} to train it again on the new backbone")
+    if recorded is None:
+        os.makedirs(directory, exist_ok=True)
+        open(path, "w").write(f"{digest} {os.path.realpath(backbone)}\n")
+
+
 def train_plugin(directory, data, task_flags, backbone, k, updates, extra, threads, export_from="checkpoint_last.pt",
                  also_last=False):
     """fairseq-train a plugin of ratio k on ``backbone``; export ``export_from`` as ``directory/plugin.pt``
@@ -93,6 +124,7 @@ def train_plugin(directory, data, task_flags, backbone, k, updates, extra, threa
     exports = [(export_from, "plugin.pt")] + ([("checkpoint_last.pt", "plugin_last.pt")] if also_last else [])
     export = [[py, "-m", "user_dir.tools.variator_plugins", "export", os.path.join(directory, "checkpoints", ckpt),
                "--out", os.path.join(directory, name)] for ckpt, name in exports]
+    check_backbone(directory, backbone)
     started = time.time()
     stage(directory, [train, *export], threads)
     seconds_file = os.path.join(directory, "train_seconds")

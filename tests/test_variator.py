@@ -312,3 +312,37 @@ def test_plugins_train_on_a_real_glue_encoder_and_report_accuracy(tmp_path):
     dev = run_cli("user_dir.tools.glue_predict", data, "--path", tmp_path / "ck" / "checkpoint_last.pt",
                   "--task", "SST-2", "--subset", "valid", "--out", tmp_path / "dev.tsv", "--variator-ratio", "4")
     assert "accuracy" in dev.stdout
+
+
+def test_benchmark_reuses_a_plugin_only_on_the_backbone_it_was_trained_on(tmp_path):
+    """scripts/bench_variator.py: a finished plugin is reused while its teacher is the same checkpoint (even
+    copied); a teacher link moved to another run, or a plugin that never recorded its backbone, stops the
+    benchmark with the folder to delete, instead of scoring plugins on a backbone they did not distil."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_variator", os.path.join(REPO, "scripts", "bench_variator.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    runs = tmp_path / "teacher"
+    for name, content in (("lr2e-5", b"first teacher"), ("lr5e-5", b"second teacher")):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "checkpoint_best.pt").write_bytes(content)
+    link = runs / "checkpoints"
+    os.symlink(runs / "lr2e-5", link)
+    plugin = tmp_path / "MRPC" / "k4"
+    bench.check_backbone(str(plugin), str(link / "checkpoint_best.pt"))  # a new plugin records its backbone
+    assert str(runs / "lr2e-5" / "checkpoint_best.pt") in (plugin / "backbone.txt").read_text()
+    (plugin / "DONE").touch()
+    bench.check_backbone(str(plugin), str(link / "checkpoint_best.pt"))  # same teacher: reused
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(b"first teacher")
+    bench.check_backbone(str(plugin), str(copy))  # same content elsewhere: reused
+    os.remove(link)
+    os.symlink(runs / "lr5e-5", link)
+    with pytest.raises(SystemExit, match=rf"{plugin} was trained on .*lr2e-5.* now .*lr5e-5.*delete {plugin}"):
+        bench.check_backbone(str(plugin), str(link / "checkpoint_best.pt"))
+    (plugin / "backbone.txt").unlink()
+    with pytest.raises(SystemExit, match="did not record"):
+        bench.check_backbone(str(plugin), str(link / "checkpoint_best.pt"))
