@@ -37,6 +37,7 @@ def run_settings(run_dir):
         "command": open(command).read().strip() if os.path.isfile(command) else None,
         "lr": cfg["optimization"]["lr"][0],
         "updates": last["optimizer_history"][-1]["num_updates"],
+        "seconds": last["extra_state"]["previous_training_time"],  # fairseq's, summed over resumed parts
         "best_update": best["optimizer_history"][-1]["num_updates"],
         "best": best["extra_state"]["best"],
         "metric": cfg["checkpoint"]["best_checkpoint_metric"],
@@ -71,8 +72,6 @@ def report(work, tasks, command):
             measured = json.load(f)
         row, machine = measured["rows"][0], machine or measured["machine"]
         chosen = os.path.basename(os.path.dirname(os.path.realpath(os.path.join(work, task, "checkpoints"))))
-        with open(os.path.join(work, task, "train_seconds")) as f:
-            secs = int(f.read())
         data_dir = os.path.join(work, "data-bin", f"{task}.wordpiece")
         n_train = train_size(data_dir)
         settings = {}
@@ -88,11 +87,11 @@ def report(work, tasks, command):
             + f" | {majority_class(data_dir):.2f} | {published} | {score - published:+.2f}"
             + (f" (acc {row['accuracy'] - published:+.2f})" if task == "MRPC" else "")
             + f" | {s['lr']:g} | {s['updates']:,} ({s['updates'] / per_epoch:.2f}) | {row['params']:,} | "
-            f"{row['non_embedding_params']:,} | {secs / 60:.0f} min |")
+            f"{row['non_embedding_params']:,} | {s['seconds'] / 60:.0f} min |")
         for run, r in settings.items():
             runs_lines.append(
                 f"- {task} {run}: lr {r['lr']:g}, batch {r['batch_size']}, {r['updates']:,} updates "
-                f"({r['updates'] / per_epoch:.2f} epochs of {per_epoch:,}), best dev "
+                f"({r['updates'] / per_epoch:.2f} epochs of {per_epoch:,}) in {r['seconds'] / 60:.0f} min, best dev "
                 f"{r['metric']} {r['best']:.2f} at update {r['best_update']:,}"
                 + (" (chosen)" if run == chosen else "") + (f"; trained by `{r['command']}`" if r["command"] else ""))
     published = "; ".join(f"{model}: " + ", ".join(f"{t} {v}" for t, v in scores.items())

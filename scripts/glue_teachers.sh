@@ -20,7 +20,8 @@
 # run with the best dev metric over every finished learning rate of that task (the papers' grid search).
 # CPU_BUDGET=1 (what results/glue.md ran, for CPU time): SST-2 stops after 1,500 of its 2,105 updates,
 # RTE runs 5 epochs instead of 10.
-# A run whose training finished (its DONE file) is not retrained: a rerun only measures again.
+# A run whose training finished (its DONE file) is not retrained: a rerun only measures again; an
+# interrupted run resumes from its checkpoint_last.pt (the report's train time is fairseq's, summed over parts).
 # The report (scripts/glue_report.py) reads each run's settings from its checkpoints and the command
 # that trained it from its command.txt.
 # GPU settings: 512 positions, epochs SST-2 3, MRPC 10, RTE 10, fp16 (RoBERTa's GLUE recipe).
@@ -71,10 +72,14 @@ for TASK in $TASKS; do
   for LR in ${LRS:-$TASK_LRS}; do
   SAVE="$WORK/$TASK/lr$LR"; mkdir -p "$SAVE"
   if [ ! -f "$SAVE/DONE" ] || [ "$SMOKE" = 1 ]; then
-    start=$(date +%s)
     echo "$COMMAND" > "$SAVE/command.txt"
+    # a fresh run starts from the imported encoder; an interrupted one resumes from its last checkpoint
+    # (saved every 500 updates and at each epoch's end) with its optimizer, lr schedule and data position
+    START=(--restore-file "$MODEL/model.pt" --reset-optimizer --reset-dataloader --reset-meters)
+    [ -f "$SAVE/checkpoints/checkpoint_last.pt" ] && [ "$SMOKE" != 1 ] && \
+      START=(--restore-file "$SAVE/checkpoints/checkpoint_last.pt")
     "$PY" -m fairseq_cli.train "$DATA" --user-dir user_dir --task sentence_prediction \
-      --restore-file "$MODEL/model.pt" --reset-optimizer --reset-dataloader --reset-meters \
+      "${START[@]}" \
       "${FLAGS[@]}" --init-token 0 --num-classes "$CLASSES" --shorten-method truncate \
       --criterion glue_sentence_prediction --glue-task "$TASK" \
       --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-6 --weight-decay 0.1 --clip-norm 0.0 \
@@ -83,8 +88,7 @@ for TASK in $TASKS; do
       --best-checkpoint-metric "$METRIC" --maximize-best-checkpoint-metric --no-epoch-checkpoints \
       --validate-interval-updates 500 --save-interval-updates 500 --keep-interval-updates 1 \
       --save-dir "$SAVE/checkpoints" --log-format simple --log-interval 50 --num-workers 0 \
-      2>&1 | tee "$SAVE/train.log"
-    echo "$(( $(date +%s) - start ))" > "$SAVE/train_seconds"
+      2>&1 | tee -a "$SAVE/train.log"
     touch "$SAVE/DONE"
   fi
   done
@@ -105,7 +109,6 @@ PY
 )
   ln -sfn "$BEST/checkpoints" "$WORK/$TASK/checkpoints"
   SAVE="$WORK/$TASK"
-  cp "$SAVE/$BEST/train_seconds" "$SAVE/train_seconds"
   "$PY" -m user_dir.tools.measure "$DATA" --path "$SAVE/checkpoints/checkpoint_best.pt" --names "minilm-$TASK" \
     --glue-task "$TASK" --gen-subset valid --batch-size 32 --runs 1 "${MEASURE_DEVICE[@]}" \
     --out "$SAVE/measure.md" --json "$SAVE/measure.json"
