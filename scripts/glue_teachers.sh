@@ -10,6 +10,7 @@
 #   SMOKE=1 bash scripts/glue_teachers.sh            # 2 updates on 64 rows per task (a check of the pipeline)
 #   CPU_BUDGET=1 bash scripts/glue_teachers.sh       # the shortened run behind results/glue.md
 #   LRS="5e-5 1e-4" TASKS=RTE bash scripts/glue_teachers.sh   # a learning-rate grid for one task
+#   EPOCHS=3 LRS=5e-5 TASKS=SST-2 bash scripts/glue_teachers.sh   # more epochs (own folder, lr5e-5-ep3)
 #
 # CPU-scale settings (ours): inputs truncated to 128 WordPieces (the importer keeps the first 128
 # position vectors), batch 32 (SST-2) / 16, 6% linear warm-up then linear decay, Adam (0.9, 0.98),
@@ -29,6 +30,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 GPU="${GPU:-0}"; SMOKE="${SMOKE:-0}"; CPU_BUDGET="${CPU_BUDGET:-0}"
+EPOCHS_OVERRIDE="${EPOCHS:-}"
 if [ "$SMOKE" = 1 ]; then WORK="${WORK:-$ROOT/work/glue-smoke}"; OUT="${OUT:-$WORK/glue.md}"; fi
 WORK="${WORK:-$ROOT/work/glue}"
 OUT="${OUT:-$ROOT/results/glue.md}"
@@ -37,7 +39,7 @@ TASKS="${TASKS:-SST-2 MRPC RTE}"
 PY="${VENV:-$ROOT/.venv}/bin/python"
 # the command line that reproduces this invocation, recorded with each run and quoted in the report
 COMMAND="bash scripts/glue_teachers.sh"
-for VAR in LRS TASKS CPU_BUDGET GPU; do
+for VAR in LRS TASKS EPOCHS CPU_BUDGET GPU; do
   [ -n "${!VAR:-}" ] && [ "${!VAR}" != 0 ] && COMMAND="$VAR=\"${!VAR}\" $COMMAND"
 done
 [ -d "$GLUE_DIR" ] || { echo "glue_teachers.sh: no GLUE TSVs at $GLUE_DIR (GLUE_DIR=...)" >&2; exit 2; }
@@ -59,6 +61,8 @@ for TASK in $TASKS; do
   esac
   [ "$GPU" = 1 ] && EPOCHS=$GPU_EPOCHS
   [ "$CPU_BUDGET" = 1 ] && [ -n "$BUDGET_EPOCHS" ] && EPOCHS=$BUDGET_EPOCHS
+  # EPOCHS=N overrides the recipe's epochs; such a run trains in its own folder (lrLR-epN)
+  RUN_SUFFIX=""; [ -n "${EPOCHS_OVERRIDE:-}" ] && EPOCHS=$EPOCHS_OVERRIDE && RUN_SUFFIX="-ep$EPOCHS"
   DATA="$WORK/data-bin/$TASK.wordpiece"; ROWS=(); [ "$SMOKE" = 1 ] && ROWS=(--train-rows 64)
   # binarised once (a rerun must not rewrite files that a running training reads); delete DATA to redo
   [ -f "$DATA/label/valid.bin" ] && [ "$SMOKE" != 1 ] || \
@@ -70,7 +74,7 @@ for TASK in $TASKS; do
   # CPU_BUDGET=1: SST-2 and RTE stop early; their lr schedules still span the epochs
   [ "$CPU_BUDGET" = 1 ] && [ -n "$BUDGET_MAX_UPDATE" ] && LIMIT+=(--max-update "$BUDGET_MAX_UPDATE")
   for LR in ${LRS:-$TASK_LRS}; do
-  SAVE="$WORK/$TASK/lr$LR"; mkdir -p "$SAVE"
+  SAVE="$WORK/$TASK/lr$LR$RUN_SUFFIX"; mkdir -p "$SAVE"
   if [ ! -f "$SAVE/DONE" ] || [ "$SMOKE" = 1 ]; then
     echo "$COMMAND" > "$SAVE/command.txt"
     # a fresh run starts from the imported encoder; an interrupted one resumes from its last checkpoint
