@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -56,7 +57,7 @@ def main(argv=None):
     p.add_argument("work", help="the WORK_DIR of scripts/pet_multi30k.sh (measure.json, measure.md, kd.log)")
     p.add_argument("--command", required=True, help="the command that made the run, quoted in the report")
     p.add_argument("--recipe", default="", help="one line on the recipe's settings, quoted in the report")
-    p.add_argument("--out", required=True, help="Markdown file to write")
+    p.add_argument("--out", required=True, help="Markdown file to write (the measurement's JSON is copied beside it)")
     args = p.parse_args(argv)
     if not os.path.isfile(os.path.join(args.work, "measure.json")):
         raise SystemExit(f"pet_report: {args.work}/measure.json missing (run scripts/pet_multi30k.sh {args.work} first)")
@@ -64,7 +65,9 @@ def main(argv=None):
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)
-    print(f"[pet_report] wrote {args.out}", file=sys.stderr)
+    # the measurement's rows beside the report (OUT.json), for plots and later comparisons
+    shutil.copyfile(os.path.join(args.work, "measure.json"), os.path.splitext(args.out)[0] + ".json")
+    print(f"[pet_report] wrote {args.out} and {os.path.splitext(args.out)[0]}.json", file=sys.stderr)
 
 
 if __name__ == "__main__":
