@@ -11,6 +11,7 @@
 #   CPU_BUDGET=1 bash scripts/glue_teachers.sh       # the shortened run behind results/glue.md
 #   LRS="5e-5 1e-4" TASKS=RTE bash scripts/glue_teachers.sh   # a learning-rate grid for one task
 #   EPOCHS=3 LRS=5e-5 TASKS=SST-2 bash scripts/glue_teachers.sh   # more epochs (own folder, lr5e-5-ep3)
+#   POOLING=mean TASKS=MRPC bash scripts/glue_teachers.sh   # head on the mean of the hidden states (lr5e-5-mean)
 #
 # CPU-scale settings (ours): inputs truncated to 128 WordPieces (the importer keeps the first 128
 # position vectors), batch 32 (SST-2) / 16, 6% linear warm-up then linear decay, Adam (0.9, 0.98),
@@ -33,11 +34,11 @@ cd "$ROOT"
 # the command line that reproduces this invocation (the variables set on it, before defaults fill them),
 # recorded with each run and quoted in the report
 COMMAND="bash scripts/glue_teachers.sh"
-for VAR in LRS TASKS EPOCHS CPU_BUDGET GPU; do
+for VAR in LRS TASKS EPOCHS POOLING CPU_BUDGET GPU; do
   [ -n "${!VAR:-}" ] && [ "${!VAR}" != 0 ] && COMMAND="$VAR=\"${!VAR}\" $COMMAND"
 done
 GPU="${GPU:-0}"; SMOKE="${SMOKE:-0}"; CPU_BUDGET="${CPU_BUDGET:-0}"
-EPOCHS_OVERRIDE="${EPOCHS:-}"
+EPOCHS_OVERRIDE="${EPOCHS:-}"; POOLING="${POOLING:-cls}"
 if [ "$SMOKE" = 1 ]; then WORK="${WORK:-$ROOT/work/glue-smoke}"; OUT="${OUT:-$WORK/glue.md}"; fi
 WORK="${WORK:-$ROOT/work/glue}"
 OUT="${OUT:-$ROOT/results/glue.md}"
@@ -65,6 +66,9 @@ for TASK in $TASKS; do
   [ "$CPU_BUDGET" = 1 ] && [ -n "$BUDGET_EPOCHS" ] && EPOCHS=$BUDGET_EPOCHS
   # EPOCHS=N overrides the recipe's epochs; such a run trains in its own folder (lrLR-epN)
   RUN_SUFFIX=""; [ -n "${EPOCHS_OVERRIDE:-}" ] && EPOCHS=$EPOCHS_OVERRIDE && RUN_SUFFIX="-ep$EPOCHS"
+  # POOLING=mean: the head reads the mean of the final hidden states (all-MiniLM-L6-v2 was trained as a
+  # mean-pooling sentence encoder; its [CLS] vector was not) -- its own folder, lrLR-mean
+  [ "$POOLING" != cls ] && RUN_SUFFIX="$RUN_SUFFIX-$POOLING"
   DATA="$WORK/data-bin/$TASK.wordpiece"; ROWS=(); [ "$SMOKE" = 1 ] && ROWS=(--train-rows 64)
   # binarised once (a rerun must not rewrite files that a running training reads); delete DATA to redo
   [ -f "$DATA/label/valid.bin" ] && [ "$SMOKE" != 1 ] || \
@@ -86,7 +90,8 @@ for TASK in $TASKS; do
       START=(--restore-file "$SAVE/checkpoints/checkpoint_last.pt")
     "$PY" -m fairseq_cli.train "$DATA" --user-dir user_dir --task sentence_prediction \
       "${START[@]}" \
-      "${FLAGS[@]}" --init-token 0 --num-classes "$CLASSES" --shorten-method truncate \
+      "${FLAGS[@]}" --classification-pooling "$POOLING" --init-token 0 --num-classes "$CLASSES" \
+      --shorten-method truncate \
       --criterion glue_sentence_prediction --glue-task "$TASK" \
       --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-6 --weight-decay 0.1 --clip-norm 0.0 \
       --lr "$LR" --lr-scheduler polynomial_decay --total-num-update "$TOTAL" --warmup-updates "$WARMUP" \

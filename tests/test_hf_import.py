@@ -115,6 +115,45 @@ def test_wordpiece_gives_the_hugging_face_tokenizers_ids(imported):
         assert ids == tok(s, add_special_tokens=False)["input_ids"], s
 
 
+def test_mean_pooling_head_reads_the_sentence_transformers_embedding(imported):
+    """--classification-pooling mean: the head sees the mean of the final hidden states over the real
+    tokens (sentence-transformers' pooling, computed here from Hugging Face's attention mask), so a
+    padded batch gives each sentence the logits it gets alone."""
+    transformers = _transformers()
+    import user_dir  # noqa: F401
+    from fairseq import checkpoint_utils
+
+    from user_dir.bert.hf_bert_model import MeanPoolClassificationHead
+    from user_dir.tools.import_hf_bert import dictionary_order
+
+    hf = transformers.BertModel.from_pretrained(MINILM_DIR).eval()
+    tok = transformers.BertTokenizer.from_pretrained(MINILM_DIR)
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task(
+        [os.path.join(imported, "model.pt")], arg_overrides={"classification_pooling": "mean"})
+    model = models[0]
+    model.register_classification_head("head", num_classes=3)
+    model.eval()
+    head = model.classification_heads["head"]
+    assert isinstance(head, MeanPoolClassificationHead)
+    vocab = [line.rstrip("\n") for line in open(os.path.join(MINILM_DIR, "vocab.txt"), encoding="utf-8")]
+    to_fairseq = {bert_id: i for i, bert_id in enumerate(dictionary_order(vocab))}
+    sentences = _english_sentences(8)
+    batch = tok(sentences, padding=True, return_tensors="pt")
+    src = batch["input_ids"].clone().apply_(lambda i: to_fairseq[i])
+    assert (src == 1).any()  # the batch is padded
+    with torch.no_grad():
+        logits, _ = model(src, classification_head_name="head")
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        embedding = (hf(**batch).last_hidden_state * mask).sum(1) / mask.sum(1)
+        expected = head.out_proj(torch.tanh(head.dense(embedding)))
+        alone, _ = model(src[:1, : int(batch["attention_mask"][0].sum())], classification_head_name="head")
+        features, _ = model(src, features_only=True)
+    assert torch.allclose(logits, expected, atol=1e-4), (logits - expected).abs().max()
+    assert torch.allclose(alone, logits[:1], atol=1e-5)
+    with pytest.raises(ValueError, match="--classification-pooling mean needs the padding mask"):
+        head(features)
+
+
 @needs_shared_data
 def test_fine_tunes_on_real_sst2_and_writes_glue_submissions(imported, tmp_path):
     data = tmp_path / "SST-2"
@@ -125,6 +164,7 @@ def test_fine_tunes_on_real_sst2_and_writes_glue_submissions(imported, tmp_path)
     train = run_cli("fairseq_cli.train", data, "--user-dir", USER_DIR, "--task", "sentence_prediction",
                     "--restore-file", os.path.join(imported, "model.pt"), "--reset-optimizer", "--reset-dataloader",
                     "--reset-meters", "--init-token", "0", *flags, "--num-classes", "2",
+                    "--classification-pooling", "mean",
                     "--criterion", "glue_sentence_prediction", "--glue-task", "SST-2", "--optimizer", "adam",
                     "--lr", "2e-5", "--batch-size", "16", "--max-update", "4",
                     "--save-dir", tmp_path / "ckpt", "--cpu", "--log-format", "simple", "--log-interval", "1",
@@ -132,6 +172,13 @@ def test_fine_tunes_on_real_sst2_and_writes_glue_submissions(imported, tmp_path)
     log = train.stdout + train.stderr
     assert "loaded checkpoint" in log.lower() and "num_updates 4" in log
     ckpt = tmp_path / "ckpt" / "checkpoint_last.pt"
+    import user_dir  # noqa: F401
+    from fairseq import checkpoint_utils
+
+    from user_dir.bert.hf_bert_model import MeanPoolClassificationHead
+
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(ckpt)])
+    assert isinstance(models[0].classification_heads["sentence_classification_head"], MeanPoolClassificationHead)
     out = tmp_path / "SST-2.tsv"
     run_cli("user_dir.tools.glue_predict", data, "--path", ckpt, "--task", "SST-2", "--out", out)
     lines = out.read_text().splitlines()

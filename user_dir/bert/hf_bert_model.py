@@ -16,11 +16,37 @@ the importer and by this subclass:
 
 Pairs go in BERT's layout ``[CLS] a [SEP] b [SEP]`` with ``--init-token 0`` and NO
 ``--separator-token`` (fairseq's <s> and </s> are BERT's [CLS] and [SEP] in the imported dictionary).
+
+Sentence-level heads read the [CLS] vector (``--classification-pooling cls``, BERT's and RoBERTa's
+choice) or the mean of the final hidden states over the non-padding tokens (``mean``): the
+pooling a sentence-transformers checkpoint such as all-MiniLM-L6-v2 was trained with, whose [CLS]
+vector was never trained to summarise the input.
 """
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta import RobertaModel
+from fairseq.models.roberta.model import RobertaClassificationHead
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from torch import nn
+
+POOLINGS = ("cls", "mean")
+
+
+class MeanPoolClassificationHead(RobertaClassificationHead):
+    """RoBERTa's classification head (dropout, dense, activation, dropout, projection) on the mean of
+    the final hidden states over the non-padding tokens ([CLS] and [SEP] included, as in
+    sentence-transformers' mean pooling) instead of on the [CLS] vector."""
+
+    def forward(self, features, padding_mask=None, **kwargs):
+        if padding_mask is None:
+            raise ValueError("--classification-pooling mean needs the padding mask: call the head as "
+                             "head(features, padding_mask=src_tokens.eq(pad)) or through the model's forward")
+        keep = (~padding_mask).unsqueeze(-1).to(features.dtype)
+        x = (features * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)
+        x = self.dropout(x)
+        x = self.dense(x)
+        x = self.activation_fn(x)
+        x = self.dropout(x)
+        return self.out_proj(x)
 
 
 @register_model("hf_bert")
@@ -32,6 +58,9 @@ class HFBertModel(RobertaModel):
         RobertaModel.add_args(parser)
         parser.add_argument("--layernorm-eps", type=float,
                             help="epsilon of every LayerNorm (BERT: 1e-12; fairseq's layers: 1e-5)")
+        parser.add_argument("--classification-pooling", choices=POOLINGS,
+                            help="what sentence-level heads read: the [CLS] vector (BERT, RoBERTa; default) "
+                                 "or the mean over non-padding tokens (sentence-transformers checkpoints)")
 
     @classmethod
     def build_model(cls, args, task):
@@ -39,8 +68,25 @@ class HFBertModel(RobertaModel):
         set_layernorm_eps(model, args.layernorm_eps)
         return model
 
+    def forward(self, src_tokens, features_only=False, return_all_hiddens=False, classification_head_name=None,
+                **kwargs):
+        if classification_head_name is None:
+            return super().forward(src_tokens, features_only, return_all_hiddens, **kwargs)
+        x, extra = self.encoder(src_tokens, True, return_all_hiddens, **kwargs)
+        padding_mask = src_tokens.eq(self.encoder.sentence_encoder.padding_idx)
+        return self.classification_heads[classification_head_name](x, padding_mask=padding_mask), extra
+
     def register_classification_head(self, name, num_classes=None, inner_dim=None, **kwargs):
         super().register_classification_head(name, num_classes=num_classes, inner_dim=inner_dim, **kwargs)
+        if getattr(self.args, "classification_pooling", "cls") == "mean":
+            cls_head = self.classification_heads[name]
+            head = MeanPoolClassificationHead(
+                input_dim=self.args.encoder_embed_dim, inner_dim=cls_head.dense.out_features,
+                num_classes=cls_head.out_proj.out_features, activation_fn=self.args.pooler_activation_fn,
+                pooler_dropout=self.args.pooler_dropout, q_noise=self.args.quant_noise_pq,
+                qn_block_size=self.args.quant_noise_pq_block_size,
+                do_spectral_norm=self.args.spectral_norm_classification_head)
+            self.classification_heads[name] = head
         eps = getattr(self.args, "layernorm_eps", None)
         if eps is not None:
             set_layernorm_eps(self.classification_heads[name], eps)
@@ -56,6 +102,7 @@ def set_layernorm_eps(module: nn.Module, eps: float) -> None:
 def hf_bert(args):
     """BERT-base widths (12 layers, 768, 12 heads, FFN 3072, 512 positions); every one is a flag."""
     args.layernorm_eps = getattr(args, "layernorm_eps", 1e-12)
+    args.classification_pooling = getattr(args, "classification_pooling", "cls")
     args.max_positions = getattr(args, "max_positions", 512)
     roberta_base_architecture(args)
 

@@ -102,7 +102,7 @@ class VariatorDistillCriterion(FairseqCriterion):
         logits = None
         if is_sentence and (self.task_weight > 0 or not model.training):
             with eval_mode(model):
-                logits = model.classification_heads[self.head](extra)
+                logits = model.classification_heads[self.head](extra, padding_mask=pad)
         if self.task_weight > 0:
             if is_sentence and self.regression:
                 task_loss = F.mse_loss(logits.view(-1).float(), sample["target"].view(-1).float())
