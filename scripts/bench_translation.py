@@ -200,8 +200,8 @@ def summarise(rows, grid, args, command):
     lines += [f"| {r['name']} | {r['bleu_tok']:.2f} | {r['sacrebleu']:.2f} | {r['sentences_per_s']:.1f} |" for r in rows]
     lines += ["", f"Machine: {args.machine}.", f"Date: {time.strftime('%Y-%m-%d')}.",
               "", "Command (trains and measures only what is missing):", "```", command, "```",
-              f"Training logs: `{work}/<budget>/<method>-s<seed>/<stage>/train.log`; the full measurement "
-              f"table: `{work}/measure.md`.", ""]
+              f"Training logs: `{work}/<budget>/<method>-s<seed>/<stage>/train.log` (budget: "
+              f"`u<updates>-w<warm-up>-e<enc>-d<dec>`); the full measurement table: `{work}/<budget>/measure.md`.", ""]
     return "\n".join(lines), stats, teacher
 
 
@@ -324,11 +324,12 @@ def main(argv=None):
             print(f"[bench] trained {m} seed {s}", file=sys.stderr, flush=True)
 
     names = ["teacher"] + [f"{m}-s{s}" for m, s in runs]
-    measure_json = os.path.join(args.work, "measure.json")
+    # one measurement per budget: the long-budget comparison does not overwrite the 800-update grid's
+    measure_json = os.path.join(args.work, budget, "measure.json")
     cmd = [sys.executable, "-m", "user_dir.tools.measure", data, "--path", args.teacher,
            *[checkpoints[n] for n in names[1:]], "--names", *names,
            "--raw-reference", os.path.join(data, "text", "test.raw.en"), "--beam", "5", "--batch-size", "128",
-           "--runs", str(args.measure_runs), "--out", os.path.join(args.work, "measure.md"), "--json", measure_json]
+           "--runs", str(args.measure_runs), "--out", os.path.join(args.work, budget, "measure.md"), "--json", measure_json]
     if args.max_sentences:
         cmd += ["--max-sentences", str(args.max_sentences)]
     if measured_already(measure_json, cmd):

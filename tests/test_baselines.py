@@ -1,5 +1,7 @@
 """PET's competitors: Patient-KD (criterion) and CAN (model), on real Multi30k data."""
 import math
+import subprocess
+import sys
 import os
 
 import pytest
@@ -269,6 +271,31 @@ def test_pet_report_reads_the_validation_nll_of_every_kd_epoch_once(tmp_path):
                    + line.format(2, "4.15"))
     assert report.valid_nll_per_epoch(str(log)) == {1: 4.74, 2: 4.15}
     assert report.valid_nll_per_epoch(str(tmp_path / "missing.log")) == {}
+
+
+def test_learning_curves_place_each_log_after_its_offset_and_keep_a_resumed_runs_last_line(tmp_path):
+    """scripts/learning_curves.py: validation NLL by total updates (a KD stage after a warm-up of OFFSET
+    updates), one row per update count, '-' where a run has no value, and a clear error for a log
+    without validation lines."""
+    from conftest import REPO
+
+    line = ("2026-11-22 23:09:07 | INFO | valid | epoch {:03d} | valid on 'valid' subset | loss 5.027 | nll_loss {} | "
+            "task_loss 5.027 | ppl 12.99 | num_updates {} | best_loss 5.027\n")
+    pet, plain, empty = tmp_path / "pet.log", tmp_path / "plain.log", tmp_path / "empty.log"
+    pet.write_text(line.format(1, "4.74", 246) + line.format(2, "4.2", 492) + line.format(2, "4.15", 492))
+    plain.write_text(line.format(1, "6.12", 246) + "| INFO | train | epoch 001 | nll_loss 9.9 | num_updates 246\n"
+                     + line.format(4, "3.9", 984))
+    empty.write_text("| INFO | train | epoch 001 | nll_loss 9.9 | num_updates 246\n")
+    out = tmp_path / "curves" / "long.md"
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "learning_curves.py"),
+                           "--run", "PET", str(pet), "738", "--run", "word KD", str(plain), "0", "--out", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    rows = [r for r in out.read_text().splitlines() if r.startswith("| ") and r[2].isdigit()]
+    assert rows == ["| 246 | - | 6.120 |", "| 984 | 4.740 | 3.900 |", "| 1,230 | 4.150 | - |"]
+    bad = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "learning_curves.py"),
+                          "--run", "x", str(empty), "0", "--out", str(out)], capture_output=True, text=True)
+    assert bad.returncode != 0 and "has no validation line" in bad.stderr
 
 
 def test_sequence_level_kd_data_replaces_targets_with_the_teachers_beam_outputs(trained_tiny, tmp_path):
