@@ -43,7 +43,14 @@ def run_settings(run_dir):
         "metric": cfg["checkpoint"]["best_checkpoint_metric"],
         "batch_size": cfg["dataset"]["batch_size"],
         "pooling": getattr(cfg["model"], "classification_pooling", None) or "cls",
+        "segments": getattr(cfg["model"], "segment_embeddings", None) or 0,
     }
+
+
+def model_choices(run):
+    """What a run changed from the recipe's default model (shown beside its lr in the table)."""
+    return ([f"{run['pooling']} pooling"] if run["pooling"] != "cls" else []) + (
+        [f"{run['segments']} segment embeddings"] if run["segments"] else [])
 
 
 def majority_class(data_dir):
@@ -90,12 +97,13 @@ def report(work, tasks, command):
             f"| {task} | {row['accuracy']:.2f} | " + (f"{row['f1']:.2f}" if "f1" in row else "-")
             + f" | {majority_class(data_dir):.2f} | {published} | {score - published:+.2f}"
             + (f" (acc {row['accuracy'] - published:+.2f})" if task == "MRPC" else "")
-            + f" | {s['lr']:g}" + (f" ({s['pooling']} pooling)" if s["pooling"] != "cls" else "")
+            + f" | {s['lr']:g}" + "".join(f" ({x})" for x in model_choices(s))
             + f" | {s['updates']:,} ({s['updates'] / per_epoch(s):.2f}) | {row['params']:,} | "
             f"{row['non_embedding_params']:,} | {s['seconds'] / 60:.0f} min |")
         for run, r in settings.items():
             runs_lines.append(
-                f"- {task} {run}: lr {r['lr']:g}, batch {r['batch_size']}, {r['pooling']} pooling, {r['updates']:,} updates "
+                f"- {task} {run}: lr {r['lr']:g}, batch {r['batch_size']}, {r['pooling']} pooling, "
+                f"{r['segments'] or 'one'} segment embedding{'s' if r['segments'] else ''}, {r['updates']:,} updates "
                 f"({r['updates'] / per_epoch(r):.2f} epochs of {per_epoch(r):,}) in {r['seconds'] / 60:.0f} min, best dev "
                 f"{r['metric']} {r['best']:.2f} at update {r['best_update']:,}"
                 + (" (chosen)" if run == chosen else "") + (f"; trained by `{r['command']}`" if r["command"] else ""))

