@@ -102,8 +102,14 @@ def train_teacher(work, data, updates, threads, extra):
         log.flush()
         if subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT) != 0:
             raise SystemExit(f"teacher training failed; see {save_dir}/train.log")
+    import torch
+
+    # fairseq's own training time, summed over resumed parts (an interrupted part is not lost)
+    seconds = torch.load(last, map_location="cpu", weights_only=False)["extra_state"].get("previous_training_time")
+    if seconds is None:
+        seconds = started_before + time.time() - started
     with open(done, "w") as f:
-        json.dump({"updates": updates, "seconds": started_before + time.time() - started, "threads": threads}, f)
+        json.dump({"updates": updates, "seconds": seconds, "threads": threads}, f)
     return last
 
 

@@ -160,7 +160,8 @@ def summarise(rows, grid, args, command):
              f"{args.updates} updates from scratch (PET: the first {args.warmup_updates} on the simplified "
              f"warm-up task) and is scored at its last update. BLEU is the mean +- sample std over seeds; "
              f"sent/s the mean over seeds of each model's median of {args.measure_runs} timed runs, all models "
-             f"measured in turn in one run with nothing else running. Compression = non-embedding parameters "
+             f"measured in turn in one run (comparable within this table; the machine line gives the load the "
+             f"measurement ran under). Compression = non-embedding parameters "
              f"in % of the teacher's. The paper's column: IWSLT'14 DE->EN, Transformer teacher {PAPER_TEACHER_BLEU} BLEU "
              f"(PET Table 7) -- a different scale, for orientation only.", ""]
     stats = {}
@@ -198,7 +199,11 @@ def summarise(rows, grid, args, command):
     lines += ["", "Methods:", ""] + [f"- `{m}`: {grid[m][1]}" for m in by_method]
     lines += ["", "Per run:", "", "| run | BLEU (tok) | sacreBLEU | sent/s |", "|---|---|---|---|"]
     lines += [f"| {r['name']} | {r['bleu_tok']:.2f} | {r['sacrebleu']:.2f} | {r['sentences_per_s']:.1f} |" for r in rows]
-    lines += ["", f"Machine: {args.machine}.", f"Date: {time.strftime('%Y-%m-%d')}.",
+    load = (f"1-minute load average when the measurement ended: {args.load_after_measure:.1f} (above ~1 on 2 cores "
+            "the timings shared the CPU with other jobs)" if args.load_after_measure is not None
+            else "measurement reused from an earlier run of this command")
+    lines += ["", f"Machine: {args.machine}; {load}.",
+              f"Date: {time.strftime('%Y-%m-%d')}.",
               "", "Command (trains and measures only what is missing):", "```", command, "```",
               f"Training logs: `{work}/<budget>/<method>-s<seed>/<stage>/train.log` (budget: "
               f"`u<updates>-w<warm-up>-e<enc>-d<dec>`); the full measurement table: `{work}/<budget>/measure.md`.", ""]
@@ -334,8 +339,10 @@ def main(argv=None):
         cmd += ["--max-sentences", str(args.max_sentences)]
     if measured_already(measure_json, cmd):
         print(f"[bench] {measure_json} already measures these checkpoints: not measuring again", file=sys.stderr)
+        args.load_after_measure = None
     else:
         subprocess.check_call(cmd, cwd=ROOT)
+        args.load_after_measure = os.getloadavg()[0]
     with open(measure_json) as f:
         rows = json.load(f)["rows"]
     summary, stats, teacher = summarise(rows, grid, args, command)

@@ -185,7 +185,7 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     # the table: the linked run's lr, its 4 updates = 0.50 of an epoch of 256 rows / 32, published RTE 68.8
     assert f"| RTE | {row['accuracy']:.2f} | {row['f1']:.2f} | " in report
     assert f"| 68.8 | {row['accuracy'] - 68.8:+.2f} | 0.002 | 4 (0.50) | " in report
-    assert (f"- RTE lr2e-3: lr 0.002, batch 32, cls pooling, one segment embedding, 4 updates (0.50 epochs of 8) in 0 min, best dev f1 {best:.2f} at update 4 "
+    assert (f"- RTE lr2e-3: lr 0.002, batch 32, cls pooling, segment 0 only, 4 updates (0.50 epochs of 8) in 0 min, best dev f1 {best:.2f} at update 4 "
             f'(chosen); trained by `LRS="2e-3" bash scripts/glue_teachers.sh`') in report
-    assert "- RTE lr1e-3: lr 0.001, batch 32, cls pooling, one segment embedding, 4 updates (0.50 epochs of 8)" in report
+    assert "- RTE lr1e-3: lr 0.001, batch 32, cls pooling, segment 0 only, 4 updates (0.50 epochs of 8)" in report
     assert report.count("(chosen)") == 1
