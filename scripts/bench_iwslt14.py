@@ -89,8 +89,10 @@ def train_teacher(work, data, updates, threads, extra):
         if previous["updates"] >= updates:
             return last
         started_before = previous["seconds"]
+        # a continued teacher: say how each part ran
+        threads_record = threads if str(previous["threads"]) == str(threads) else f"{previous['threads']} then {threads}"
     else:
-        started_before = 0.0
+        started_before, threads_record = 0.0, threads
     os.makedirs(save_dir, exist_ok=True)
     cmd = [sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", os.path.join(ROOT, "user_dir"), *TEACHER,
            "--max-update", str(updates), "--max-epoch", "1000", "--seed", "1", "--cpu", "--save-dir", save_dir,
@@ -109,7 +111,7 @@ def train_teacher(work, data, updates, threads, extra):
     if seconds is None:
         seconds = started_before + time.time() - started
     with open(done, "w") as f:
-        json.dump({"updates": updates, "seconds": seconds, "threads": threads}, f)
+        json.dump({"updates": updates, "seconds": seconds, "threads": threads_record}, f)
     return last
 
 
