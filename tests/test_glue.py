@@ -189,3 +189,24 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
             f'(chosen); trained by `LRS="2e-3" bash scripts/glue_teachers.sh`') in report
     assert "- RTE lr1e-3: lr 0.001, batch 32, cls pooling, segment 0 only, 4 updates (0.50 epochs of 8)" in report
     assert report.count("(chosen)") == 1
+
+
+def test_glue_report_compares_each_model_variant_with_the_default_models_best_run():
+    """scripts/glue_report.py: a run that changed the model (pooling, segments) is set against the best
+    run of the default model on its task, better or not computed from the scores."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("glue_report", os.path.join(REPO, "scripts", "glue_report.py"))
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    runs = {"lr2e-5": {"best": 86.4, "metric": "f1", "pooling": "cls", "segments": 0},
+            "lr5e-5": {"best": 87.5, "metric": "f1", "pooling": "cls", "segments": 0},
+            "lr5e-5-mean": {"best": 88.0, "metric": "f1", "pooling": "mean", "segments": 0},
+            "lr5e-5-seg2": {"best": 85.9, "metric": "f1", "pooling": "cls", "segments": 2}}
+    assert report.variants_against_default("MRPC", runs) == [
+        "- MRPC lr5e-5-mean (mean pooling): best dev f1 88.00 against 87.50 with the default model (+0.50: better)",
+        "- MRPC lr5e-5-seg2 (2 segment embeddings): best dev f1 85.90 against 87.50 with the default model "
+        "(-1.60: not better)"]
+    assert report.variants_against_default("MRPC", {"lr5e-5-mean": runs["lr5e-5-mean"]}) == []

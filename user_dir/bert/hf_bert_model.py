@@ -83,13 +83,16 @@ class HFBertModel(RobertaModel):
                             help="epsilon of every LayerNorm (BERT: 1e-12; fairseq's layers: 1e-5)")
         parser.add_argument("--segment-embeddings", type=int, metavar="N",
                             help="BERT token types kept as an embedding (2: pairs encoded as BERT encodes them; "
-                                 "0: segment 0 only, folded into the positions, as RoBERTa)")
+                                 "default 0: segment 0 only, folded into the positions, as RoBERTa)")
         parser.add_argument("--classification-pooling", choices=POOLINGS,
                             help="what sentence-level heads read: the [CLS] vector (BERT, RoBERTa; default) "
                                  "or the mean over non-padding tokens (sentence-transformers checkpoints)")
 
     @classmethod
     def build_model(cls, args, task):
+        if args.segment_embeddings < 0:
+            raise ValueError(f"--segment-embeddings {args.segment_embeddings}: the number of BERT token types "
+                             "kept (0 or BERT's type_vocab_size, 2)")
         model = super().build_model(args, task)
         if args.segment_embeddings:
             encoder = model.encoder.sentence_encoder

@@ -163,7 +163,7 @@ def convert_state(config: dict, state: Dict[str, torch.Tensor], order: List[int]
         positions = positions[:max_positions]  # shorter inputs: the first rows, exactly as the checkpoint uses them
     mapped[emb + "embed_positions.weight"] = torch.cat([positions.new_zeros(2, positions.size(1)), positions + segment0])
     if segments(config, fold_segments):  # the other token types, relative to the folded segment 0
-        types = state["embeddings.token_type_embeddings.weight"]
+        types = take("embeddings.token_type_embeddings.weight")
         mapped[emb + "embed_tokens.segments"] = types - types[0]
     mapped[emb + "layernorm_embedding.weight"] = take("embeddings.LayerNorm.weight")
     mapped[emb + "layernorm_embedding.bias"] = take("embeddings.LayerNorm.bias")
