@@ -12,6 +12,7 @@ import collections
 import glob
 import json
 import os
+import re
 import time
 
 # Dev scores published for the MiniLM family (microsoft/unilm, minilm/README.md, "Fine-tuning on NLU
@@ -44,7 +45,19 @@ def run_settings(run_dir):
         "batch_size": cfg["dataset"]["batch_size"],
         "pooling": getattr(cfg["model"], "classification_pooling", None) or "cls",
         "segments": getattr(cfg["model"], "segment_embeddings", None) or 0,
+        "accuracies": dev_accuracies(run_dir),
     }
+
+
+def dev_accuracies(run_dir):
+    """Dev accuracy at every validation of a run, from its train.log (fairseq's log rounds to 0.1);
+    empty without a log. For a task chosen by another metric (MRPC: F1) it shows how far accuracy got."""
+    log = os.path.join(run_dir, "train.log")
+    if not os.path.isfile(log):
+        return []
+    pattern = re.compile(r"valid on 'valid' subset .*?\| accuracy ([\d.]+) ")
+    with open(log, errors="replace") as f:
+        return [float(m.group(1)) for line in f if (m := pattern.search(line))]
 
 
 def model_choices(run):
@@ -119,7 +132,10 @@ def report(work, tasks, command):
                 f"{str(r['segments']) + ' segment embeddings' if r['segments'] else 'segment 0 only'}, {r['updates']:,} updates "
                 f"({r['updates'] / per_epoch(r):.2f} epochs of {per_epoch(r):,}) in {r['seconds'] / 60:.0f} min, best dev "
                 f"{r['metric']} {r['best']:.2f} at update {r['best_update']:,}"
-                + (" (chosen)" if run == chosen else "") + (f"; trained by `{r['command']}`" if r["command"] else ""))
+                + (" (chosen)" if run == chosen else "")
+                + (f", highest dev accuracy over its {len(r['accuracies'])} evaluations {max(r['accuracies']):.1f}"
+                   if r["metric"] != "accuracy" and r["accuracies"] else "")
+                + (f"; trained by `{r['command']}`" if r["command"] else ""))
         variant_lines += variants_against_default(task, settings)
     published = "; ".join(f"{model}: " + ", ".join(f"{t} {v}" for t, v in scores.items())
                           for model, scores in PUBLISHED.items())
