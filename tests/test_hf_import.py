@@ -296,3 +296,34 @@ def test_roberta_architecture_import_matches_hugging_face(tmp_path):
         logits_fs, _ = model(ids)
     assert torch.allclose(ours[mask], expected[mask], atol=1e-5), (ours[mask] - expected[mask]).abs().max()
     assert torch.allclose(logits_fs[mask][:, : len(vocab)], logits_hf[mask], atol=1e-4)
+
+
+@needs_shared_data
+def test_glue_recipe_fine_tunes_a_hugging_face_directory_given_as_hf_model(tmp_path):
+    """scripts/glue_teachers.sh HF_MODEL=DIR: a user's own BERT-family checkpoint directory goes through the
+    same recipe (import, WordPiece data, fine-tuning, dev measurement, submission, report under its name);
+    a directory that is not a BERT checkpoint stops before anything runs."""
+    import subprocess
+
+    hf_dir = tmp_path / "my-bert"
+    shutil.copytree(MINILM_DIR, hf_dir)
+    work = tmp_path / "work"
+    env = dict(os.environ, SMOKE="1", HF_MODEL=str(hf_dir), TASKS="SST-2", WORK=str(work), VENV=sys.prefix,
+               GLUE_DIR=os.path.join(SHARED_DATA, "glue"), OMP_NUM_THREADS="1")
+    script = os.path.join(REPO, "scripts", "glue_teachers.sh")
+    proc = subprocess.run(["bash", script], env=env, capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert (work / "imported-p128" / "model.pt").is_file() and not (work / "minilm-p128").exists()
+    report = (work / "glue.md").read_text()
+    assert report.startswith("# GLUE teachers: my-bert imported and fine-tuned with fairseq")
+    assert "| SST-2 | " in report and "The checkpoint fine-tuned here is my-bert (HF_MODEL)" in report
+    assert 'HF_MODEL="' + str(hf_dir) in (work / "SST-2" / "lr1e-4" / "command.txt").read_text()
+    rows = (work / "SST-2" / "submission" / "SST-2.tsv").read_text().splitlines()
+    assert rows[0] == "index\tprediction" and len(rows) == 1 + 1821
+
+    (tmp_path / "roberta").mkdir()
+    (tmp_path / "roberta" / "config.json").write_text(json.dumps({"model_type": "roberta"}))
+    for bad, message in ((tmp_path / "roberta", "model_type 'roberta'"), (tmp_path / "nothing", "has no config.json")):
+        proc = subprocess.run(["bash", script], env=dict(env, HF_MODEL=str(bad)), capture_output=True, text=True,
+                              cwd=REPO)
+        assert proc.returncode == 2 and message in proc.stderr and "HF_MODEL=" in proc.stderr, proc.stderr
