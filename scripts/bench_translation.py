@@ -153,6 +153,10 @@ def summarise(rows, grid, args, command):
     def mean_std(values):
         return (statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0)
 
+    def shown(values):  # "mean +- std", or the single value of a one-seed method (no spread to show)
+        m, sd = mean_std(values)
+        return f"{m:.2f} +- {sd:.2f}" if len(values) > 1 else f"{m:.2f}"
+
     work = os.path.relpath(args.work, ROOT)
     lines = ["# Translation benchmark: compressing the Multi30k DE->EN teacher", "",
              f"Teacher: `{os.path.relpath(args.teacher, ROOT)}` (3+3 layers, width 256). Test set: test_2016_flickr "
@@ -176,12 +180,13 @@ def summarise(rows, grid, args, command):
         for method, runs in by_method.items():
             if (grid[method][0] == "ablation") != (group == "ablation"):
                 continue
-            tok, sacre = mean_std([r["bleu_tok"] for r in runs]), mean_std([r["sacrebleu"] for r in runs])
+            tok = mean_std([r["bleu_tok"] for r in runs])
             speed = statistics.mean(r["sentences_per_s"] for r in runs)
             stats[method] = dict(bleu=tok, speed=speed, compression=runs[0]["compression_rate"])
             paper = PAPER.get(method)
             paper = f"{paper[0] + '%, ' if paper[0] else ''}{paper[1]}" if paper else ""
-            out.append(f"| {method} | {len(runs)} | {tok[0]:.2f} +- {tok[1]:.2f} | {sacre[0]:.2f} +- {sacre[1]:.2f} | "
+            out.append(f"| {method} | {len(runs)} | {shown([r['bleu_tok'] for r in runs])} | "
+                       f"{shown([r['sacrebleu'] for r in runs])} | "
                        f"{runs[0]['non_embedding_params']:,} | {runs[0]['compression_rate']:.2f}% | "
                        f"{runs[0]['weights_mb']:.1f} | {speed:.1f} | {speed / teacher['sentences_per_s']:.2f}x | "
                        f"{paper} |")
