@@ -89,13 +89,20 @@ def methods(enc, dec, can_dim, can_layers):
                                "CE on the teacher's beam-5 outputs of the training set (user_dir/tools/seq_kd_data.py)",
                       plain_arch(enc, dec), [("ce", CE, "all")])
     pet_stages = [("warmup", WARMUP, "warmup"), ("kd", KD, "rest")]
-    for pairing in ("adjacent", "mirrored", "none"):
+    for pairing in ("adjacent", "mirrored"):
         grid[f"pet-layers-{pairing}"] = ("ablation", f"PET, layer pairing {pairing} (Table 2)",
                                          pet_arch(enc, dec, "--layer-pairing", pairing), pet_stages)
+    # Table 2's "No pair": the 4+4-layer student without layer- or matrix-wise pairs (PET's encoder
+    # Q<->K pairs matrices across a layer pair, so it cannot stay): twice PET's layer parameters
+    grid["pet-layers-none"] = ("ablation", "PET's 4+4 student with no sharing at all (Table 2, No pair)",
+                               pet_arch(enc, dec, "--layer-pairing", "none", "--encoder-matrix-pairs", "none",
+                                        "--decoder-matrix-pairs", "none"), pet_stages)
     for pairs in ("kv", "vq", "none"):
         grid[f"pet-enc-{pairs}"] = ("ablation", f"PET, encoder matrix pairs {pairs} (Table 3)",
                                     pet_arch(enc, dec, "--encoder-matrix-pairs", pairs), pet_stages)
-    for pairs in ("qself-kself", "kv-self-ed", "swap-qk-all", "none"):
+    # swap-qk-all trades the encoder-decoder attention's q (dec x dec) and k (dec x enc) projections: it
+    # exists only for equal widths (ours are 128/96 to stay under 10% of the teacher)
+    for pairs in ("qself-kself", "kv-self-ed") + (("swap-qk-all",) if enc == dec else ()) + ("none",):
         grid[f"pet-dec-{pairs}"] = ("ablation", f"PET, decoder matrix pairs {pairs} (Tables 4, 8)",
                                     pet_arch(enc, dec, "--decoder-matrix-pairs", pairs), pet_stages)
     for mapping in ("output-layer", "projection"):

@@ -146,3 +146,32 @@ def test_beam_search_agrees_with_teacher_forcing(multi30k_slice):
             lprobs = torch.log_softmax(logits.float(), dim=-1)[0]
             forced = lprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
             assert torch.allclose(forced, best["positional_scores"], atol=1e-4), (i, forced, best["positional_scores"])
+
+
+def test_every_model_of_the_translation_benchmark_builds(multi30k_slice):
+    """scripts/bench_translation.py's grid names only valid students: every method and PET ablation
+    builds (its warm-up criterion's flags parse), and Table 2's No-pair student is the 4+4-layer
+    model with nothing shared, twice the layer parameters of the plain 2+2 student PET shares down to."""
+    import importlib.util
+
+    from fairseq import options, tasks
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_translation", os.path.join(REPO, "scripts", "bench_translation.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    non_embedding = {}
+    for name, (_, _, arch, stages) in bench.methods(128, 96, 96, 6).items():
+        criterion = stages[0][1] if stages[0][0] == "warmup" else []
+        args = options.parse_args_and_arch(options.get_training_parser(), [
+            multi30k_slice, "--task", "translation", "-s", "de", "-t", "en", "--user-dir", USER_DIR, *arch, *criterion])
+        task = tasks.setup_task(args)
+        model = task.build_model(args)  # (the warm-up criterion's flags are parsed; building it needs a teacher)
+        non_embedding[name] = count_parameters(model).non_embedding
+    assert non_embedding["pet"] == 483_072 and non_embedding["word-kd"] == 501_696  # results/translation.md
+    plain_layers = non_embedding["word-kd"]  # 2+2 layers, nothing shared
+    assert non_embedding["pet-layers-none"] == 2 * plain_layers, non_embedding
+    assert non_embedding["pet-layers-adjacent"] == non_embedding["pet-layers-mirrored"] == non_embedding["pet"]
+    # Table 8's swap of the encoder-decoder q and k needs equal encoder and decoder widths
+    assert "pet-dec-swap-qk-all" not in non_embedding and "pet-dec-swap-qk-all" in bench.methods(96, 96, 96, 6)
