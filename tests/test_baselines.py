@@ -331,3 +331,35 @@ def test_sequence_level_kd_data_replaces_targets_with_the_teachers_beam_outputs(
         hypos = task.inference_step(generator, models, sample)
     for idx, nbest in zip(sample["id"].tolist(), hypos):
         assert torch.equal(nbest[0]["tokens"], new_tgt[idx]), idx
+
+
+def test_benchmark_summary_averages_seeds_and_heads_the_ablations_with_pets_own_seed():
+    """The summary's numbers come from the measured rows: PET's mean +- std over its seeds in the main
+    table; the ablation table starts with PET at the ablations' seed (not the mean), each row beside
+    the paper's number for that ablation, and ablations never enter the main table."""
+    import argparse
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_translation", os.path.join(REPO, "scripts", "bench_translation.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def row(name, bleu, params=483_072):
+        return dict(name=name, bleu_tok=bleu, sacrebleu=bleu, non_embedding_params=params,
+                    compression_rate=100 * params / 5_529_600, weights_mb=8.6, sentences_per_s=50.0, sentences=1000)
+
+    rows = [row("teacher", 36.0, 5_529_600), row("pet-s1", 21.0), row("pet-s2", 23.0), row("pet-s3", 22.0),
+            row("pet-layers-mirrored-s1", 20.0), row("pet-layers-none-s1", 24.0, 1_003_392)]
+    args = argparse.Namespace(teacher=os.path.join(REPO, "teacher.pt"), updates=800, warmup_updates=200,
+                              measure_runs=1, work=os.path.join(REPO, "work"), machine="test machine",
+                              load_after_measure=None)
+    text, stats, _ = bench.summarise(rows, bench.methods(128, 96, 96, 6), args, "python scripts/bench_translation.py")
+    main, ablations = text.split("## PET ablations")
+    assert "| pet | 3 | 22.00 +- 1.00 |" in main and "pet-layers" not in main.split("Methods:")[0]
+    table = [line for line in ablations.splitlines() if line.startswith("| pet")]
+    assert table[0].startswith("| pet | 1 | 21.00 |") and "T2: 34.57" in table[0]
+    assert table[1].startswith("| pet-layers-mirrored | 1 | 20.00 |") and table[1].endswith("T2: 33.83 |")
+    assert table[2].startswith("| pet-layers-none | 1 | 24.00 |") and "18.15%" in table[2]
+    assert stats["pet"]["bleu"] == (22.0, 1.0)  # the plots show PET's mean, not its ablation-seed row
