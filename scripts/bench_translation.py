@@ -235,13 +235,31 @@ def summarise(rows, grid, args, command):
     lines += [f"| {r['name']} | {r['bleu_tok']:.2f} | {r['sacrebleu']:.2f} | {r['sentences_per_s']:.1f} |" for r in rows]
     load = (f"1-minute load average when the measurement ended: {args.load_after_measure:.1f} (above ~1 on 2 cores "
             "the timings shared the CPU with other jobs)" if args.load_after_measure is not None
-            else "measurement reused from an earlier run of this command")
+            else "load during the measurement not recorded")
     lines += ["", f"Machine: {args.machine}; {load}.",
               f"Date: {time.strftime('%Y-%m-%d')}.",
               "", "Command (trains and measures only what is missing):", "```", command, "```",
               f"Training logs: `{work}/<budget>/<method>-s<seed>/<stage>/train.log` (budget: "
               f"`u<updates>-w<warm-up>-e<enc>-d<dec>`); the full measurement table: `{work}/<budget>/measure.md`.", ""]
     return "\n".join(lines), stats, teacher
+
+
+def dodged(stats, key, gap):
+    """Label heights for the plot: each method's BLEU, moved apart (in BLEU units) so that labels of
+    points with nearly the same x are at least ``gap`` apart; points far apart in x keep their BLEU."""
+    heights = {m: st["bleu"][0] for m, st in stats.items()}
+    xs = [st[key] for st in stats.values()]
+    near = 0.1 * ((max(xs) - min(xs)) or 1.0)
+    placed = []
+    for method in sorted(heights, key=heights.get):
+        clash = True
+        while clash:  # move up past every placed label nearby, until none is within the gap
+            clash = [o for o in placed if abs(stats[o][key] - stats[method][key]) < near
+                     and abs(heights[method] - heights[o]) < 0.99 * gap]
+            if clash:
+                heights[method] = max(heights[o] for o in clash) + gap
+        placed.append(method)
+    return heights
 
 
 def plot(stats, teacher, out_prefix):
@@ -251,6 +269,7 @@ def plot(stats, teacher, out_prefix):
         logging.getLogger("matplotlib").setLevel(logging.WARNING)
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.transforms import offset_copy
     except ImportError:
         print("[bench] matplotlib is not installed: no plots (pip install -e '.[plot]')", file=sys.stderr)
         return []
@@ -258,10 +277,14 @@ def plot(stats, teacher, out_prefix):
     for key, label, fname in (("compression", "non-embedding parameters, % of the teacher", "bleu_vs_compression"),
                               ("speed", "sentences / s (beam 5, CPU)", "bleu_vs_speed")):
         fig, ax = plt.subplots(figsize=(5.5, 4))
+        ys = [st["bleu"][0] for st in stats.values()] + [teacher["bleu_tok"]]
+        label_y = dodged(stats, key, gap=0.045 * (max(ys) - min(ys) or 1.0))
         for method, st in stats.items():
             x = st[key]
             ax.errorbar([x], [st["bleu"][0]], yerr=[st["bleu"][1]], fmt="o", capsize=3)
-            ax.annotate(method, (x, st["bleu"][0]), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            # the label 5 points right of its point, at its dodged height (data units)
+            ax.annotate(method, (x, st["bleu"][0]), xytext=(x, label_y[method]), fontsize=7, va="center",
+                        textcoords=offset_copy(ax.transData, fig=fig, x=5, y=0, units="points"))
         if key == "speed":
             ax.axhline(teacher["bleu_tok"], ls="--", c="grey", lw=0.8)
             ax.plot([teacher["sentences_per_s"]], [teacher["bleu_tok"]], "k*", ms=10)
@@ -373,12 +396,16 @@ def main(argv=None):
         cmd += ["--max-sentences", str(args.max_sentences)]
     if measured_already(measure_json, cmd):
         print(f"[bench] {measure_json} already measures these checkpoints: not measuring again", file=sys.stderr)
-        args.load_after_measure = None
     else:
         subprocess.check_call(cmd, cwd=ROOT)
-        args.load_after_measure = os.getloadavg()[0]
+        with open(measure_json) as f:
+            measured = json.load(f)
+        measured["load_after_measure"] = os.getloadavg()[0]  # kept with the timings it qualifies
+        with open(measure_json, "w") as f:
+            json.dump(measured, f, indent=1)
     with open(measure_json) as f:
-        rows = json.load(f)["rows"]
+        measured = json.load(f)
+    rows, args.load_after_measure = measured["rows"], measured.get("load_after_measure")
     summary, stats, teacher = summarise(rows, grid, args, command)
     out = args.out or (os.path.join(args.work, "translation.md") if args.quick
                        else os.path.join(ROOT, "results", "translation.md"))

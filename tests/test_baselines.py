@@ -220,6 +220,8 @@ def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
     second = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=900)
     assert second.returncode == 0, second.stderr[-3000:]
     assert done.stat().st_mtime == stamp and "not measuring again" in second.stderr
+    # the reused measurement keeps the load it ran under (the speed columns' caveat)
+    assert "1-minute load average when the measurement ended" in (tmp_path / "quick" / "translation.md").read_text()
     bad = subprocess.run(cmd + ["--ablations", "pet-layers-diagonal"], capture_output=True, text=True,
                          env=clean_env(), cwd=REPO)
     assert bad.returncode != 0 and "unknown ['pet-layers-diagonal']" in bad.stderr
@@ -363,3 +365,19 @@ def test_benchmark_summary_averages_seeds_and_heads_the_ablations_with_pets_own_
     assert table[1].startswith("| pet-layers-mirrored | 1 | 20.00 |") and table[1].endswith("T2: 33.83 |")
     assert table[2].startswith("| pet-layers-none | 1 | 24.00 |") and "18.15%" in table[2]
     assert stats["pet"]["bleu"] == (22.0, 1.0)  # the plots show PET's mean, not its ablation-seed row
+
+
+def test_benchmark_plot_labels_of_close_points_are_moved_apart_and_others_stay():
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_translation", os.path.join(REPO, "scripts", "bench_translation.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    stats = {"a": dict(bleu=(21.65, 0.0), compression=8.74), "b": dict(bleu=(21.29, 0.0), compression=8.74),
+             "c": dict(bleu=(21.30, 0.0), compression=8.74), "far": dict(bleu=(21.40, 0.0), compression=18.15)}
+    heights = bench.dodged(stats, "compression", gap=0.7)
+    close = sorted(heights[m] for m in "abc")
+    assert all(high - low >= 0.69 for low, high in zip(close, close[1:]))
+    assert heights["b"] == 21.29 and heights["far"] == 21.40
