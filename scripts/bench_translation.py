@@ -154,7 +154,14 @@ PAPER_ABLATION = {"pet": "T2: 34.57, T3: 34.62, T8: 34.36", "pet-layers-none": "
                   "pet-layers-adjacent": "T2: 34.40", "pet-layers-mirrored": "T2: 33.83",
                   "pet-enc-none": "T3: 34.57", "pet-enc-kv": "T3: 34.35", "pet-enc-vq": "T3: 34.51",
                   "pet-dec-qself-kself": "T8: 30.94", "pet-dec-kv-self-ed": "T8: 33.98",
+                  # no decoder pairs is Table 3's Q<->K row; Table 4's text gives PET's Qself=Qed 34.51 beside it
+                  "pet-dec-none": "T3: 34.62 (PET: 34.51, T4 text)",
                   "pet-warmup-output-layer": "T10: 30.89", "pet-warmup-projection": "T10: 33.97"}
+
+
+def method_of(run):
+    """The method of a run named ``<method>-s<seed>``."""
+    return run.rsplit("-s", 1)[0]
 
 
 def summarise(rows, grid, args, command):
@@ -162,7 +169,7 @@ def summarise(rows, grid, args, command):
     by_method = {}
     for row in rows:
         if row["name"] != "teacher":
-            by_method.setdefault(row["name"].rsplit("-s", 1)[0], []).append(row)
+            by_method.setdefault(method_of(row["name"]), []).append(row)
     teacher = next(r for r in rows if r["name"] == "teacher")
 
     def mean_std(values):
@@ -216,12 +223,7 @@ def summarise(rows, grid, args, command):
         return out
 
     lines += table("main")
-    if "pet" in stats and "pet-nowarmup" in stats:
-        t, w, n = teacher["bleu_tok"], stats["pet"]["bleu"], stats["pet-nowarmup"]["bleu"]
-        lines += ["", "## Warm-up versus no warm-up at an equal budget (PET Table 9)", "",
-                  "| | BLEU (tok) | BLEU reduction vs teacher | paper's BLEU reduction |", "|---|---|---|---|",
-                  f"| with warm-up | {w[0]:.2f} +- {w[1]:.2f} | {t - w[0]:.2f} | 0.27 |",
-                  f"| without warm-up | {n[0]:.2f} +- {n[1]:.2f} | {t - n[0]:.2f} | 0.58 |"]
+    lines += warmup_table(teacher, stats)
     if any(grid[m][0] == "ablation" for m in by_method):
         lines += ["", f"## PET ablations (one seed; PET Tables 2, 3, 4/8, 10)", "",
                   "Each ablation changes one choice of the full PET and keeps the rest (the design of the paper's "
@@ -244,6 +246,18 @@ def summarise(rows, grid, args, command):
     return "\n".join(lines), stats, teacher
 
 
+def warmup_table(teacher, stats):
+    """PET Table 9 at an equal budget: PET's and its no-warm-up twin's BLEU drop from the teacher
+    (mean, std over seeds in ``stats[m]["bleu"]``); no lines unless both were run."""
+    if "pet" not in stats or "pet-nowarmup" not in stats:
+        return []
+    t, w, n = teacher["bleu_tok"], stats["pet"]["bleu"], stats["pet-nowarmup"]["bleu"]
+    return ["", "## Warm-up versus no warm-up at an equal budget (PET Table 9)", "",
+            "| | BLEU (tok) | BLEU reduction vs teacher | paper's BLEU reduction |", "|---|---|---|---|",
+            f"| with warm-up | {w[0]:.2f} +- {w[1]:.2f} | {t - w[0]:.2f} | 0.27 |",
+            f"| without warm-up | {n[0]:.2f} +- {n[1]:.2f} | {t - n[0]:.2f} | 0.58 |"]
+
+
 def dodged(stats, key, gap):
     """Label heights for the plot: each method's BLEU, moved apart (in BLEU units) so that labels of
     points with nearly the same x are at least ``gap`` apart; points far apart in x keep their BLEU."""
@@ -262,8 +276,9 @@ def dodged(stats, key, gap):
     return heights
 
 
-def plot(stats, teacher, out_prefix):
-    """PET Fig 5 at our scale: BLEU vs compression rate, and BLEU vs sentences/s, one point per method."""
+def plot(stats, teacher, out_prefix, speed_label="sentences / s (beam 5, CPU)"):
+    """PET Fig 5 at our scale: BLEU vs compression rate, and BLEU vs sentences/s, one point per method
+    (``stats[m]["speed"]`` in the unit ``speed_label`` names, the teacher's in ``teacher["sentences_per_s"]``)."""
     try:
         import matplotlib
         logging.getLogger("matplotlib").setLevel(logging.WARNING)
@@ -275,7 +290,7 @@ def plot(stats, teacher, out_prefix):
         return []
     written = []
     for key, label, fname in (("compression", "non-embedding parameters, % of the teacher", "bleu_vs_compression"),
-                              ("speed", "sentences / s (beam 5, CPU)", "bleu_vs_speed")):
+                              ("speed", speed_label, "bleu_vs_speed")):
         fig, ax = plt.subplots(figsize=(5.5, 4))
         ys = [st["bleu"][0] for st in stats.values()] + [teacher["bleu_tok"]]
         label_y = dodged(stats, key, gap=0.045 * (max(ys) - min(ys) or 1.0))

@@ -7,10 +7,21 @@ import os
 import pytest
 import torch
 
-from conftest import OPTIM_FLAGS, TEACHER, TEACHER_DIR, USER_DIR, needs_teacher, run_cli
+from conftest import OPTIM_FLAGS, REPO, TEACHER, TEACHER_DIR, USER_DIR, needs_teacher, run_cli
 
 import user_dir  # noqa: F401
 from user_dir.baselines.patient_kd_criterion import PatientKDConfigError, parse_layer_map
+
+
+def _load_script(name):
+    """A script of scripts/ as a module (they are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "scripts", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 # a plain (unshared) student: 2+2 layers, narrower than the 256-wide reference teacher
 PLAIN_STUDENT = ["--arch", "transformer_iwslt_de_en", "--encoder-layers", "2", "--decoder-layers", "2",
@@ -205,7 +216,7 @@ def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
     import subprocess
     import sys
 
-    from conftest import REPO, clean_env
+    from conftest import clean_env
 
     cmd = [sys.executable, os.path.join(REPO, "scripts", "bench_translation.py"), "--quick", "--methods", "word-kd",
            "--max-sentences", "10", "--work", str(tmp_path)]
@@ -231,15 +242,10 @@ def test_benchmark_reuses_a_measurement_only_for_the_same_checkpoints(tmp_path):
     """The benchmarks skip the slow measurement when measure.json already covers their checkpoints; the
     check must read --path/--names wherever the measurement command puts its other flags
     (bench_iwslt14's has --tokenized-reference after --names)."""
-    import importlib.util
     import json
     import time
 
-    from conftest import REPO
-
-    spec = importlib.util.spec_from_file_location("bench_translation", os.path.join(REPO, "scripts", "bench_translation.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _load_script("bench_translation")
     a, b = tmp_path / "a.pt", tmp_path / "b.pt"
     a.write_bytes(b"a"), b.write_bytes(b"b")
     measure_json = tmp_path / "measure.json"
@@ -259,13 +265,7 @@ def test_benchmark_reuses_a_measurement_only_for_the_same_checkpoints(tmp_path):
 
 def test_pet_report_reads_the_validation_nll_of_every_kd_epoch_once(tmp_path):
     """scripts/pet_report.py's convergence line: a resumed run's log repeats an epoch; its last line counts."""
-    import importlib.util
-
-    from conftest import REPO
-
-    spec = importlib.util.spec_from_file_location("pet_report", os.path.join(REPO, "scripts", "pet_report.py"))
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = _load_script("pet_report")
     line = ("2026-11-22 23:09:07 | INFO | valid | epoch {:03d} | valid on 'valid' subset | loss 5.027 | nll_loss {} | "
             "task_loss 5.027 | ppl 12.99 | num_updates 738 | best_loss 5.027\n")
     log = tmp_path / "kd.log"
@@ -279,8 +279,6 @@ def test_learning_curves_place_each_log_after_its_offset_and_keep_a_resumed_runs
     """scripts/learning_curves.py: validation NLL by total updates (a KD stage after a warm-up of OFFSET
     updates), one row per update count, '-' where a run has no value, and a clear error for a log
     without validation lines."""
-    from conftest import REPO
-
     line = ("2026-11-22 23:09:07 | INFO | valid | epoch {:03d} | valid on 'valid' subset | loss 5.027 | nll_loss {} | "
             "task_loss 5.027 | ppl 12.99 | num_updates {} | best_loss 5.027\n")
     pet, plain, empty = tmp_path / "pet.log", tmp_path / "plain.log", tmp_path / "empty.log"
@@ -340,13 +338,7 @@ def test_benchmark_summary_averages_seeds_and_heads_the_ablations_with_pets_own_
     table; the ablation table starts with PET at the ablations' seed (not the mean), each row beside
     the paper's number for that ablation, and ablations never enter the main table."""
     import argparse
-    import importlib.util
-
-    from conftest import REPO
-
-    spec = importlib.util.spec_from_file_location("bench_translation", os.path.join(REPO, "scripts", "bench_translation.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _load_script("bench_translation")
 
     def row(name, bleu, params=483_072):
         return dict(name=name, bleu_tok=bleu, sacrebleu=bleu, non_embedding_params=params,
@@ -368,16 +360,82 @@ def test_benchmark_summary_averages_seeds_and_heads_the_ablations_with_pets_own_
 
 
 def test_benchmark_plot_labels_of_close_points_are_moved_apart_and_others_stay():
-    import importlib.util
-
-    from conftest import REPO
-
-    spec = importlib.util.spec_from_file_location("bench_translation", os.path.join(REPO, "scripts", "bench_translation.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _load_script("bench_translation")
     stats = {"a": dict(bleu=(21.65, 0.0), compression=8.74), "b": dict(bleu=(21.29, 0.0), compression=8.74),
              "c": dict(bleu=(21.30, 0.0), compression=8.74), "far": dict(bleu=(21.40, 0.0), compression=18.15)}
     heights = bench.dodged(stats, "compression", gap=0.7)
     close = sorted(heights[m] for m in "abc")
     assert all(high - low >= 0.69 for low, high in zip(close, close[1:]))
     assert heights["b"] == 21.29 and heights["far"] == 21.40
+
+
+def test_merged_benchmark_table_averages_runs_of_several_tables_and_refuses_tables_that_do_not_merge(tmp_path):
+    """Tables written by the benchmark in parts (seed 1 here, seeds 2-3 there) merge into one: BLEU over all
+    runs of a method, speed as each run's speed-up over the teacher of its own measurement. Tables of another
+    teacher or budget, a run held twice, or a file that is no benchmark table stop with the file's name."""
+    import argparse
+
+    bench, merge = _load_script("bench_translation"), _load_script("merge_translation_tables")
+    grid = bench.methods(128, 96, 96, 6)
+
+    def table(name, runs, teacher_speed, updates=800, teacher_bleu=36.0):
+        rows = [dict(name="teacher", bleu_tok=teacher_bleu, sacrebleu=teacher_bleu, non_embedding_params=5_529_600,
+                     compression_rate=100.0, weights_mb=28.8, sentences_per_s=teacher_speed, sentences=1000)]
+        rows += [dict(name=n, bleu_tok=b, sacrebleu=b, non_embedding_params=p, compression_rate=100 * p / 5_529_600,
+                      weights_mb=8.6, sentences_per_s=s, sentences=1000) for n, b, p, s in runs]
+        args = argparse.Namespace(teacher=os.path.join(REPO, "teacher.pt"), updates=updates, warmup_updates=200,
+                                  measure_runs=1, work=os.path.join(REPO, "work"), machine=f"machine of {name}",
+                                  load_after_measure=None)
+        path = tmp_path / f"{name}.md"
+        path.write_text(bench.summarise(rows, grid, args, "python scripts/bench_translation.py")[0])
+        return str(path)
+
+    a = table("a", [("pet-s1", 21.0, 483_072, 40.0), ("can-s1", 8.0, 532_608, 50.0)], teacher_speed=20.0)
+    b = table("b", [("pet-s2", 23.0, 483_072, 90.0), ("pet-s3", 22.0, 483_072, 60.0),
+                    ("pet-nowarmup-s1", 25.0, 483_072, 60.0)], teacher_speed=30.0)
+    by_method, tables = merge.merge([a, b])
+    text, stats, _ = merge.summarise(by_method, tables, "python scripts/merge_translation_tables.py a b")
+    pet = next(line for line in text.splitlines() if line.startswith("| pet |"))
+    # BLEU over the three runs; speed-up (2x, 3x, 2x) averaged, never the raw sent/s of two measurements
+    assert pet.startswith("| pet | 3 | 22.00 +- 1.00 |") and "| 2.33x |" in pet and "`a.md`, `b.md`" in pet
+    assert next(line for line in text.splitlines() if line.startswith("| can |")).startswith("| can | 1 | 8.00 |")
+    assert stats["pet"]["bleu"] == (22.0, 1.0) and "machine of a" in text and "machine of b" in text
+    # PET Table 9 from the merged runs: the BLEU drop from the teacher with and without the warm-up
+    assert "| with warm-up | 22.00 +- 1.00 | 14.00 | 0.27 |" in text and "| without warm-up | 25.00 +- 0.00 | 11.00 |" in text
+
+    def refused(*paths):
+        with pytest.raises(SystemExit) as e:
+            merge.merge(list(paths))
+        return str(e.value)
+
+    assert "pet-s1 is in both" in refused(a, table("again", [("pet-s1", 20.0, 483_072, 40.0)], 20.0))
+    assert "teacher BLEU 35.00" in refused(a, table("other", [("pet-s4", 20.0, 483_072, 40.0)], 20.0, teacher_bleu=35.0))
+    assert "trained for 5658 updates" in refused(a, table("long", [("pet-s5", 37.0, 483_072, 40.0)], 20.0, updates=5658))
+    assert "not the same model" in refused(a, table("wide", [("pet-s6", 20.0, 600_000, 40.0)], 20.0))
+    junk = tmp_path / "notes.md"
+    junk.write_text("# some notes\n")
+    assert str(junk) in refused(a, str(junk))
+
+
+def test_the_committed_translation_table_is_what_its_merge_command_writes(tmp_path):
+    """results/translation.md is generated: running the command written in it again gives the same table."""
+    import shlex
+
+    merge = _load_script("merge_translation_tables")
+    committed = open(os.path.join(REPO, "results", "translation.md")).read()
+    command = committed.split("Command:\n```\n")[1].split("\n```")[0]
+    argv = shlex.split(command)[2:]
+    out = argv.index("--out") + 1
+    argv[out] = str(tmp_path / "translation.md")
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        merge.main(argv)
+    finally:
+        os.chdir(cwd)
+    regenerated = (tmp_path / "translation.md").read_text()
+
+    def body(text):  # the date and the plots' names are the only lines allowed to differ
+        return [line for line in text.splitlines() if not line.startswith(("Date:", "Plots", "python scripts/merge"))]
+
+    assert body(regenerated) == body(committed)
