@@ -112,6 +112,25 @@ def methods(enc, dec, can_dim, can_layers):
     return grid
 
 
+# criteria that train on the data alone: they take no --teacher-path
+TEACHER_FREE = {"label_smoothed_cross_entropy"}
+
+
+def stage_updates(share, updates, warmup_updates):
+    return {"warmup": warmup_updates, "rest": updates - warmup_updates, "all": updates}[share]
+
+
+def train_command(data, teacher, arch, criterion, n, seed, lr_warmup, save_dir, previous, extra):
+    """The fairseq-train arguments (after ``fairseq-train``) of one stage of ``n`` updates."""
+    name = criterion[criterion.index("--criterion") + 1]
+    args = [data, "--user-dir", os.path.join(ROOT, "user_dir"), *arch, *criterion, *OPTIM,
+            "--warmup-updates", str(min(lr_warmup, max(1, n // 2))),
+            *([] if name in TEACHER_FREE else ["--teacher-path", teacher]),
+            "--max-update", str(n), "--max-epoch", "1000", "--seed", str(seed), "--cpu",
+            "--save-dir", save_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50", *extra]
+    return args + (["--finetune-from-model", previous] if previous else [])
+
+
 def run_stages(run_dir, data, teacher, arch, stages, seed, updates, warmup_updates, threads, lr_warmup, extra):
     """Train one (method, seed) run; returns the path of its final checkpoint."""
     os.makedirs(run_dir, exist_ok=True)
@@ -119,15 +138,10 @@ def run_stages(run_dir, data, teacher, arch, stages, seed, updates, warmup_updat
     previous = None
     for name, criterion, share in stages:
         save_dir = os.path.join(run_dir, name)
-        n = {"warmup": warmup_updates, "rest": updates - warmup_updates, "all": updates}[share]
+        n = stage_updates(share, updates, warmup_updates)
         if not os.path.exists(os.path.join(save_dir, "DONE")):
-            cmd = ([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", os.path.join(ROOT, "user_dir"), *arch, *criterion, *OPTIM,
-                    "--warmup-updates", str(min(lr_warmup, max(1, n // 2))), "--teacher-path", teacher,
-                    "--max-update", str(n), "--max-epoch", "1000", "--seed", str(seed), "--cpu",
-                    "--save-dir", save_dir, "--no-epoch-checkpoints", "--log-format", "simple",
-                    "--log-interval", "50", *extra])
-            if previous:
-                cmd += ["--finetune-from-model", previous]
+            cmd = [sys.executable, "-m", "fairseq_cli.train",
+                   *train_command(data, teacher, arch, criterion, n, seed, lr_warmup, save_dir, previous, extra)]
             os.makedirs(save_dir, exist_ok=True)
             with open(os.path.join(save_dir, "train.log"), "a") as log:
                 log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(shlex.quote(c) for c in cmd)}\n")

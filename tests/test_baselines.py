@@ -439,3 +439,25 @@ def test_the_committed_translation_table_is_what_its_merge_command_writes(tmp_pa
         return [line for line in text.splitlines() if not line.startswith(("Date:", "Plots", "python scripts/merge"))]
 
     assert body(regenerated) == body(committed)
+
+
+def test_every_stage_of_the_translation_benchmark_is_a_valid_fairseq_train_command(tmp_path):
+    """The benchmark's fairseq-train command of every stage of every method parses with fairseq's own
+    parser (a criterion never receives a flag it does not take: seq-KD's cross-entropy stage has no
+    teacher), and every criterion that distils gets the teacher."""
+    from fairseq import options
+
+    bench = _load_script("bench_translation")
+    for method, (_, _, arch, stages) in bench.methods(128, 96, 96, 6).items():
+        previous = None
+        for stage, criterion, share in stages:
+            n = bench.stage_updates(share, 800, 200)
+            argv = bench.train_command(str(tmp_path / "data-bin"), TEACHER, arch, criterion, n, 1, 200,
+                                       str(tmp_path / method / stage), previous, [])
+            try:
+                args = options.parse_args_and_arch(options.get_training_parser(), argv)
+            except SystemExit as e:
+                raise AssertionError(f"{method}/{stage}: fairseq-train rejects {argv}") from e
+            assert args.max_update == n and args.seed == 1 and (args.finetune_from_model == previous)
+            assert ("--teacher-path" in argv) == (args.criterion != "label_smoothed_cross_entropy"), (method, stage)
+            previous = str(tmp_path / method / stage / "checkpoint_last.pt")

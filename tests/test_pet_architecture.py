@@ -170,6 +170,9 @@ def test_every_model_of_the_translation_benchmark_builds(multi30k_slice):
         model = task.build_model(args)  # (the warm-up criterion's flags are parsed; building it needs a teacher)
         non_embedding[name] = count_parameters(model).non_embedding
     assert non_embedding["pet"] == 483_072 and non_embedding["word-kd"] == 501_696  # results/translation.md
+    # the competitors' plain 2+2 student (word-KD, Patient-KD, seq-KD) is PET's two physical layers unshared
+    plain = closed_form_non_embedding(128, 96, 2, physical=2, decoder_pairs="none")
+    assert non_embedding["word-kd"] == non_embedding["patient-kd"] == non_embedding["seq-kd"] == plain
     plain_layers = non_embedding["word-kd"]  # 2+2 layers, nothing shared
     assert non_embedding["pet-layers-none"] == 2 * plain_layers, non_embedding
     assert non_embedding["pet-layers-adjacent"] == non_embedding["pet-layers-mirrored"] == non_embedding["pet"]
