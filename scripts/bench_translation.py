@@ -249,8 +249,10 @@ def summarise(rows, grid, args, command):
     lines += ["", "Methods:", ""] + [f"- `{m}`: {grid[m][1]}" for m in by_method]
     lines += ["", "Per run:", "", "| run | BLEU (tok) | sacreBLEU | sent/s |", "|---|---|---|---|"]
     lines += [f"| {r['name']} | {r['bleu_tok']:.2f} | {r['sacrebleu']:.2f} | {r['sentences_per_s']:.1f} |" for r in rows]
-    load = (f"1-minute load average when the measurement ended: {args.load_after_measure:.1f} (above ~1 on 2 cores "
-            "the timings shared the CPU with other jobs)" if args.load_after_measure is not None
+    cores = os.cpu_count()
+    load = (f"1-minute load average when the measurement ended: {args.load_after_measure:.1f} (the measurement "
+            f"runs torch's default threads, keeping up to {cores} cores busy itself: well above {cores}, the timings "
+            "shared the CPU with other jobs)" if args.load_after_measure is not None
             else "load during the measurement not recorded")
     lines += ["", f"Machine: {args.machine}; {load}.",
               f"Date: {time.strftime('%Y-%m-%d')}.",
