@@ -54,6 +54,8 @@ def read_table(path):
     machine = next((line[len("Machine: "):].rstrip(".") for line in lines if line.startswith("Machine: ")), None)
     if machine is None:
         fail("no 'Machine:' line")
+    # "- `method`: description" under the table's "Methods:" heading
+    descriptions = dict(re.match(r"- `([^`]+)`: (.*)", line).groups() for line in lines if re.match(r"- `[^`]+`: ", line))
     sizes, runs = {}, []
     header = None
     for line in lines:
@@ -85,7 +87,7 @@ def read_table(path):
         if r["method"] not in sizes:
             fail(f"run {r['name']} has no method row")
     return dict(path=path, budget=(int(budget[0]), int(budget[1])), machine=machine, teacher=teacher, runs=runs,
-                sizes=sizes)
+                sizes=sizes, descriptions=descriptions)
 
 
 def merge(paths):
@@ -116,8 +118,10 @@ def merge(paths):
 
 
 def summarise(by_method, tables, command):
-    grid = bench.methods(128, 96, 96, 6)
-    order = sorted(by_method, key=lambda m: list(grid).index(m) if m in grid else len(grid))
+    order = list(by_method)  # first appearance in the tables, in the order given
+    descriptions = {}
+    for t in reversed(tables):  # each method described as the first table holding it describes it
+        descriptions.update(t["descriptions"])
     teacher = tables[0]["teacher"]
     tsize = tables[0]["sizes"]["teacher"]
     updates, warmup = tables[0]["budget"]
@@ -156,7 +160,7 @@ def summarise(by_method, tables, command):
                      f"{size['params']:,} | {size['compression']:.2f}% | {size['weights_mb']:.1f} | {speedup:.2f}x | "
                      f"{sources} | {paper} |")
     lines += bench.warmup_table(teacher, stats)
-    lines += ["", "Methods:", ""] + [f"- `{m}`: {grid[m][1] if m in grid else '(not in the current grid)'}" for m in order]
+    lines += ["", "Methods:", ""] + [f"- `{m}`: {descriptions.get(m, '(not described in its table)')}" for m in order]
     lines += ["", "Per run:", "", "| run | BLEU (tok) | sacreBLEU | sent/s | teacher's sent/s, same run | speed-up | table |",
               "|---|---|---|---|---|---|---|"]
     for m in order:
