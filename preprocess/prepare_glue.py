@@ -14,17 +14,24 @@ All nine tasks (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI) from their
 
 Sentences are segmented by ``--tokenizer``: ``moses`` (sacremoses; ``--lowercase``), ``bpe``
 (Moses, then subword-nmt ``--bpe-codes``), ``sentencepiece`` (``--spm-model``) or ``wordpiece`` (BERT's,
-``--wordpiece-vocab``, for checkpoints imported by user_dir.tools.import_hf_bert), and binarised with
+``--wordpiece-vocab``, for checkpoints imported by user_dir.tools.import_hf_bert; Hugging Face's
+``tokenizers``), and binarised with
 ``--dict`` (e.g. a pretrained model's dictionary) or a dictionary built on the training inputs.
+
+Examples are cut to the model's length here, as BERT prepares them (``--max-length``, special tokens
+included): a single sentence loses its end, a pair is truncated longest first (tokens leave the longer
+segment), so every pair keeps both sentences and fairseq's ``[CLS] a [SEP] b [SEP]`` ends with its
+separator. fairseq-train then needs no ``--shorten-method``: its ``truncate`` cuts the joined pair
+from the end (dropping the hypothesis and final separator of 10-15% of RTE's dev pairs at 128 tokens).
 
 A malformed row (wrong column count, empty sentence, unknown label) stops the run with the file and
 line, unless ``--skip-malformed`` (then the count of skipped rows is reported). Output is written
 whole or not at all; a destination prepared with the same options is left alone.
 
     python -m preprocess.prepare_glue --task RTE --glue-dir ../shared/data/glue --dest data-bin/RTE \\
-        --tokenizer sentencepiece --spm-model spm.model --dict dict.txt
+        --tokenizer sentencepiece --spm-model spm.model --dict dict.txt --pair-specials 4
     python -m preprocess.prepare_glue --task SST-2 --glue-dir ../shared/data/glue --dest data-bin/SST-2.minilm \
-        --tokenizer wordpiece --wordpiece-vocab models/minilm --dict models/minilm/dict.txt
+        --tokenizer wordpiece --wordpiece-vocab models/minilm --dict models/minilm/dict.txt --max-length 128
 """
 import argparse
 import csv
@@ -163,10 +170,13 @@ def make_tokenizer(args):
         if not args.wordpiece_vocab or not os.path.exists(args.wordpiece_vocab):
             raise DataError(f"--wordpiece-vocab {args.wordpiece_vocab}: no such vocab.txt or model folder "
                             "(needed by --tokenizer wordpiece)")
-        from .wordpiece import WordPieceTokenizer
+        from .wordpiece import load_wordpiece
 
-        wordpiece = WordPieceTokenizer.from_pretrained_dir(args.wordpiece_vocab)
-        return lambda lines: [" ".join(wordpiece.tokenize(line)) for line in lines]
+        try:
+            wordpiece = load_wordpiece(args.wordpiece_vocab)
+        except (OSError, ValueError) as e:
+            raise DataError(f"--wordpiece-vocab {args.wordpiece_vocab}: {e}") from None
+        return lambda lines: [" ".join(pieces) for pieces in wordpiece.fairseq_pieces(lines)]
     if args.tokenizer == "sentencepiece":
         if not args.spm_model or not os.path.isfile(args.spm_model):
             raise DataError(f"--spm-model {args.spm_model}: no such sentencepiece model (needed by --tokenizer sentencepiece)")
@@ -182,6 +192,52 @@ def make_tokenizer(args):
     return lambda lines: moses_tokenize(lines, "en", args.lowercase, escape=False)
 
 
+# ------------------------------------------------------------------------------------------------
+# BERT's truncation of an example to the model's length
+# ------------------------------------------------------------------------------------------------
+def truncate_longest_first(first: List[str], second: List[str], budget: int) -> Tuple[List[str], List[str]]:
+    """Cut a pair's two token lists to at most ``budget`` tokens together, longest first, as BERT's
+    ``_truncate_seq_pair`` (run_classifier.py) and Hugging Face's ``truncation="longest_first"`` do:
+    tokens leave the end of the longer segment until both fit, so neither segment is dropped
+    while the other is longer. Where both end at half the budget and it is odd, the extra token
+    stays with the segment that was longer (with the second one on a tie), as the ``tokenizers``
+    package does (tokenizers/src/utils/truncation.rs, ``TruncationStrategy::LongestFirst``), which
+    tests/test_hf_import.py checks on every real RTE pair.
+
+    Written out here (a few lines) because the ``tokenizers`` package truncates only inside its own
+    encoding, and the Moses, subword-nmt and sentencepiece segmentations need the same rule."""
+    if len(first) + len(second) <= budget:
+        return first, second
+    n_short, n_long = sorted((len(first), len(second)))
+    n_long = n_short if n_short > budget else max(n_short, budget - n_short)
+    if n_short + n_long > budget:
+        n_short, n_long = budget // 2, budget // 2 + budget % 2
+    if len(first) > len(second):
+        return first[:n_long], second[:n_short]
+    return first[:n_short], second[:n_long]
+
+
+def truncate_examples(columns: List[List[str]], max_length: int, pair_specials: int) -> Tuple[List[List[str]], int]:
+    """Each example (one line per column, tokens separated by spaces) cut to ``max_length`` tokens with
+    its special tokens (2 for a single sentence, [CLS] a [SEP]; ``pair_specials`` for a pair); returns
+    the columns and the number of examples cut. ``max_length`` 0 leaves every example whole."""
+    if not max_length:
+        return columns, 0
+    tokens = [[line.split() for line in column] for column in columns]
+    cut = 0
+    if len(tokens) == 1:
+        out = [[t[: max_length - 2] for t in tokens[0]]]
+        cut = sum(len(t) > max_length - 2 for t in tokens[0])
+    else:
+        out = [[], []]
+        for a, b in zip(*tokens):
+            ta, tb = truncate_longest_first(a, b, max_length - pair_specials)
+            cut += (len(ta), len(tb)) != (len(a), len(b))
+            out[0].append(ta)
+            out[1].append(tb)
+    return [[" ".join(t) for t in column] for column in out], cut
+
+
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", required=True, choices=sorted(TASKS), help="GLUE task")
@@ -195,6 +251,16 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--wordpiece-vocab", default=None,
                    help="vocab.txt, or a folder with vocab.txt and tokenizer_config.json (its do_lower_case decides "
                         "lowercasing), for --tokenizer wordpiece; pair with --dict from user_dir.tools.import_hf_bert")
+    p.add_argument("--max-length", type=int, default=512,
+                   help="the most tokens the model reads per example, its special tokens included: a longer single "
+                        "sentence is cut at the end to max-length - 2 ([CLS] a [SEP]), a longer pair longest first "
+                        "(as BERT and Hugging Face tokenizers do), so fairseq-train needs no --shorten-method; set "
+                        "it to the model's --max-positions (default 512: BERT's and RoBERTa's position table, "
+                        "Devlin et al. 2019 §3; 0 keeps every example whole)")
+    p.add_argument("--pair-specials", type=int, default=3,
+                   help="special tokens of a pair, counted by --max-length (default 3: BERT's [CLS] a [SEP] b [SEP], "
+                        "fairseq --init-token 0 without --separator-token; 4 for RoBERTa's <s> a </s></s> b </s>, "
+                        "--separator-token 2)")
     p.add_argument("--dict", default=None, help="fairseq dictionary for the inputs (default: built on train)")
     p.add_argument("--train-rows", type=int, default=None, help="use only the first N training rows (quick runs)")
     p.add_argument("--skip-malformed", action="store_true", help="drop malformed rows instead of stopping")
@@ -211,6 +277,11 @@ def main(argv=None) -> str:
         raise DataError(f"--glue-dir {args.glue_dir}: no {args.task}/ folder in it")
     if args.dict and not os.path.isfile(args.dict):
         raise DataError(f"--dict {args.dict}: no such file")
+    if args.max_length < 0 or 0 < args.max_length < max(args.pair_specials, 2) + 2:
+        raise DataError(f"--max-length {args.max_length}: leaves no room for two tokens of text beside the "
+                        f"{args.pair_specials} special tokens of a pair (0 keeps every example whole)")
+    if args.pair_specials < 0:
+        raise DataError(f"--pair-specials {args.pair_specials}: must be 0 or more (BERT's pairs: 3)")
     tokenize = make_tokenizer(args)
     config = {k: v for k, v in vars(args).items() if k not in ("dest", "workers", "force")}
     config["glue_dir"] = os.path.abspath(args.glue_dir)
@@ -241,9 +312,14 @@ def main(argv=None) -> str:
         text = os.path.join(out, "text")
         os.makedirs(text)
         for split, ex in data.items():
-            for i, column in enumerate(ex.inputs):
-                write_lines(os.path.join(text, f"{split}.raw.input{i}"), column)
-                write_lines(os.path.join(text, f"{split}.input{i}"), tokenize(column))
+            columns, cut = truncate_examples([tokenize(column) for column in ex.inputs], args.max_length,
+                                             args.pair_specials)
+            if cut:
+                log(f"  {split}: {cut:,} of {len(ex.inputs[0]):,} examples longer than --max-length "
+                    f"{args.max_length} cut" + (" longest first" if len(columns) == 2 else " at the end"))
+            for i, (raw, column) in enumerate(zip(ex.inputs, columns)):
+                write_lines(os.path.join(text, f"{split}.raw.input{i}"), raw)
+                write_lines(os.path.join(text, f"{split}.input{i}"), column)
             if ex.labels:
                 write_lines(os.path.join(text, f"{split}.label"), ex.labels)
         splits = list(data)

@@ -16,8 +16,8 @@
 #   HF_MODEL=path/to/hf_bert_dir bash scripts/glue_teachers.sh   # your own Hugging Face BERT-family checkpoint
 #                                  # (work/glue-<dir name>/, report in work/glue-<dir name>/glue.md)
 #
-# CPU-scale settings (ours): inputs truncated to 128 WordPieces (the importer keeps the first 128
-# position vectors), batch 32 (SST-2) / 16, 6% linear warm-up then linear decay, Adam (0.9, 0.98),
+# CPU-scale settings (ours): inputs truncated to 128 WordPieces at preparation (the importer keeps the
+# first 128 position vectors; pairs longest first, as BERT: preprocess/prepare_glue.py --max-length), batch 32 (SST-2) / 16, 6% linear warm-up then linear decay, Adam (0.9, 0.98),
 # eps 1e-6, weight decay 0.1, dropout 0.1; epochs SST-2 1, MRPC 5, RTE 10; learning rates SST-2 1e-4
 # (dev accuracy after one epoch: 2e-5 86.8 at 0.71 epochs, 5e-5 89.2, 1e-4 in results/glue.md), MRPC 5e-5
 # (dev F1 87.5 against 86.4 at 2e-5 and 86.7 at 1e-4), RTE a grid {5e-5, 1e-4} (2e-5 left this small
@@ -94,10 +94,17 @@ for TASK in $TASKS; do
   [ "$POOLING" != cls ] && RUN_SUFFIX="$RUN_SUFFIX-$POOLING"
   RUN_SUFFIX="$RUN_SUFFIX$SEG_SUFFIX"
   DATA="$WORK/data-bin/$TASK.wordpiece"; ROWS=(); [ "$SMOKE" = 1 ] && ROWS=(--train-rows 64)
+  # every example cut to the model's POSITIONS at preparation, as BERT does: a pair longest first (both
+  # sentences and the final [SEP] kept), so fairseq-train runs without --shorten-method
   # binarised once (a rerun must not rewrite files that a running training reads); delete DATA to redo
-  [ -f "$DATA/label/valid.bin" ] && [ "$SMOKE" != 1 ] || \
+  if [ -f "$DATA/label/valid.bin" ] && [ "$SMOKE" != 1 ]; then
+    PREPARED=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['config'].get('max_length'))" \
+      "$DATA/.prepared.json" 2>/dev/null || echo unknown)
+    [ "$PREPARED" = "$POSITIONS" ] || { echo "glue_teachers.sh: $DATA was prepared with --max-length $PREPARED, not $POSITIONS (before pairs were truncated longest first at preparation?): delete it to prepare it again" >&2; exit 2; }
+  else
     "$PY" -m preprocess.prepare_glue --task "$TASK" --glue-dir "$GLUE_DIR" --dest "$DATA" --tokenizer wordpiece \
-      --wordpiece-vocab "$MODEL" --dict "$MODEL/dict.txt" "${ROWS[@]}"
+      --wordpiece-vocab "$MODEL" --dict "$MODEL/dict.txt" --max-length "$POSITIONS" "${ROWS[@]}"
+  fi
   N=$("$PY" -c "from fairseq.data import data_utils; print(len(data_utils.load_indexed_dataset('$DATA/input0/train', None)))")
   TOTAL=$(( (N + BSZ - 1) / BSZ * EPOCHS )); WARMUP=$(( TOTAL * 6 / 100 ))
   LIMIT=(--max-epoch "$EPOCHS"); [ "$SMOKE" = 1 ] && LIMIT=(--max-update 2)
@@ -115,7 +122,6 @@ for TASK in $TASKS; do
     "$PY" -m fairseq_cli.train "$DATA" --user-dir user_dir --task sentence_prediction \
       "${START[@]}" \
       "${FLAGS[@]}" --classification-pooling "$POOLING" --init-token 0 --num-classes "$CLASSES" \
-      --shorten-method truncate \
       --criterion glue_sentence_prediction --glue-task "$TASK" \
       --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-6 --weight-decay 0.1 --clip-norm 0.0 \
       --lr "$LR" --lr-scheduler polynomial_decay --total-num-update "$TOTAL" --warmup-updates "$WARMUP" \
