@@ -2,7 +2,7 @@
 """The tooling on the PET paper's own benchmark: score a teacher and its PET student on the real
 IWSLT'14 DE->EN test set (6,750 sentences: dev2010, tst2010-2012, TEDX.dev2012), beam 5.
 
-    python scripts/bench_iwslt14.py                  # -> results/iwslt14.md
+    python scripts/bench_iwslt14.py                  # -> results/iwslt14.md (+ its raw measurement, iwslt14.json)
     python scripts/bench_iwslt14.py --quick          # a few updates, 100 test sentences (smoke test)
 
 The 160k-pair IWSLT'14 training set cannot be brought onto this machine; ``../shared`` holds
@@ -151,7 +151,11 @@ def main(argv=None):
                             pet[2], pet[3], 1, args.updates, args.warmup_updates, args.threads, 200, extra)
     print("[bench-iwslt14] PET student trained", file=sys.stderr, flush=True)
 
-    measure_md, measure_json = os.path.join(args.work, "measure.md"), os.path.join(args.work, "measure.json")
+    out = args.out or (os.path.join(args.work, "iwslt14.md") if args.quick
+                       else os.path.join(ROOT, "results", "iwslt14.md"))
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    # the raw measurement is kept beside the table, named after it (results/iwslt14.json)
+    measure_md, measure_json = os.path.join(args.work, "measure.md"), os.path.splitext(out)[0] + ".json"
     # fairseq's IWSLT evaluation bounds (examples/translation: max_len_a 1.2, max_len_b 10)
     cmd = [sys.executable, "-m", "user_dir.tools.measure", data, "--path", teacher, student,
            "--names", "teacher", "pet", "--tokenized-reference", os.path.join(IWSLT, "tok", "test.en"), "--beam", "5", "--batch-size", "128",
@@ -164,11 +168,18 @@ def main(argv=None):
     else:
         subprocess.check_call(cmd, cwd=ROOT)
     with open(measure_json) as f:
-        rows = {r["name"]: r for r in json.load(f)["rows"]}
+        measured = json.load(f)
+    rows = {r["name"]: r for r in measured["rows"]}
     with open(os.path.join(args.work, "teacher", "DONE")) as f:
         teacher_run = json.load(f)
     n_train = sum(1 for _ in open(os.path.join(args.work, "text", "train.en")))
     n_valid = sum(1 for _ in open(os.path.join(args.work, "text", "valid.en")))
+    measured.update(bench_command=command, settings=dict(
+        teacher_updates=args.teacher_updates, teacher_seconds=teacher_run["seconds"],
+        teacher_threads=teacher_run["threads"], train_pairs=n_train, valid_pairs=n_valid, updates=args.updates,
+        warmup_updates=args.warmup_updates, max_sentences=args.max_sentences))
+    with open(measure_json, "w") as f:
+        json.dump(measured, f, indent=1)
     with open(measure_md) as f:
         table = f.read()
     t, s = rows["teacher"], rows["pet"]
@@ -193,10 +204,9 @@ def main(argv=None):
         "", f"BLEU drop of PET: {t['bleu_tok'] - s['bleu_tok']:.2f}.", "",
         "Command (trains and measures only what is missing):", "```", command, "```",
         f"Logs: `{os.path.relpath(args.work, ROOT)}/teacher/train.log`, "
-        f"`{os.path.relpath(args.work, ROOT)}/pet-*/<stage>/train.log`.", "",
+        f"`{os.path.relpath(args.work, ROOT)}/pet-*/<stage>/train.log`. Raw measurement (every row unrounded, the "
+        f"commands and settings): `{os.path.basename(measure_json)}`.", "",
         "## The measurement command's full table", "", table])
-    out = args.out or (os.path.join(args.work, "iwslt14.md") if args.quick
-                       else os.path.join(ROOT, "results", "iwslt14.md"))
     with open(out, "w") as f:
         f.write(summary)
     print(summary)

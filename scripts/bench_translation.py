@@ -13,13 +13,17 @@ no warm-up" (PET Table 9) compares at an equal budget. Runs are resumable: a fin
 (fairseq's own resume). Runs execute ``--jobs`` at a time, each with ``--threads`` torch threads
 (on 2 cores, two 1-thread runs finish sooner than one 2-thread run). After training, the teacher
 and every student go through ``user_dir.tools.measure`` in one run (speed measured with nothing
-else running), and the summary -- mean +- std over seeds -- is written to ``--out``.
+else running), and the summary -- mean +- std over seeds -- is written to ``--out``, the raw
+measurement (every row unrounded, the commands, machine, date and load) beside it as ``--out``'s
+name with ``.json``: one JSON per table, so parts of a grid measured separately never overwrite
+each other's, and ``--render TABLE.json`` writes a table again from it without training or measuring.
 """
 import argparse
 import concurrent.futures
 import json
 import logging
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -255,11 +259,20 @@ def summarise(rows, grid, args, command):
             "shared the CPU with other jobs)" if args.load_after_measure is not None
             else "load during the measurement not recorded")
     lines += ["", f"Machine: {args.machine}; {load}.",
-              f"Date: {time.strftime('%Y-%m-%d')}.",
-              "", "Command (trains and measures only what is missing):", "```", command, "```",
-              f"Training logs: `{work}/<budget>/<method>-s<seed>/<stage>/train.log` (budget: "
-              f"`u<updates>-w<warm-up>-e<enc>-d<dec>`); the full measurement table: `{work}/<budget>/measure.md`.", ""]
-    return "\n".join(lines), stats, teacher
+              f"Date of the measurement: {getattr(args, 'date', None) or time.strftime('%Y-%m-%d')}.", ""]
+    if command:
+        lines += ["Command (trains and measures only what is missing):", "```", command, "```"]
+    else:  # a table rendered from a raw measurement that did not record the benchmark's command
+        lines += ["Command that trained and measured: not recorded with the raw measurement; the measurement's own "
+                  "command:", "```", args.measure_command, "```"]
+    lines += [f"Training logs: `{work}/<budget>/<method>-s<seed>/<stage>/train.log` (budget: "
+              f"`u<updates>-w<warm-up>-e<enc>-d<dec>`); the measurement command's own table: "
+              f"`{os.path.relpath(args.measure_md, ROOT) if getattr(args, 'measure_md', None) else work + '/<budget>/measure.md'}`."]
+    if getattr(args, "raw_json", None):
+        lines += ["", f"Raw measurement (every row unrounded, with the measurement's command): `{args.raw_json}`."]
+    if getattr(args, "rendered_by", None):
+        lines += ["This table was written from it, training and measuring nothing, by:", "```", args.rendered_by, "```"]
+    return "\n".join(lines + [""]), stats, teacher
 
 
 def warmup_table(teacher, stats):
@@ -361,12 +374,18 @@ def get_parser():
     p.add_argument("--max-sentences", type=int, default=None, help="score only the first N test sentences")
     p.add_argument("--quick", action="store_true",
                    help="smoke mode: 1 seed, 6 updates, 50 test sentences, 1 timed run, into --work/quick")
-    p.add_argument("--out", default=None, help="summary Markdown (default: results/translation.md; --quick: in --work)")
+    p.add_argument("--out", default=None, help="summary Markdown (default: results/translation.md; --quick: in --work); "
+                                               "the raw measurement is kept beside it, named after it (.json)")
+    p.add_argument("--render", default=None, metavar="TABLE.json",
+                   help="write the table (and plots) of a kept raw measurement again, training and measuring nothing "
+                        "(--out defaults to the JSON's name with .md)")
     return p
 
 
 def main(argv=None):
     args = get_parser().parse_args(argv)
+    if args.render:
+        return render(args, argv if argv is not None else sys.argv[1:])
     command = "python scripts/bench_translation.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     extra = []
     if args.quick:
@@ -417,30 +436,47 @@ def main(argv=None):
             print(f"[bench] trained {m} seed {s}", file=sys.stderr, flush=True)
 
     names = ["teacher"] + [f"{m}-s{s}" for m, s in runs]
-    # one measurement per budget: the long-budget comparison does not overwrite the 800-update grid's
-    measure_json = os.path.join(args.work, budget, "measure.json")
+    out = args.out or (os.path.join(args.work, "translation.md") if args.quick
+                       else os.path.join(ROOT, "results", "translation.md"))
+    # the raw measurement is kept beside its table, named after it (results/<table>.json): parts of a grid
+    # measured separately never overwrite each other's, and --render rewrites a table from it
+    table_json = os.path.splitext(out)[0] + ".json"
+    measure_md = os.path.join(args.work, budget, os.path.basename(os.path.splitext(out)[0]) + ".measure.md")
     cmd = [sys.executable, "-m", "user_dir.tools.measure", data, "--path", args.teacher,
            *[checkpoints[n] for n in names[1:]], "--names", *names,
            "--raw-reference", os.path.join(data, "text", "test.raw.en"), "--beam", "5", "--batch-size", "128",
-           "--runs", str(args.measure_runs), "--out", os.path.join(args.work, budget, "measure.md"), "--json", measure_json]
+           "--runs", str(args.measure_runs), "--out", measure_md, "--json", table_json]
     if args.max_sentences:
         cmd += ["--max-sentences", str(args.max_sentences)]
-    if measured_already(measure_json, cmd):
-        print(f"[bench] {measure_json} already measures these checkpoints: not measuring again", file=sys.stderr)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    if measured_already(table_json, cmd):
+        print(f"[bench] {table_json} already measures these checkpoints: not measuring again", file=sys.stderr)
+        with open(table_json) as f:
+            measured = json.load(f)
     else:
         subprocess.check_call(cmd, cwd=ROOT)
-        with open(measure_json) as f:
+        with open(table_json) as f:
             measured = json.load(f)
         measured["load_after_measure"] = os.getloadavg()[0]  # kept with the timings it qualifies
-        with open(measure_json, "w") as f:
-            json.dump(measured, f, indent=1)
-    with open(measure_json) as f:
-        measured = json.load(f)
-    rows, args.load_after_measure = measured["rows"], measured.get("load_after_measure")
-    summary, stats, teacher = summarise(rows, grid, args, command)
-    out = args.out or (os.path.join(args.work, "translation.md") if args.quick
-                       else os.path.join(ROOT, "results", "translation.md"))
-    os.makedirs(os.path.dirname(out), exist_ok=True)
+    measured.update(bench_command=command, settings=dict(
+        teacher=args.teacher, work=args.work, updates=args.updates, warmup_updates=args.warmup_updates,
+        enc_dim=args.enc_dim, dec_dim=args.dec_dim, can_dim=args.can_dim, can_encoder_layers=args.can_encoder_layers,
+        measure_runs=args.measure_runs, measure_md=measure_md))
+    with open(table_json, "w") as f:
+        json.dump(measured, f, indent=1)
+    write_table(measured, out, grid, args, command)
+
+
+def write_table(measured, out, grid, args, command):
+    """The summary table and its plots at ``out``, from a raw measurement (``out``'s JSON)."""
+    args.load_after_measure = measured.get("load_after_measure")
+    args.date = measured.get("date") or "not recorded in the raw measurement"
+    args.measure_command, args.machine = measured["command"], measured["machine"]
+    args.raw_json = os.path.basename(os.path.splitext(out)[0]) + ".json"
+    unknown = sorted({method_of(r["name"]) for r in measured["rows"] if r["name"] != "teacher"} - set(grid))
+    if unknown:
+        raise SystemExit(f"{args.raw_json}: runs of unknown methods {unknown}")
+    summary, stats, teacher = summarise(measured["rows"], grid, args, command)
     plots = plot(stats, teacher, os.path.splitext(out)[0])
     if plots:
         summary += "\nPlots (cf. PET Fig 5): " + ", ".join(f"`{os.path.basename(p)}`" for p in plots) + "\n"
@@ -448,6 +484,56 @@ def main(argv=None):
         f.write(summary)
     print(summary)
     print(f"[bench] wrote {out}", file=sys.stderr)
+
+
+BUDGET_DIR = re.compile(r"^u(\d+)-w(\d+)-e(\d+)-d(\d+)$")
+
+
+def settings_of(measured, path):
+    """The benchmark settings of a raw measurement: as recorded (``settings``), or, for a measurement
+    kept before they were recorded, read off its measurement command (checkpoints under
+    ``<work>/u<updates>-w<warm-up>-e<enc>-d<dec>/``, ``--runs``, ``--out``)."""
+    if "settings" in measured:
+        return measured["settings"]
+    argv = shlex.split(measured["command"])
+
+    def value(flag):
+        if flag not in argv:
+            raise SystemExit(f"{path}: its measurement command has no {flag}: not a benchmark measurement")
+        return argv[argv.index(flag) + 1]
+
+    students = [r["path"] for r in measured["rows"] if r["name"] != "teacher"]
+    budgets = {os.path.dirname(os.path.dirname(os.path.dirname(p))) for p in students}
+    if len(budgets) != 1 or not BUDGET_DIR.match(os.path.basename(next(iter(budgets)))):
+        raise SystemExit(f"{path}: its checkpoints are not under one <work>/u<updates>-w<warm-up>-e<enc>-d<dec>/ "
+                         f"folder ({sorted(budgets)}): cannot tell the training budget")
+    budget = next(iter(budgets))
+    updates, warmup, enc, dec = map(int, BUDGET_DIR.match(os.path.basename(budget)).groups())
+    can = [re.search(r"/can-(\d+)x(\d+)-s\d+/", p) for p in students]
+    can = next((m.groups() for m in can if m), (96, 6))
+    teacher = next(r["path"] for r in measured["rows"] if r["name"] == "teacher")
+    return dict(teacher=teacher, work=os.path.dirname(budget), updates=updates, warmup_updates=warmup, enc_dim=enc,
+                dec_dim=dec, can_dim=int(can[0]), can_encoder_layers=int(can[1]), measure_runs=int(value("--runs")),
+                measure_md=value("--out"))
+
+
+def render(args, argv):
+    """--render: the table of a kept raw measurement, training and measuring nothing."""
+    if not os.path.isfile(args.render):
+        raise SystemExit(f"--render {args.render}: no such file")
+    with open(args.render) as f:
+        measured = json.load(f)
+    if not measured.get("rows") or not any(r["name"] == "teacher" for r in measured["rows"]):
+        raise SystemExit(f"--render {args.render}: no measured rows with a teacher (is it a benchmark table's JSON?)")
+    settings = settings_of(measured, args.render)
+    for key, value in settings.items():
+        setattr(args, key, value)
+    out = args.out or os.path.splitext(args.render)[0] + ".md"
+    if os.path.splitext(out)[0] != os.path.splitext(args.render)[0]:
+        raise SystemExit(f"--out {out}: a table is named after its raw measurement ({args.render})")
+    args.rendered_by = "python scripts/bench_translation.py " + " ".join(shlex.quote(a) for a in argv)
+    grid = methods(args.enc_dim, args.dec_dim, args.can_dim, args.can_encoder_layers)
+    write_table(measured, out, grid, args, measured.get("bench_command"))
 
 
 def measured_already(measure_json, cmd):

@@ -2,7 +2,7 @@
 """Validation NLL against training updates for several fairseq-train logs, on one axis: the check of
 whether a comparison at one budget would come out the same at another (the students' reference
 NLL on Multi30k's valid set, whatever their criterion). Writes a Markdown table (NLL at each budget
-every run reached) and a PNG.
+every run reached), the curves as read beside it (its name with .json) and a PNG.
 
     python scripts/learning_curves.py \\
       --run "PET (3 warm-up epochs, then KD)" work/pet-full/kd.log 738 \\
@@ -14,6 +14,7 @@ from a warm-up of OFFSET updates is placed after it; the warm-up's own validatio
 different task and is not plotted). A log a resumed run appended to keeps the last line per update.
 """
 import argparse
+import json
 import os
 import re
 import shlex
@@ -89,10 +90,16 @@ def main(argv=None):
     lines = [f"# {args.title}", ""] + ([args.note, ""] if args.note else []) + table(curves) + [
         "", "Logs: " + "; ".join(f"{label}: `{log}` (+{offset} updates)" for label, log, offset in args.run) + ".",
         "", "Command:", "```", command + f" --out {args.out}", "```"]
+    raw = os.path.splitext(args.out)[0] + ".json"
+    lines += ["", f"Curves as read from the logs (the table's JSON): `{os.path.basename(raw)}`."]
     if png:
         lines += ["", f"Plot: `{os.path.basename(png)}`"]
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
+    with open(raw, "w") as f:
+        json.dump({"command": command + f" --out {args.out}", "runs": [
+            dict(label=label, log=log, offset=int(offset), valid_nll={str(u): v for u, v in curves[label].items()})
+            for label, log, offset in args.run]}, f, indent=1)
     print("\n".join(lines))
     print(f"[curves] wrote {args.out}", file=sys.stderr)
 

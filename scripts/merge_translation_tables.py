@@ -6,8 +6,10 @@ and measured in parts (other seeds, other sessions, other machines) summarised t
         results/translation_800_seed1.md results/translation_800_seeds23.md --out results/translation.md
 
 It reads each table's per-run rows (BLEU, sacreBLEU, sentences/s and the teacher measured in the
-same run) and its method rows (parameters, compression, size), and writes the mean +- sample std of
-BLEU over every run of a method, with the tables each method came from. Timings from different
+same run; unrounded from the table's raw measurement ``<table>.json`` where it is kept, checked
+against the table, else as the table rounds them) and its method rows (parameters, compression,
+size), and writes the mean +- sample std of BLEU over every run of a method, with the tables each
+method came from, and its own JSON beside ``--out`` (every run and each method's summary, unrounded). Timings from different
 measurements (machines, loads) do not compare as sentences/s, so the merged table gives each run's
 speed-up over the teacher measured in the same run, averaged over a method's runs.
 
@@ -17,6 +19,7 @@ differs between tables, or when two tables hold the same run (method and seed).
 """
 import argparse
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -75,6 +78,11 @@ def read_table(path):
         elif header[:4] == ["run", "BLEU (tok)", "sacreBLEU", "sent/s"]:
             runs.append(dict(name=row[0], bleu_tok=number(row[1]), sacrebleu=number(row[2]),
                              sentences_per_s=number(row[3])))
+    raw = os.path.splitext(path)[0] + ".json"
+    if os.path.isfile(raw):
+        runs = raw_runs(raw, runs)
+    else:
+        raw = None
     teacher = [r for r in runs if r["name"] == "teacher"]
     if len(teacher) != 1 or "teacher" not in sizes:
         fail("no teacher row in its per-run or method table")
@@ -87,7 +95,24 @@ def read_table(path):
         if r["method"] not in sizes:
             fail(f"run {r['name']} has no method row")
     return dict(path=path, budget=(int(budget[0]), int(budget[1])), machine=machine, teacher=teacher, runs=runs,
-                sizes=sizes, descriptions=descriptions)
+                sizes=sizes, descriptions=descriptions, raw=raw)
+
+
+def raw_runs(raw, shown):
+    """The per-run rows of a table from its raw measurement (``<table>.json``, unrounded), checked against
+    the rows the table shows (``shown``, rounded): the same runs, and each value as the table rounds it."""
+    with open(raw) as f:
+        rows = json.load(f)["rows"]
+    runs = [dict(name=r["name"], bleu_tok=r["bleu_tok"], sacrebleu=r["sacrebleu"], sentences_per_s=r["sentences_per_s"])
+            for r in rows]
+    if [r["name"] for r in runs] != [r["name"] for r in shown]:
+        raise SystemExit(f"{raw}: runs {[r['name'] for r in runs]}, but its table shows {[r['name'] for r in shown]}")
+    for r, t in zip(runs, shown):
+        for key, digits in (("bleu_tok", 2), ("sacrebleu", 2), ("sentences_per_s", 1)):
+            if f"{r[key]:.{digits}f}" != f"{t[key]:.{digits}f}":
+                raise SystemExit(f"{raw}: {r['name']} {key} {r[key]:.{digits}f}, but its table shows "
+                                 f"{t[key]:.{digits}f}: the table was not written from this measurement")
+    return runs
 
 
 def merge(paths):
@@ -167,8 +192,10 @@ def summarise(by_method, tables, command):
         for r in by_method[m]:
             lines.append(f"| {r['name']} | {r['bleu_tok']:.2f} | {r['sacrebleu']:.2f} | {r['sentences_per_s']:.1f} | "
                          f"{r['teacher_speed']:.1f} | {r['speedup']:.2f}x | `{os.path.basename(r['table'])}` |")
-    lines += ["", "Tables merged (each with the command that trains and measures its runs):", ""]
-    lines += [f"- `{rel(t['path'])}`: {t['machine']}" for t in tables]
+    lines += ["", "Tables merged (each with the command that trains and measures its runs; per-run values from "
+              "the table's raw measurement where it is kept, else as the table rounds them):", ""]
+    lines += [f"- `{rel(t['path'])}` ({'raw: `' + os.path.basename(t['raw']) + '`' if t['raw'] else 'rounded: its raw measurement was not kept'}): "
+              f"{t['machine']}" for t in tables]
     lines += ["", f"Date: {time.strftime('%Y-%m-%d')}.", "", "Command:", "```", command, "```", ""]
     return "\n".join(lines), stats, dict(teacher, sentences_per_s=1.0)
 
@@ -196,8 +223,24 @@ def main(argv=None):
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)
+    with open(prefix + ".json", "w") as f:
+        json.dump(merged_record(by_method, tables, stats, command), f, indent=1)
     print(text)
-    print(f"[merge] wrote {args.out}", file=sys.stderr)
+    print(f"[merge] wrote {args.out} and {prefix}.json", file=sys.stderr)
+
+
+def merged_record(by_method, tables, stats, command):
+    """The merged table's numbers unrounded (its JSON): every run as read from its part, each method's summary."""
+    return {"command": command, "date": time.strftime("%Y-%m-%d"),
+            "tables": [dict(path=os.path.relpath(t["path"], ROOT), machine=t["machine"],
+                            raw=os.path.relpath(t["raw"], ROOT) if t["raw"] else None,
+                            teacher=t["teacher"]) for t in tables],
+            "runs": [{k: v for k, v in dict(r, table=os.path.relpath(r["table"], ROOT)).items() if k != "size"}
+                     for runs in by_method.values() for r in runs],
+            "methods": {m: dict(seeds=len(by_method[m]), bleu_mean=st["bleu"][0], bleu_std=st["bleu"][1],
+                                speedup=st["speed"], compression=st["compression"],
+                                non_embedding_params=by_method[m][0]["size"]["params"])
+                        for m, st in stats.items()}}
 
 
 if __name__ == "__main__":

@@ -310,7 +310,8 @@ def main(argv=None) -> List[dict]:
             f.write(table)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"command": _command(), "machine": machine_description(), "rows": rows}, f, indent=1)
+            json.dump({"command": _command(), "machine": machine_description(), "date": time.strftime("%Y-%m-%d"),
+                       "rows": rows}, f, indent=1)
     return rows
 
 
