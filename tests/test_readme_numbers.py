@@ -1,0 +1,175 @@
+"""Every number the README quotes about results is in the results file it cites (issue 24).
+
+The rule, applied to README.md:
+
+* The README is read in units: paragraphs (separated by blank lines, headings and fenced code
+  blocks, which are skipped), and each table row and list item on its own.
+* A unit that cites generated results files -- ``results/NAME.md`` / ``.json``, or a bare
+  ``NAME.md`` that exists in ``results/`` -- must hold every result number it states in one of the
+  files it cites. A result number is one with a decimal point (36.29, -0.94, 1.68x, 8.74%) or a
+  whole number with ``x`` or ``%`` (73%, 2x). It is found when the cited file has the same value
+  written as a number, perhaps with more trailing zeros (87.5 as 87.50, 73% as 73.0%), never
+  another number that rounds to it (1.37 is not in 1.376, 1.6 not in 1.62).
+* Not checked: numbers inside inline code (flags, commands), numbers in a clause about the paper
+  (a clause -- the text between ``;``, ``(``, ``)``, `` -- `` and sentence ends -- that says
+  "paper", "published" or "authors"), and units that cite no results file (configuration values, install notes).
+  ``*_account.md`` files are prose written by hand, not a source: a unit citing only them must
+  carry no result numbers.
+* A unit that cites ``results/NAME`` which does not exist fails.
+"""
+import os
+import re
+
+import pytest
+
+from conftest import REPO
+
+RESULTS = os.path.join(REPO, "results")
+CITATION = re.compile(r"(?<![\w/.-])(results/)?([\w.-]+\.(?:md|json))\b")
+# a number not inside a word or a longer number; group 2: decimals, group 3: x or %
+NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(x|%)?(?!\w|\.\d)")
+PAPER_CLAUSE = re.compile(r"\b(paper|published|authors)\b", re.I)
+CLAUSE_BREAK = re.compile(r";|\(|\)| -- |(?<=[.!?])\s+(?=[A-Z*])")  # and a sentence's end
+
+
+def units(text):
+    """(first line number, text) of each paragraph, table row and list item outside code blocks."""
+    out, current, start, fenced = [], [], 0, False
+
+    def close():
+        if current:
+            out.append((start, " ".join(current)))
+        current.clear()
+
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            close()
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if not stripped or stripped.startswith("#"):
+            close()
+            continue
+        if stripped.startswith("|") or re.match(r"(- |\* |\d+\. )", stripped):
+            close()
+            start = number
+            current.append(stripped)
+            if stripped.startswith("|"):
+                close()
+            continue
+        if not current:
+            start = number
+        current.append(stripped)
+    close()
+    return out
+
+
+def citations(unit, results_dir):
+    """The results files a unit cites (sources, accounts) and the ``results/`` paths it names that do not exist."""
+    sources, accounts, missing = [], [], []
+    for explicit, name in CITATION.findall(unit):
+        path = os.path.join(results_dir, name)
+        if not os.path.isfile(path):
+            if explicit:
+                missing.append("results/" + name)
+            continue
+        (accounts if name.endswith("_account.md") else sources).append(path)
+    return list(dict.fromkeys(sources)), accounts, missing
+
+
+def result_numbers(unit):
+    """The result numbers a unit states, outside inline code and clauses about the paper."""
+    text = re.sub(r"`[^`]*`", " ", unit)
+    found = []
+    for clause in CLAUSE_BREAK.split(text):
+        if PAPER_CLAUSE.search(clause):
+            continue
+        for whole, decimals, suffix in NUMBER.findall(clause):
+            if decimals or suffix:
+                found.append(whole + decimals)
+    return found
+
+
+def appears_in(number, text):
+    """``number`` written in ``text`` as a number of its own, perhaps with more trailing zeros (87.5 as 87.50,
+    73 as 73.0): the same value, never another one rounded (1.37 is not 1.376, 1.6 is not 1.62)."""
+    zeros = r"0*" if "." in number else r"(?:\.0+)?"
+    return re.search(r"(?<![\w.])" + re.escape(number) + zeros + r"(?!\d|\.\d)", text) is not None
+
+
+def mismatches(readme_text, results_dir):
+    """One line per README number not found in the results files its unit cites."""
+    problems, cache = [], {}
+
+    def read(path):
+        if path not in cache:
+            with open(path, encoding="utf-8") as f:
+                cache[path] = f.read()
+        return cache[path]
+
+    for line, unit in units(readme_text):
+        sources, accounts, missing = citations(unit, results_dir)
+        where = f"README.md:{line} ({unit[:90]}...)"
+        problems += [f"{where}: cites {m}, which does not exist" for m in missing]
+        if not sources and not accounts:
+            continue
+        for number in result_numbers(unit):
+            if not any(appears_in(number, read(p)) for p in sources):
+                cited = ", ".join(os.path.basename(p) for p in sources) or "only hand-written accounts"
+                problems.append(f"{where}: {number} is not in {cited}")
+    return problems
+
+
+def test_every_number_the_readme_quotes_is_in_the_results_file_it_cites():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        problems = mismatches(f.read(), RESULTS)
+    assert not problems, "README numbers without a source:\n" + "\n".join(problems)
+
+
+@pytest.fixture
+def results_dir(tmp_path):
+    (tmp_path / "bench.md").write_text("| pet | 3 | 20.98 +- 0.30 | 8.74% | 1.62x |\nteacher 36.29, drop -0.80, "
+                                       "F1 87.50, saves 73.0%, SST-2 -1.376\n")
+    (tmp_path / "other.md").write_text("word-kd 24.54\n")
+    (tmp_path / "bench_account.md").write_text("PET 20.98 and 99.99\n")
+    return str(tmp_path)
+
+
+def test_the_check_passes_numbers_found_in_any_cited_file(results_dir):
+    readme = ("# Title\n\nThe benchmark (`results/bench.md`, `other.md`): PET **20.98 +- 0.30** at 8.74%,\n"
+              "1.62x the teacher's speed, +0.80 below 36.29; word-KD 24.54 after 800 updates on 2 cores;\n"
+              "F1 87.5, 73% saved.\n")
+    assert mismatches(readme, results_dir) == []
+
+
+def test_the_check_fails_a_drifted_number_and_names_it(results_dir):
+    # the std drifted (0.31) and a speed-up (1.87x) has no source
+    readme = "Text.\n\nThe benchmark (`results/bench.md`): PET 20.98 +- 0.31, 1.87x faster.\n"
+    problems = mismatches(readme, results_dir)
+    assert len(problems) == 2 and "README.md:3" in problems[0]
+    assert "0.31 is not in bench.md" in problems[0] and "1.87 is not in bench.md" in problems[1]
+    # a number that only starts like one in the file is not found (1.6 is not 1.62)
+    assert mismatches("See results/bench.md: 1.6x.\n", results_dir) == [
+        "README.md:1 (See results/bench.md: 1.6x....): 1.6 is not in bench.md"]
+    # nor one the file's number would round to (-1.376 is -1.38, not -1.37)
+    assert mismatches("See results/bench.md: -1.37.\n", results_dir)[0].endswith("1.37 is not in bench.md")
+
+
+def test_the_check_skips_paper_clauses_code_and_uncited_units_and_refuses_missing_files(results_dir):
+    readme = ("PET `--lr 5.5` (results/bench.md): 20.98 (the paper's 34.36; ours 8.74%). As the paper says, 36.29.\n\n"
+              "A paragraph with no citation: 12.34 and 56%.\n\n"
+              "```\npython x.py --out results/bench.md 77.77\n```\n\n"
+              "| row | `results/bench.md` | 36.29 | 11.11 |\n\n"
+              "- a bullet citing results/nothing.md: 20.98\n")
+    problems = mismatches(readme, results_dir)
+    assert len(problems) == 2, problems
+    # a clause about the paper ends with its sentence: the next sentence's numbers are checked
+    assert mismatches("The paper agrees (results/bench.md). PET 20.99.\n", results_dir)[0].endswith(
+        "20.99 is not in bench.md")
+    assert "README.md:9" in problems[0] and "11.11 is not in bench.md" in problems[0]
+    assert "README.md:11" in problems[1] and "cites results/nothing.md, which does not exist" in problems[1]
+    # a hand-written account is no source: its numbers must be in a generated file
+    assert mismatches("As `results/bench_account.md` says: 99.99.\n", results_dir) == [
+        "README.md:1 (As `results/bench_account.md` says: 99.99....): 99.99 is not in only hand-written accounts"]
