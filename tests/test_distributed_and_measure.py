@@ -2,43 +2,36 @@
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
+import shutil
 
 import pytest
+import torch
 
-from conftest import REPO, TEACHER, TINY_TRANSFORMER, TRAIN_FLAGS, USER_DIR, clean_env, needs_teacher, run_cli
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import TEACHER, TINY_TRANSFORMER, TRAIN_FLAGS, USER_DIR, needs_teacher, run_cli
+from test_distributed_equality import load_params, train_on_two_ranks
 
 
 def _updates_per_epoch(log):
     return int(re.search(r"epoch 001:\s+\d+ / (\d+)", log).group(1))
 
 
+def _per_update(log):
+    """``{update: {stat: value}}`` from the train_inner lines of a --log-format simple log."""
+    lines = re.findall(r"epoch 001:\s+\d+ / \d+ (loss=.*)", log)
+    stats = [dict(kv.split("=", 1) for kv in line.split(", ")) for line in lines]
+    return {int(s["num_updates"]): s for s in stats}
+
+
 def test_two_cpu_ranks_train_halve_updates_and_resume(multi30k_slice, tmp_path):
-    flags = [multi30k_slice, "--user-dir", USER_DIR, *TINY_TRANSFORMER, *TRAIN_FLAGS, "--max-update", "3",
-             "--save-dir", str(tmp_path / "ck"), "--max-tokens", "1024"]
-    single = run_cli("fairseq_cli.train", *flags[:-2], "--save-dir", str(tmp_path / "single"), "--max-tokens", "1024",
-                     "--cpu")
-
-    def launch():
-        env = dict(clean_env(), LOG_DIR=str(tmp_path / "logs"), OMP_NUM_THREADS="1", PYTHON=sys.executable)
-        return subprocess.run(["bash", os.path.join(REPO, "scripts", "distributed_train.sh"), "--nproc", "2",
-                               "--master-port", str(_free_port()), "--cpu", "--", *flags],
-                              capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
-
-    dist = launch()
+    flags = [multi30k_slice, "--user-dir", USER_DIR, *TINY_TRANSFORMER, *TRAIN_FLAGS, "--max-tokens", "1024"]
+    single = run_cli("fairseq_cli.train", *flags, "--max-update", "3", "--save-dir", tmp_path / "single", "--cpu")
+    flags += ["--max-update", "5", "--save-interval-updates", "3"]
+    dist = train_on_two_ranks([*flags, "--save-dir", tmp_path / "whole"], tmp_path / "logs")
     assert dist.returncode == 0, dist.stderr[-4000:]
     log0 = dist.stdout + dist.stderr
     log1 = (tmp_path / "logs" / "rank1.log").read_text()
     assert "distributed init (rank 0)" in log0 and "distributed init (rank 1)" in log1
-    assert "num_updates=3" in log0 and "num_updates 3" in log0
+    assert "num_updates=5" in log0 and "num_updates 5" in log0
     # rank 1 trains too (fairseq silences INFO logs on ranks > 0): every update averages the
     # batches of both ranks, so the target tokens per update double, and the launcher's exit status
     # (checked above) is non-zero if any rank fails
@@ -47,14 +40,23 @@ def test_two_cpu_ranks_train_halve_updates_and_resume(multi30k_slice, tmp_path):
     assert "Traceback" not in log1
     # each update consumes one batch per rank, so an epoch has half the updates
     n1, n2 = _updates_per_epoch(single.stdout + single.stderr), _updates_per_epoch(log0)
-    assert n2 in (n1 // 2, (n1 + 1) // 2), (n1, n2)
-    # resume from checkpoint_last.pt with more updates
-    flags[flags.index("--max-update") + 1] = "5"
-    resumed = launch()
+    assert n2 in (n1 // 2, (n1 + 1) // 2) and n2 > 5, (n1, n2)
+    # both ranks killed after update 3, mid-epoch: resumed from what was saved then (checkpoint_last.pt),
+    # updates 4-5 (dropout on) equal those of the run that never stopped, loss for loss and weight for weight
+    (tmp_path / "killed").mkdir()
+    shutil.copy(tmp_path / "whole" / "checkpoint_1_3.pt", tmp_path / "killed" / "checkpoint_last.pt")
+    resumed = train_on_two_ranks([*flags, "--save-dir", tmp_path / "killed"], tmp_path / "logs")
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     log = resumed.stdout + resumed.stderr
     assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch 1 @ 3 updates\)", log), log[-3000:]
-    assert "num_updates 5" in log
+    whole, after = _per_update(log0), _per_update(log)
+    assert sorted(whole) == [1, 2, 3, 4, 5] and sorted(after) == [4, 5]
+    for k in (4, 5):
+        for key in ("loss", "nll_loss", "gnorm", "lr", "wpb", "bsz"):
+            assert after[k][key] == whole[k][key], (k, key, after[k], whole[k])
+    pw, pr = load_params(tmp_path / "whole" / "checkpoint_last.pt"), load_params(tmp_path / "killed" / "checkpoint_last.pt")
+    for k in pw:
+        torch.testing.assert_close(pr[k], pw[k], rtol=0, atol=1e-6, msg=lambda m: f"{k}: {m}")
 
 
 @needs_teacher
