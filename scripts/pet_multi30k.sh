@@ -17,6 +17,8 @@
 #   Re-running the same command resumes an interrupted run (fairseq's checkpoint_last.pt; logs are appended).
 #   REPORT=results/pet_multi30k.md bash scripts/pet_multi30k.sh work/pet-full   (where scripts/pet_report.py's report goes;
 #                                                                               default WORK_DIR/pet.md)
+#   DEVICE_FLAGS= bash scripts/pet_multi30k.sh ...     (train on the GPU fairseq finds; default --cpu. The recipe is
+#                                                       otherwise the same: fp32, --max-tokens 2048)
 #
 # Student dims: the paper's (320, 240) are 62.5% / 47% of its teacher's 512; against this 256-wide,
 # 3+3-layer teacher we use (128, 96) with FFN 2x and 4 heads, which puts the 4+4-logical-layer
@@ -31,7 +33,7 @@ fi
 [ -f "$TEACHER" ] || { echo "pet_multi30k.sh: no teacher at $TEACHER (TEACHER=..., or run scripts/train_teacher_multi30k.sh)" >&2; exit 2; }
 DATA="${DATA:-$WORK/data-bin}"
 WARMUP_EPOCHS="${WARMUP_EPOCHS:-3}"; KD_EPOCHS="${KD_EPOCHS:-20}"; SEED="${SEED:-1}"
-ENC_DIM="${ENC_DIM:-128}"; DEC_DIM="${DEC_DIM:-96}"
+ENC_DIM="${ENC_DIM:-128}"; DEC_DIM="${DEC_DIM:-96}"; DEVICE_FLAGS="${DEVICE_FLAGS---cpu}"
 mkdir -p "$WORK"
 # optional wall-clock bounds per stage (fairseq's --stop-time-hours); epochs still cap each stage
 stop_after() { [ -n "${1:-}" ] && python -c "print('--stop-time-hours', ${1} / 60)" || true; }
@@ -50,7 +52,7 @@ python -m preprocess.prepare_multi30k --src de --tgt en --dest "$DATA"
 STUDENT=(--user-dir "$ROOT/user_dir" --arch pet_transformer_iwslt --encoder-embed-dim "$ENC_DIM"
   --decoder-embed-dim "$DEC_DIM" --share-decoder-input-output-embed --dropout 0.1
   --optimizer adam --adam-betas '(0.9,0.98)' --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 500
-  --warmup-init-lr 1e-7 --weight-decay 1e-4 --max-tokens 2048 --cpu --seed "$SEED" --no-epoch-checkpoints
+  --warmup-init-lr 1e-7 --weight-decay 1e-4 --max-tokens 2048 $DEVICE_FLAGS --seed "$SEED" --no-epoch-checkpoints
   --log-format simple --log-interval 50 --teacher-path "$TEACHER" ${EXTRA:-})
 
 START_FROM=()
