@@ -107,22 +107,31 @@ def test_missing_header_column_and_missing_folder(tmp_path):
         prepare_glue(["--task", "SST-2", "--glue-dir", str(g), "--dest", str(tmp_path / "o")])
 
 
-def test_metrics_match_reference_implementations():
-    from scipy.stats import pearsonr, spearmanr
-    from sklearn.metrics import f1_score, matthews_corrcoef
-
-    rng = np.random.default_rng(0)
-    labels = rng.integers(0, 2, 200)
-    preds = np.where(rng.random(200) < 0.8, labels, 1 - labels)
-    assert glue_metrics.accuracy(preds, labels) == pytest.approx(100 * (preds == labels).mean())
-    assert glue_metrics.f1(preds, labels) == pytest.approx(100 * f1_score(labels, preds))
-    assert glue_metrics.matthews_corrcoef(preds, labels) == pytest.approx(100 * matthews_corrcoef(labels, preds))
-    x, y = rng.random(100), rng.integers(0, 5, 100).astype(float)  # ties in y
-    assert glue_metrics.pearson(x, y) == pytest.approx(100 * pearsonr(x, y)[0])
-    assert glue_metrics.spearman(x, y) == pytest.approx(100 * spearmanr(x, y)[0])
-    assert set(glue_metrics.glue_score("MRPC", preds, labels)) == {"f1", "accuracy"}
+def test_metrics_equal_hand_checked_values():
+    """Each metric (scikit-learn's / scipy's, in percent) on examples worked out by hand."""
+    # binary: tp 2 (items 0, 4), fp 1 (1), fn 1 (3), tn 1 (2)
+    preds, labels = [1, 1, 0, 0, 1], [1, 0, 0, 1, 1]
+    assert glue_metrics.accuracy(preds, labels) == pytest.approx(60.0)  # 3 of 5
+    assert glue_metrics.f1(preds, labels) == pytest.approx(100 * 4 / 6)  # 2tp / (2tp + fp + fn)
+    assert glue_metrics.f1(preds, labels, positive=0) == pytest.approx(50.0)  # class 0: tp 1, fp 1, fn 1
+    assert glue_metrics.matthews_corrcoef(preds, labels) == pytest.approx(100 / 6)  # (2*1 - 1*1) / sqrt(3*3*2*2)
+    # three classes: MCC = (c*s - sum_k p_k t_k) / sqrt((s^2 - sum p_k^2)(s^2 - sum t_k^2)) with c = 3 right of
+    # s = 6, predicted counts (2, 2, 2), true counts (1, 2, 3): 6 / sqrt(24 * 22) (a one-vs-rest formula gives 25)
+    assert glue_metrics.matthews_corrcoef([0, 1, 2, 2, 1, 0], [0, 1, 2, 1, 2, 2]) == pytest.approx(
+        100 * 6 / np.sqrt(24 * 22))
+    # Pearson of (1, 2, 3) and (1, 2, 4): 3 / sqrt(2 * 14/3) = sqrt(27/28)
+    assert glue_metrics.pearson([1.0, 2.0, 3.0], [1.0, 2.0, 4.0]) == pytest.approx(100 * np.sqrt(27 / 28))
+    # Spearman with a tie: ranks (1, 2, 3, 4) and (1.5, 1.5, 3, 4) correlate 4.5 / sqrt(5 * 4.5) = sqrt(0.9)
+    assert glue_metrics.spearman([1.0, 2.0, 3.0, 4.0], [0.2, 0.2, 0.5, 0.9]) == pytest.approx(100 * np.sqrt(0.9))
+    # undefined metrics are 0: no positive anywhere, a constant prediction
+    assert glue_metrics.f1([0, 0], [0, 0]) == 0.0 and glue_metrics.pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) == 0.0
+    assert glue_metrics.glue_score("MRPC", preds, labels) == pytest.approx({"f1": 100 * 4 / 6, "accuracy": 60.0})
+    assert glue_metrics.glue_score("CoLA", preds, labels) == pytest.approx({"mcc": 100 / 6})
+    assert set(glue_metrics.glue_score("STS-B", [1.0, 2.0, 3.0], [1.0, 2.0, 4.0])) == {"pearson", "spearman"}
     with pytest.raises(ValueError, match="unknown GLUE task"):
         glue_metrics.glue_score("SST2", preds, labels)
+    with pytest.raises(ValueError, match="must be 1-D and of one length"):
+        glue_metrics.accuracy([1, 0], [1])
 
 
 @needs_shared_data

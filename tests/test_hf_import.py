@@ -30,17 +30,24 @@ def _english_sentences(n):
 
 
 def _glue_dev_sentences():
-    """Every sentence of the SST-2, MRPC and RTE dev sets when the shared GLUE data is present."""
+    """Every sentence of the SST-2, MRPC and RTE dev sets (the shared GLUE data; callers skip without it)."""
     import csv
 
     out = []
     for task, cols in (("SST-2", [0]), ("MRPC", [3, 4]), ("RTE", [1, 2])):
         path = os.path.join(SHARED_DATA, "glue", task, "dev.tsv")
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8-sig") as f:
-                rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
-            out += [row[c] for row in rows for c in cols]
+        with open(path, encoding="utf-8-sig") as f:
+            rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+        out += [row[c] for row in rows for c in cols]
     return out
+
+
+def _rte_pairs(split):
+    """(sentence1, sentence2) of a real RTE split."""
+    import csv
+
+    with open(os.path.join(SHARED_DATA, "glue", "RTE", f"{split}.tsv"), encoding="utf-8") as f:
+        return [(row[1], row[2]) for row in list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]]
 
 
 @pytest.fixture(scope="module")
@@ -126,26 +133,127 @@ def test_sentence_pairs_match_hugging_face_with_segment_embeddings(imported, tmp
     assert "--segment-embeddings" not in json.load(open(tmp_path / "folded" / "import.json"))["fairseq_flags"]
 
 
-def test_wordpiece_gives_the_hugging_face_tokenizers_ids(imported):
+# special tokens inside words and next to punctuation, Chinese characters (alone, in words, among Latin
+# letters), accents, soft hyphens, zero-width spaces, a word over 100 characters, tabs and newlines
+TRICKY_SENTENCES = [
+    "Café naïve résumé — “quotes” 東京 \u00adsoft\u200bhyphen e\u0301", "x" * 120, "Don't stop-believing!!", "\tA  b\n",
+    "foo[SEP]bar and[CLS]baz, [MASK]ed words[UNK]s and a [PAD]ded one", "([SEP])[SEP][SEP] end.[SEP]",
+    "我爱北京天安门", "abc中文def 漢字ABC", "日本語のテキスト と 한국어 mixed with English", "[unused1] stays text",
+]
+
+
+def _wordpiece_parity(imported, sentences):
+    """Our WordPiece (tokenizers, loaded from the checkpoint's files) gives transformers' tokens, and
+    through the imported model's fairseq dictionary BERT's ids."""
     transformers = _transformers()
     from fairseq.data import Dictionary
 
-    from preprocess.wordpiece import WordPieceTokenizer
-
-    tok = transformers.BertTokenizer.from_pretrained(MINILM_DIR)
-    ours = WordPieceTokenizer.from_pretrained_dir(MINILM_DIR)
-    dictionary = Dictionary.load(os.path.join(imported, "dict.txt"))
-    vocab = [line.rstrip("\n") for line in open(os.path.join(MINILM_DIR, "vocab.txt"), encoding="utf-8")]
+    from preprocess.wordpiece import load_wordpiece
     from user_dir.tools.import_hf_bert import dictionary_order
 
+    tok = transformers.BertTokenizer.from_pretrained(MINILM_DIR)
+    ours = load_wordpiece(MINILM_DIR)
+    dictionary = Dictionary.load(os.path.join(imported, "dict.txt"))
+    dictionary.add_symbol("<mask>")  # as fairseq's sentence_prediction task adds it
+    vocab = [line.rstrip("\n") for line in open(os.path.join(MINILM_DIR, "vocab.txt"), encoding="utf-8")]
     to_bert = dictionary_order(vocab)
-    sentences = _english_sentences(300) + _glue_dev_sentences() + [
-        "Café naïve résumé — “quotes” 東京 \u00adsoft\u200bhyphen e\u0301", "x" * 120, "Don't stop-believing!!", "\tA  b\n"]
-    for s in sentences:
-        pieces = ours.tokenize(s)
-        assert pieces == tok.tokenize(s), s
-        ids = [to_bert[dictionary.index(p)] if p != "[UNK]" else vocab.index("[UNK]") for p in pieces]
+    pieces, symbols = ours.tokenize(sentences), ours.fairseq_pieces(sentences)
+    for s, p, sym in zip(sentences, pieces, symbols):
+        assert p == tok.tokenize(s), s
+        ids = [to_bert[dictionary.index(x)] for x in sym]
         assert ids == tok(s, add_special_tokens=False)["input_ids"], s
+
+
+def test_wordpiece_gives_the_hugging_face_tokenizers_ids(imported):
+    from preprocess.wordpiece import load_wordpiece
+
+    pieces = load_wordpiece(MINILM_DIR).tokenize(TRICKY_SENTENCES)
+    assert pieces[4][:3] == ["foo", "[SEP]", "bar"] and len(pieces[6]) == 7  # one piece per ideograph
+    _wordpiece_parity(imported, _english_sentences(300) + TRICKY_SENTENCES)
+
+
+@needs_shared_data
+def test_wordpiece_gives_the_hugging_face_tokenizers_ids_on_glue_dev_sentences(imported):
+    sentences = _glue_dev_sentences()
+    assert len(sentences) == 872 + 2 * 408 + 2 * 277
+    _wordpiece_parity(imported, sentences)
+
+
+def test_wordpiece_settings_come_from_the_checkpoint(tmp_path):
+    """do_lower_case / strip_accents of tokenizer_config.json decide the normalisation, as in transformers;
+    a vocabulary without BERT's special tokens, or no vocab.txt, stops with the file's name."""
+    transformers = _transformers()
+    from preprocess.wordpiece import load_wordpiece
+
+    vocab = [line.rstrip("\n") for line in open(os.path.join(MINILM_DIR, "vocab.txt"), encoding="utf-8")]
+    cased = tmp_path / "cased"
+    cased.mkdir()
+    (cased / "vocab.txt").write_text("\n".join(vocab + ["Café", "Paris", "é"]) + "\n", encoding="utf-8")
+    sentence = "Café in Paris, résumé"
+    for config, expected in (({"do_lower_case": False}, ["Café", "in", "Paris", ",", "[UNK]"]),
+                             ({"do_lower_case": False, "strip_accents": True}, None),
+                             ({"do_lower_case": True, "strip_accents": False}, None),
+                             ({}, ["cafe", "in", "paris", ",", "resume"])):
+        (cased / "tokenizer_config.json").write_text(json.dumps(config))
+        ours = load_wordpiece(str(cased)).tokenize([sentence])[0]
+        assert ours == transformers.BertTokenizer.from_pretrained(str(cased)).tokenize(sentence), config
+        if expected:
+            assert ours == expected, config
+    (cased / "vocab.txt").write_text("a\nb\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"vocab\.txt: lacks the special tokens \['\[CLS\]'"):
+        load_wordpiece(str(cased))
+    with pytest.raises(FileNotFoundError, match="no WordPiece vocabulary"):
+        load_wordpiece(str(tmp_path))
+
+
+@needs_shared_data
+def test_rte_pairs_are_truncated_longest_first_as_hugging_face_does(imported, tmp_path):
+    """preprocess/prepare_glue.py --max-length 128 cuts real RTE pairs as BERT does: every example the
+    model reads, [CLS] a [SEP] b [SEP], is Hugging Face's own truncation of the pair (longest first), so
+    each keeps both sentences and ends with [SEP] (fairseq's --shorten-method truncate cut the joined
+    pair from the end: the hypothesis and final separator of the longest pairs were lost)."""
+    transformers = _transformers()
+    from fairseq.data import Dictionary, data_utils
+
+    from preprocess.prepare_glue import truncate_longest_first
+    from preprocess.wordpiece import load_wordpiece
+    from user_dir.tools.import_hf_bert import dictionary_order
+
+    glue = tmp_path / "glue"  # RTE's real dev set and the first training rows (no test set: quicker)
+    (glue / "RTE").mkdir(parents=True)
+    os.symlink(os.path.join(SHARED_DATA, "glue", "RTE", "dev.tsv"), glue / "RTE" / "dev.tsv")
+    with open(os.path.join(SHARED_DATA, "glue", "RTE", "train.tsv"), encoding="utf-8") as f:
+        (glue / "RTE" / "train.tsv").write_text("".join(next(f) for _ in range(65)), encoding="utf-8")
+    data = tmp_path / "RTE"
+    proc = run_cli("preprocess.prepare_glue", "--task", "RTE", "--glue-dir", glue, "--dest", data,
+                   "--tokenizer", "wordpiece", "--wordpiece-vocab", MINILM_DIR,
+                   "--dict", os.path.join(imported, "dict.txt"), "--max-length", "128", "--workers", "1")
+    assert "valid: 33 of 277 examples longer than --max-length 128 cut longest first" in proc.stderr + proc.stdout
+    tok = transformers.BertTokenizer.from_pretrained(MINILM_DIR)
+    dictionary = Dictionary.load(os.path.join(imported, "dict.txt"))
+    vocab = [line.rstrip("\n") for line in open(os.path.join(MINILM_DIR, "vocab.txt"), encoding="utf-8")]
+    to_bert = dictionary_order(vocab)
+    first, second = (data_utils.load_indexed_dataset(str(data / f"input{i}" / "valid"), dictionary) for i in (0, 1))
+    pairs = _rte_pairs("dev")
+    cut = 0
+    for i, (a, b) in enumerate(pairs):
+        # fairseq's sentence_prediction example: --init-token 0 ([CLS]), input0 and input1 each end with </s>
+        ours = [to_bert[t] for t in [0] + first[i].tolist() + second[i].tolist()]
+        expected = tok(a, b, truncation="longest_first", max_length=128)["input_ids"]
+        assert ours == expected, (i, a, b)
+        assert len(ours) <= 128 and ours[-1] == vocab.index("[SEP]") and len(first[i]) > 1 and len(second[i]) > 1
+        cut += len(tok(a, b)["input_ids"]) > 128
+    assert cut == 33
+    # the rule itself, on every real RTE pair (train and dev) and on ties of odd budgets, against the
+    # tokenizers package's own truncation of the encoded pair
+    wordpiece = load_wordpiece(MINILM_DIR)
+    ties = [("a b c d", "e f g h"), ("a b c d e", "f g h i"), ("a b c d", "e f g h i")] + pairs[:50]
+    for max_length, examples in ((128, pairs + _rte_pairs("train")), (8, ties), (9, ties)):
+        whole = zip(wordpiece.tokenize([a for a, _ in examples]), wordpiece.tokenize([b for _, b in examples]))
+        wordpiece.tokenizer.enable_truncation(max_length=max_length, strategy="longest_first")
+        for (a, b), enc in zip(whole, wordpiece.tokenizer.encode_batch(examples)):
+            ta, tb = truncate_longest_first(a, b, max_length - 3)
+            assert ta + ["[SEP]"] + tb == enc.tokens[1:-1], (max_length, a, b)
 
 
 def test_mean_pooling_head_reads_the_sentence_transformers_embedding(imported):

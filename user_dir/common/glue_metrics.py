@@ -16,13 +16,16 @@ over the whole validation set), so ``--best-checkpoint-metric`` can be set to th
 
 Use ``--maximize-best-checkpoint-metric`` with all of these.
 """
-import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Dict, Sequence
 
 import numpy as np
 from fairseq.criterions import register_criterion
 from fairseq.criterions.sentence_prediction import SentencePredictionConfig, SentencePredictionCriterion
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import accuracy_score, f1_score
+from sklearn.metrics import matthews_corrcoef as sklearn_matthews_corrcoef
 
 GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE", "WNLI")
 TASK_METRICS = {
@@ -44,57 +47,43 @@ def _arrays(preds, labels):
     return p, l
 
 
+# Each metric is scikit-learn's or scipy's (the libraries fairseq's sentence_prediction criterion scores
+# with), scaled to percent; a metric that is undefined (no positive prediction or label for F1, a
+# constant input for a correlation) is 0, not nan, so a degenerate model ranks last instead of
+# poisoning a comparison.
 def accuracy(preds: Sequence, labels: Sequence) -> float:
     p, l = _arrays(preds, labels)
-    return 100.0 * float((p == l).mean())
+    return 100.0 * float(accuracy_score(l, p))
 
 
 def f1(preds: Sequence[int], labels: Sequence[int], positive: int = 1) -> float:
-    """F1 of the positive class (GLUE's MRPC/QQP convention), in percent; 0 when undefined."""
+    """F1 of the positive class (GLUE's MRPC/QQP convention), in percent (sklearn's f1_score)."""
     p, l = _arrays(preds, labels)
-    tp = float(((p == positive) & (l == positive)).sum())
-    fp = float(((p == positive) & (l != positive)).sum())
-    fn = float(((p != positive) & (l == positive)).sum())
-    return 0.0 if tp == 0 else 100.0 * 2 * tp / (2 * tp + fp + fn)
+    return 100.0 * float(f1_score(l, p, pos_label=positive, average="binary", zero_division=0))
 
 
 def matthews_corrcoef(preds: Sequence[int], labels: Sequence[int]) -> float:
-    """Binary Matthews correlation in percent (0 when a row or column of the confusion is empty)."""
+    """Matthews correlation in percent (sklearn's; CoLA's metric, defined for any number of classes)."""
     p, l = _arrays(preds, labels)
-    tp = float(((p == 1) & (l == 1)).sum())
-    tn = float(((p != 1) & (l != 1)).sum())
-    fp = float(((p == 1) & (l != 1)).sum())
-    fn = float(((p != 1) & (l == 1)).sum())
-    denom = math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
-    return 0.0 if denom == 0 else 100.0 * (tp * tn - fp * fn) / denom
+    return 100.0 * float(sklearn_matthews_corrcoef(l, p))
+
+
+def _correlation(function, preds, labels) -> float:
+    p, l = _arrays(preds, labels)
+    with warnings.catch_warnings():  # scipy warns, and returns nan, on a constant input
+        warnings.simplefilter("ignore")
+        r = float(function(p.astype(np.float64), l.astype(np.float64))[0])
+    return 0.0 if np.isnan(r) else 100.0 * r
 
 
 def pearson(preds: Sequence[float], labels: Sequence[float]) -> float:
-    p, l = _arrays(preds, labels)
-    p, l = p.astype(np.float64), l.astype(np.float64)
-    p, l = p - p.mean(), l - l.mean()
-    denom = math.sqrt(float((p * p).sum() * (l * l).sum()))
-    return 0.0 if denom == 0 else 100.0 * float((p * l).sum()) / denom
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Average ranks (ties share the mean of their positions), as Spearman's rho needs."""
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x), dtype=np.float64)
-    sorted_x = x[order]
-    i = 0
-    while i < len(x):
-        j = i
-        while j + 1 < len(x) and sorted_x[j + 1] == sorted_x[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2.0
-        i = j + 1
-    return ranks
+    """Pearson's r in percent (scipy.stats.pearsonr)."""
+    return _correlation(pearsonr, preds, labels)
 
 
 def spearman(preds: Sequence[float], labels: Sequence[float]) -> float:
-    p, l = _arrays(preds, labels)
-    return pearson(_ranks(p.astype(np.float64)), _ranks(l.astype(np.float64)))
+    """Spearman's rho in percent (scipy.stats.spearmanr: ties share their mean rank)."""
+    return _correlation(spearmanr, preds, labels)
 
 
 METRIC_FUNCTIONS = {"accuracy": accuracy, "f1": f1, "mcc": matthews_corrcoef, "pearson": pearson,
