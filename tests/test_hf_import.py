@@ -435,3 +435,4 @@ def test_glue_recipe_fine_tunes_a_hugging_face_directory_given_as_hf_model(tmp_p
         proc = subprocess.run(["bash", script], env=dict(env, HF_MODEL=str(bad)), capture_output=True, text=True,
                               cwd=REPO)
         assert proc.returncode == 2 and message in proc.stderr and "HF_MODEL=" in proc.stderr, proc.stderr
+
