@@ -68,22 +68,14 @@ def test_default_student_shares_exactly_the_papers_pairs(multi30k_slice):
     assert len(ids) == 8
 
 
-def test_source_english_swaps_the_dims(multi30k_slice, tmp_path):
+def test_source_english_swaps_the_dims(multi30k_slice):
+    """(Without -s/-t the direction is the data directory's: test_pet_stock_flags.py.)"""
     from fairseq import options
 
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [multi30k_slice, "--task", "translation", "-s", "en", "-t", "de",
                                                 "--arch", "pet_transformer_iwslt"])
     assert (args.encoder_embed_dim, args.decoder_embed_dim) == (240, 320)
-    # without -s/-t the direction is unknown when the arch is resolved: an English source is refused
-    from fairseq import tasks
-
-    args = options.parse_args_and_arch(options.get_training_parser(), [multi30k_slice, "--task", "translation",
-                                                                       "--arch", "pet_transformer_iwslt"])
-    task = tasks.setup_task(args)
-    task.cfg.source_lang, task.cfg.target_lang = "en", "de"
-    with pytest.raises(ValueError, match=r"--arch pet_transformer_iwslt: .* pass -s en -t XX"):
-        task.build_model(args)
 
 
 def test_bad_configurations_fail_naming_the_flag(multi30k_slice):
@@ -118,34 +110,6 @@ def test_shared_weights_stay_shared_through_training_save_and_load(multi30k_slic
     with torch.no_grad():
         enc[0].self_attn.k_proj.weight.add_(1.0)
     assert torch.equal(enc[2].self_attn.q_proj.weight, enc[0].self_attn.k_proj.weight)
-
-
-def test_beam_search_agrees_with_teacher_forcing(multi30k_slice):
-    """Each logical decoder layer keeps its own cache: the scores beam search assigns to its best
-    hypothesis equal a teacher-forced forward pass over that hypothesis."""
-    from fairseq.dataclass.configs import GenerationConfig
-
-    torch.manual_seed(0)
-    task, model, _ = _build(multi30k_slice, "--encoder-embed-dim", "32", "--decoder-embed-dim", "24",
-                            "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-                            "--share-decoder-input-output-embed")
-    model.eval()
-    task.load_dataset("valid")
-    dataset = task.dataset("valid")
-    sample = dataset.collater([dataset[i] for i in range(4)])
-    generator = task.build_generator([model], GenerationConfig(beam=5, max_len_b=12))
-    with torch.no_grad():
-        hypos = task.inference_step(generator, [model], sample)
-        for i, nbest in enumerate(hypos):
-            best = nbest[0]
-            tokens = best["tokens"]
-            prev = torch.cat([tokens.new_tensor([task.target_dictionary.eos()]), tokens[:-1]]).unsqueeze(0)
-            src = sample["net_input"]["src_tokens"][i : i + 1]
-            src = src[:, src.ne(task.source_dictionary.pad())[0]]  # drop left padding
-            logits, _ = model(src, torch.tensor([src.size(1)]), prev)
-            lprobs = torch.log_softmax(logits.float(), dim=-1)[0]
-            forced = lprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-            assert torch.allclose(forced, best["positional_scores"], atol=1e-4), (i, forced, best["positional_scores"])
 
 
 def test_every_model_of_the_translation_benchmark_builds(multi30k_slice):

@@ -22,7 +22,6 @@ decoder layer keeps its own incremental-decoding cache (the published code share
 between the two passes of a shared layer, which breaks beam search).
 """
 import copy
-from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch.nn as nn
@@ -58,11 +57,22 @@ def layer_pairs(num_layers: int, pairing: str, flag: str = "--encoder-layers") -
 
 
 def _view(module: nn.Module, replace: Optional[Dict[str, nn.Module]] = None) -> nn.Module:
-    """A new module object sharing ``module``'s submodules, parameters and buffers (not copies)."""
+    """A new module object sharing ``module``'s submodules, parameters and buffers (not copies).
+
+    Its tables (submodules, parameters, buffers, hooks) are its own copies, so replacing an entry or
+    registering a hook on one logical layer leaves the other alone. It computes with its class's
+    ``forward``: a module whose instance carries its own bound ``forward`` (fairseq's
+    ``checkpoint_wrapper`` binds the wrapped layer's) would make the view compute as that very
+    layer, so such a module is refused; pet_transformer.py wraps the logical layers after sharing.
+    """
+    if "forward" in vars(module):
+        raise PETConfigError(
+            f"{type(module).__name__} carries an instance-bound forward (activation checkpointing?): a view "
+            "of it would compute as the original layer; share the layers first, then wrap the logical ones")
     view = copy.copy(module)
-    view._modules = OrderedDict(module._modules)
-    view._parameters = OrderedDict(module._parameters)
-    view._buffers = OrderedDict(module._buffers)
+    for name, value in vars(module).items():
+        if isinstance(value, (dict, set)):
+            vars(view)[name] = copy.copy(value)
     for name, sub in (replace or {}).items():
         view._modules[name] = sub
     return view

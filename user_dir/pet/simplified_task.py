@@ -38,9 +38,16 @@ def teacher_labels(teacher_lprobs: torch.Tensor, target: torch.Tensor, eps1: flo
 
 
 def log1mexp(x: torch.Tensor) -> torch.Tensor:
-    """log(1 - exp(x)) for x <= 0, stable at both ends (Maechler 2012)."""
+    """log(1 - exp(x)) for x <= 0, stable at both ends (Maechler 2012).
+
+    Both branches are evaluated (and differentiated) by ``torch.where``, so each gets an input
+    inside its own safe range: ``log1p(-exp(x))`` at x within rounding of 0 is -inf, and its
+    gradient, multiplied by the branch's zero weight, would be NaN."""
     x = x.clamp(max=-torch.finfo(x.dtype).tiny)  # exp(x) < 1 strictly: keep log(1 - p) finite
-    return torch.where(x > -math.log(2.0), torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+    near_zero = x > -math.log(2.0)
+    safe = torch.full_like(x, -1.0)  # inside both branches' safe ranges
+    return torch.where(near_zero, torch.log(-torch.expm1(torch.where(near_zero, x, safe))),
+                       torch.log1p(-torch.exp(torch.where(near_zero, safe, x))))
 
 
 def student_class_lprobs(student_lprobs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
