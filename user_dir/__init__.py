@@ -21,3 +21,5 @@ from . import pet  # noqa: E402,F401  registers the pet_transformer model and it
 from . import baselines  # noqa: E402,F401  registers PET's competitors (patient_kd criterion, CAN model)
 from . import bert  # noqa: E402,F401  registers hf_bert (imported Hugging Face BERT-family encoders)
 from . import variator  # noqa: E402,F401  registers Variator's plugin tasks and distillation criterion
+from . import apc  # noqa: E402,F401  registers apc_transformer (APC) and its criterion
+from . import ghost  # noqa: E402,F401  registers GhostBERT's ghost_* models and ghost_distill criterion

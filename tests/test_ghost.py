@@ -1,0 +1,264 @@
+"""GhostBERT: ghost-module maths on hand-built tensors (the cheap shared form equals the per-head
+form, softmax kernels, padding), importance against finite differences and pruning against masking
+on a real trained model, and the whole path through the stock CLIs (ghost_prune, fairseq-train
+distillation and resume, fairseq-generate), plus clear errors."""
+import os
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from conftest import USER_DIR, run_cli
+
+import user_dir  # noqa: F401  (registers the plug-in)
+from user_dir.common.structured_pruning import transformer_encoder
+from user_dir.common.teacher import FrozenTeacher, TeacherConfigError
+from user_dir.ghost.distillation_criterion import GhostDistillCriterion
+from user_dir.ghost.ghost_model import ghost_config, ghost_defaults, ghost_model_args, kept_widths
+from user_dir.ghost.ghost_module import GhostConfig, GhostConfigError, GhostConv, GhostLinear
+from user_dir.ghost.importance import ImportanceMasks, accumulate_importance
+from user_dir.ghost.rewiring import kept_counts, load_pruned, prune_plan
+
+
+def randomise(module, seed=0, scale=0.3):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * scale)
+    return module
+
+
+def padding(lengths, T, left=False):
+    mask = torch.arange(T)[None, :] >= torch.tensor(lengths)[:, None]
+    return mask.flip(1) if left else mask
+
+
+# ---- the ghost module ------------------------------------------------------------------------------
+@pytest.mark.parametrize("features", [1, 2])
+def test_cheap_shared_form_equals_the_per_head_form(features):
+    torch.manual_seed(0)
+    T, B, M, dh, d = 6, 3, 4, 5, 8
+    layer = randomise(GhostLinear(M * dh, d, M, GhostConfig(features=features)).double())
+    x = torch.randn(T, B, M * dh, dtype=torch.float64)
+    layer.padding_mask = padding([6, 4, 1], T, left=True)
+    cheap = layer(x)
+    per_head = layer.per_head_output(x)
+    assert torch.allclose(cheap, per_head, atol=1e-12)
+    # and the ghost part is not zero: the test compares something
+    assert (cheap - torch.nn.functional.linear(x, layer.weight, layer.bias)).abs().max() > 1e-3
+
+
+def test_unshared_modules_differ_per_head_and_reduce_to_shared_when_equal():
+    torch.manual_seed(0)
+    T, B, M, dh, d = 5, 2, 3, 4, 6
+    unshared = randomise(GhostLinear(M * dh, d, M, GhostConfig(shared=False)).double())
+    shared = GhostLinear(M * dh, d, M, GhostConfig()).double()
+    shared.load_state_dict({"weight": unshared.weight, "bias": unshared.bias,
+                            "ghost.weight": unshared.ghost.weight[:1]})
+    x = torch.randn(T, B, M * dh, dtype=torch.float64)
+    assert not torch.allclose(unshared(x), shared(x))
+    with torch.no_grad():
+        unshared.ghost.weight.copy_(unshared.ghost.weight[:1].expand_as(unshared.ghost.weight))
+    assert torch.allclose(unshared(x), shared(x), atol=1e-12)
+    assert unshared.ghost_parameter_count() == M * d * 3 and shared.ghost_parameter_count() == d * 3
+
+
+def test_softmax_kernels_keep_the_input_scale_and_the_ablation_does_not():
+    T, C = 9, 4
+    x = torch.full((T, 1, 1, C), 2.5)
+    for k in (1, 3, 5):
+        conv = randomise(GhostConv(C, 1, GhostConfig(kernel_size=k)))
+        y = conv(x)[:, :, 0]  # T x 1 x C
+        inner = slice(k // 2, T - k // 2)  # positions whose window lies inside the sequence
+        assert torch.allclose(y[inner], torch.full_like(y[inner], 2.5), atol=1e-6)
+    raw = randomise(GhostConv(C, 1, GhostConfig(softmax=False)))
+    assert not torch.allclose(raw(x)[4, 0, 0], torch.full((C,), 2.5))
+
+
+def test_relu_ablation_lets_negative_ghost_features_through():
+    torch.manual_seed(0)
+    x = torch.randn(5, 2, 12)
+    relu = randomise(GhostLinear(12, 6, 2, GhostConfig()))
+    linear = randomise(GhostLinear(12, 6, 2, GhostConfig(relu=False)))
+    base = torch.nn.functional.linear(x, relu.weight, relu.bias)
+    assert (relu(x) - base).min() >= 0
+    assert (linear(x) - base).min() < 0
+
+
+@pytest.mark.parametrize("conv", ["dwconv", "conv1d_s", "conv2d"])
+def test_padding_never_reaches_real_tokens_and_ghost_flops_match_torch_counter(conv):
+    torch.manual_seed(0)
+    T, B, d = 7, 3, 6
+    layer = randomise(GhostLinear(d, d, 2, GhostConfig(conv=conv)))
+    lengths = [7, 5, 2]
+    mask = padding(lengths, T)
+    x = torch.randn(T, B, d)
+    noisy = x.clone()
+    noisy[mask.t()] = 1e3
+    layer.padding_mask = mask
+    y, y_noisy = layer(x), layer(noisy)
+    real = ~mask.t()
+    assert torch.allclose(y[real], y_noisy[real], atol=1e-5)
+    # a sentence alone (no padding) gives what it gives inside the padded batch
+    layer.padding_mask = None
+    alone = layer(x[:5, 1:2])
+    assert torch.allclose(alone[:, 0], y[:5, 1], atol=1e-5)
+    # FLOPs of the ghost part: analytic (Appendix B.4's convention) against PyTorch's counter
+    with FlopCounterMode(display=False) as counter:
+        layer.ghost(x[:, :1].unsqueeze(2))
+    assert counter.get_total_flops() == layer.ghost_flops(T)
+
+
+def test_bad_ghost_settings_name_their_flag():
+    for k in (0, 2, -3):
+        with pytest.raises(GhostConfigError, match="--ghost-kernel-size"):
+            GhostConfig(kernel_size=k)
+    with pytest.raises(GhostConfigError, match="--width-mult"):
+        kept_counts("1/12", 4, 1024)  # floor(4/12) = 0 heads
+    with pytest.raises(GhostConfigError, match="--width-mult"):
+        kept_counts("3/2", 4, 1024)
+    assert kept_counts("2/4", 4, 1024) == (2, 512) and kept_counts("3/12", 12, 1536) == (3, 384)
+
+    class Args:
+        pass
+    args = Args()
+    ghost_defaults(args)
+    args.ghost_heads = 0
+    with pytest.raises(GhostConfigError, match="--ghost-heads"):
+        kept_widths(args, 4, 1024)
+    args = Args()
+    ghost_defaults(args)
+    assert ghost_config(args) == GhostConfig()
+
+
+# ---- on a real trained model ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny(trained_tiny):
+    from fairseq import checkpoint_utils
+    path = os.path.join(trained_tiny["save_dir"], "checkpoint_last.pt")
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": trained_tiny["data"]})
+    task.load_dataset("valid")
+    itr = task.get_batch_iterator(dataset=task.dataset("valid"), max_tokens=400, seed=1).next_epoch_itr(shuffle=False)
+    batches = [next(itr) for _ in range(3)]
+    return {"path": path, "data": trained_tiny["data"], "model": models[0].double().eval(), "cfg": cfg, "task": task,
+            "batches": batches}
+
+
+def nll(model, sample):
+    lprobs = torch.log_softmax(model(**sample["net_input"])[0], dim=-1)  # fairseq's would round to float32
+    return torch.nn.functional.nll_loss(lprobs.view(-1, lprobs.size(-1)), sample["target"].view(-1),
+                                        ignore_index=1, reduction="sum")
+
+
+def test_importance_matches_finite_differences(tiny):
+    model, batch = tiny["model"], tiny["batches"][0]
+    heads, neurons = accumulate_importance(model, nll, [batch])
+    eps = 1e-3  # fairseq's attention softmax runs in float32: a smaller step would measure its rounding
+    with ImportanceMasks(model) as masks, torch.no_grad():
+        def loss_at(mask, index, value):
+            saved = mask[index].item()
+            mask[index] = value
+            loss = nll(model, batch).item()
+            mask[index] = saved
+            return loss
+        for index in [(0, 0), (0, 1)]:
+            fd = (loss_at(masks.head_mask, index, 1 + eps) - loss_at(masks.head_mask, index, 1 - eps)) / (2 * eps)
+            assert abs(abs(fd) - heads[index].item()) < 2e-3 * max(1.0, abs(fd)), (index, fd, heads[index])
+        for index in [(0, 0), (0, 17), (0, 127)]:
+            fd = (loss_at(masks.neuron_mask, index, 1 + eps) - loss_at(masks.neuron_mask, index, 1 - eps)) / (2 * eps)
+            assert abs(abs(fd) - neurons[index].item()) < 2e-3 * max(1.0, abs(fd)), (index, fd, neurons[index])
+    # accumulation is a sum over batches of |grad|
+    h2, _ = accumulate_importance(model, nll, tiny["batches"][:2])
+    h_b, _ = accumulate_importance(model, nll, tiny["batches"][1:2])
+    assert torch.allclose(h2, heads + h_b)
+
+
+def ghost_student(tiny, kept_heads, kept_ffn, positions):
+    args = ghost_model_args(tiny["cfg"].model, ghost_heads=kept_heads, ghost_ffn_dim=kept_ffn,
+                            ghost_positions=positions)
+    return tiny["task"].build_model(args).double().eval()
+
+
+def test_pruning_keeps_the_top_units_and_equals_the_masked_original(tiny):
+    model = tiny["model"]
+    heads, neurons = accumulate_importance(model, nll, tiny["batches"])
+    plan = prune_plan(heads, neurons, 1, 64)
+    kept_heads, kept_neurons = plan[0]
+    assert kept_heads == [int(heads[0].argmax())]
+    assert set(kept_neurons) == set(neurons[0].topk(64).indices.tolist())
+    assert kept_neurons == sorted(kept_neurons, key=lambda i: -float(neurons[0, i]))  # rewired: most important first
+    student = ghost_student(tiny, 1, 64, "none")
+    assert load_pruned(student, model, plan) == []
+    layer = transformer_encoder(student).layers[0]
+    assert (layer.self_attn.q_proj.weight.shape, layer.self_attn.out_proj.weight.shape, layer.fc1.weight.shape,
+            layer.fc2.weight.shape) == ((32, 64), (64, 32), (64, 64), (64, 64))
+    batch = tiny["batches"][0]
+    with torch.no_grad():
+        pruned = student(**batch["net_input"])[0]
+        with ImportanceMasks(model) as masks:
+            masks.head_mask.zero_()
+            masks.head_mask[0, kept_heads] = 1
+            masks.neuron_mask.zero_()
+            masks.neuron_mask[0, kept_neurons] = 1
+            masked = model(**batch["net_input"])[0]
+        full = model(**batch["net_input"])[0]
+    assert torch.allclose(pruned, masked, atol=1e-10)
+    assert not torch.allclose(pruned, full, atol=1e-3)
+
+
+def test_ghost_encoder_output_does_not_depend_on_padding(tiny):
+    student = ghost_student(tiny, 1, 64, "o,ffn2")
+    randomise(student, seed=3, scale=0.2)
+    encoder = transformer_encoder(student)
+    src = tiny["batches"][0]["net_input"]["src_tokens"]
+    lengths = src.ne(1).sum(1)
+    short = int(lengths.argmin())
+    n = int(lengths[short])
+    alone = src[short:short + 1, -n:]  # fairseq pads the source on the left
+    with torch.no_grad():
+        batch_out = encoder(src, src_lengths=lengths)["encoder_out"][0]
+        alone_out = encoder(alone, src_lengths=lengths[short:short + 1])["encoder_out"][0]
+    assert src.size(1) > n
+    assert torch.allclose(batch_out[-n:, short], alone_out[:, 0], atol=1e-9)
+
+
+def test_a_teacher_of_another_shape_is_refused(tiny):
+    student_encoder = transformer_encoder(ghost_student(tiny, 1, 64, "o,ffn2"))
+    other = type(student_encoder.layers)(list(student_encoder.layers) * 2)  # two layers
+    criterion = GhostDistillCriterion.__new__(GhostDistillCriterion)
+    criterion.teacher = FrozenTeacher(torch.nn.Linear(1, 1), "teacher-2-layers.pt")
+
+    class Encoder:
+        layers = other
+    with pytest.raises(TeacherConfigError, match="--teacher-path teacher-2-layers.pt"):
+        criterion._check_teacher(student_encoder, Encoder)
+
+
+# ---- the stock commands ---------------------------------------------------------------------------
+def test_prune_distill_resume_finetune_and_generate_through_the_stock_clis(tiny, tmp_path):
+    data, teacher = tiny["data"], tiny["path"]
+    init = tmp_path / "init.pt"
+    run_cli("user_dir.tools.ghost_prune", data, "--path", teacher, "--width-mult", "1/2", "--out", init,
+            "--max-batches", "4", "--cpu")
+    flags = open(str(init) + ".flags").read().split()
+    assert flags[:2] == ["--arch", "ghost_transformer"] and "--ghost-heads" in flags
+    common = [data, "--user-dir", USER_DIR, *flags, "--optimizer", "adam", "--lr", "1e-4", "--max-tokens", "1024",
+              "--no-progress-bar", "--log-format", "simple", "--log-interval", "1", "--num-workers", "0", "--cpu",
+              "--seed", "1", "--no-epoch-checkpoints"]
+    distill = tmp_path / "distill"
+    cmd = common + ["--criterion", "ghost_distill", "--teacher-path", teacher, "--finetune-from-model", init,
+                    "--save-dir", distill, "--clip-norm", "1"]
+    out = run_cli("fairseq_cli.train", *cmd, "--max-update", "2").stdout
+    assert "l_mha" in out and "l_emb" in out
+    out = run_cli("fairseq_cli.train", *cmd, "--max-update", "3").stdout  # resumes from checkpoint_last
+    assert "@ 2 updates)" in out and "num_updates 3" in out  # resumed, not restarted from init.pt
+    state = torch.load(distill / "checkpoint_last.pt", map_location="cpu", weights_only=True)
+    assert not any(k.startswith("teacher") for k in state["model"])
+    assert any(".ghost.weight" in k for k in state["model"])
+    finetune = tmp_path / "finetune"
+    run_cli("fairseq_cli.train", *common, "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            "--finetune-from-model", distill / "checkpoint_last.pt", "--save-dir", finetune, "--max-update", "1")
+    for path in (init, finetune / "checkpoint_last.pt"):
+        gen = run_cli("fairseq_cli.generate", data, "--user-dir", USER_DIR, "--path", path, "--gen-subset", "valid",
+                      "--beam", "2", "--max-len-b", "5", "--batch-size", "256", "--cpu").stdout
+        assert "BLEU4" in gen.splitlines()[-1] or "BLEU" in gen

@@ -1,0 +1,197 @@
+"""The ghost module (GhostBERT, Huang et al., sections 2.1-2.2, eqs 2-5; ablations of section
+3.3 / Table 4, Figure 3 / Table 9, section 4.1 / Table 5, Appendix B.4).
+
+A sub-layer's output is a sum over units h (attention heads after O, eq 1; FFN folds after FFN2,
+eq 4) of H_h. The ghost module adds F ghost features (eqs 2, 3, 5):
+
+    G_f = ReLU( sum_h conv_{f,h}( H_h ) ),        output = sum_h H_h + sum_f G_f
+
+where conv is a depthwise 1-D convolution over the sequence (DWConv, section 2.2.1), "same"
+padding, kernel size k (3), each channel's kernel softmax-normalised over its k taps (section
+2.2.2), no bias (the paper omits biases, and its count of 55.3K extra parameters for BERT-base is
+exactly 2 modules x 12 layers x 768 channels x 3 taps).
+
+Forms:
+* **shared, the default** (section 2.3: F = 1, all G_{f,h} share one set of parameters): by
+  linearity sum_h conv(H_h) = conv(sum_h H_h), one convolution of the sub-layer output. This is
+  what runs; :meth:`GhostLinear.per_head_output` computes the per-head form with the same
+  parameters, and a test proves they agree. With F > 1 each f has its own kernel, shared over h.
+* **unshared** (``--ghost-unshared``, Appendix B.4): each (f, h) has its own kernel, applied to
+  head h's own output H_h = x_h W_h^T (the output projection split by the columns of head h).
+
+Choices the paper leaves open, and ours:
+* The projection's bias belongs to no head; in the per-head form each head carries b / M, so the
+  heads still sum to the layer's output (and the two forms agree exactly).
+* The ghost features are added to the sub-layer's output before the layer's dropout and residual
+  connection (Figure 2 shows them joining the MHA/FFN output).
+* Padding: positions marked in the encoder's padding mask are zeroed before convolving (so a
+  padding position's value never reaches a real token, and the output does not depend on how
+  much padding a batch has: tested), and the ghost feature is zero at padding positions.
+* Initialisation (not given): ``xavier_uniform_`` as fairseq's LightweightConv (Wu et al. 2019,
+  the paper's source for the softmax-normalised DWConv).
+* Even kernel sizes have no centred "same" padding (the paper's index i - ceil((k+1)/2) + m is
+  asymmetric for even k); we refuse them, naming ``--ghost-kernel-size``. Figure 3 uses odd sizes.
+* Convolution types of Table 5: ``dwconv`` (ours), ``conv1d_s`` (a full d -> d convolution over
+  the sequence; softmax over each output channel's d x k weights), ``conv2d`` (one 1 -> 1 channel
+  k x k kernel over the (sequence, feature) map; softmax over its k*k taps). Conv1D_F (over the
+  feature direction with n = sequence-length channels) needs a fixed sequence length and is not
+  implemented.
+* ``--ghost-no-softmax`` uses the raw kernel (Table 4 "- Softmax"), ``--ghost-no-relu`` the
+  identity as the nonlinearity (Table 4 "- ReLU").
+"""
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CONV_TYPES = ("dwconv", "conv1d_s", "conv2d")
+POSITIONS = ("o", "ffn1", "ffn2")
+
+
+class GhostConfigError(ValueError):
+    """A ghost-module setting that cannot be built; the message names the flag."""
+
+
+@dataclass(frozen=True)
+class GhostConfig:
+    kernel_size: int = 3
+    conv: str = "dwconv"
+    softmax: bool = True
+    relu: bool = True
+    features: int = 1
+    shared: bool = True
+
+    def __post_init__(self):
+        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+            raise GhostConfigError(f"--ghost-kernel-size {self.kernel_size}: must be odd and >= 1 "
+                                   "(centred 'same' padding; the paper's default is 3)")
+        if self.conv not in CONV_TYPES:
+            raise GhostConfigError(f"--ghost-conv {self.conv!r}: expected one of {', '.join(CONV_TYPES)}")
+        if self.features < 1:
+            raise GhostConfigError(f"--ghost-features {self.features}: must be >= 1 (paper: 1)")
+        if not self.shared and self.conv != "dwconv":
+            raise GhostConfigError(f"--ghost-unshared is implemented for --ghost-conv dwconv only, not {self.conv}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def normalised_kernel(weight: torch.Tensor, softmax: bool, dims: int = 1) -> torch.Tensor:
+    """Softmax over the last ``dims`` dimensions of ``weight`` (the taps of one kernel), in float32."""
+    if not softmax:
+        return weight
+    shape = weight.shape
+    flat = weight.float().reshape(*shape[: len(shape) - dims], -1)
+    return F.softmax(flat, dim=-1).reshape(shape).to(weight.dtype)
+
+
+def depthwise_conv_time(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+    """Depthwise convolution over time of ``x`` (T x B x C) with ``kernel`` (C x O x k): output
+    (T x B x C x O), ``out[t, b, c, o] = sum_m kernel[c, o, m] * x[t - k//2 + m, b, c]`` with zeros
+    outside the sequence (section 2.2.1, for odd k)."""
+    T, B, C = x.shape
+    O, k = kernel.shape[1], kernel.shape[2]
+    y = F.conv1d(x.permute(1, 2, 0), kernel.reshape(C * O, 1, k).to(x.dtype), padding=k // 2, groups=C)
+    return y.view(B, C, O, T).permute(3, 0, 1, 2)
+
+
+class GhostConv(nn.Module):
+    """conv_{f,h} of eq 2 for ``units`` input units (1 in the shared form) of ``channels`` channels,
+    F = ``cfg.features`` outputs, before the nonlinearity: input T x B x U x C, output T x B x F x C
+    (summed over the units)."""
+
+    def __init__(self, channels: int, units: int, cfg: GhostConfig):
+        super().__init__()
+        self.cfg, self.channels, self.units = cfg, channels, units
+        k, f = cfg.kernel_size, cfg.features
+        if cfg.conv == "dwconv":
+            self.weight = nn.Parameter(torch.empty(units, f, channels, k))
+        elif cfg.conv == "conv1d_s":
+            self.weight = nn.Parameter(torch.empty(f, channels, channels, k))
+        else:  # conv2d
+            self.weight = nn.Parameter(torch.empty(f, 1, k, k))
+        # fairseq's LightweightConv initialisation (the paper gives none)
+        nn.init.xavier_uniform_(self.weight.view(-1, 1, k) if cfg.conv == "dwconv" else self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T, B, U, C = x.shape
+        cfg, k = self.cfg, self.cfg.kernel_size
+        if cfg.conv == "dwconv":
+            kernel = normalised_kernel(self.weight, cfg.softmax)  # U x F x C x k
+            kernel = kernel.permute(0, 2, 1, 3).reshape(U * C, cfg.features, k)
+            return depthwise_conv_time(x.reshape(T, B, U * C), kernel).view(T, B, U, C, -1).sum(2).transpose(2, 3)
+        x = x.sum(2)  # shared over units (the config refuses unshared for these types)
+        if cfg.conv == "conv1d_s":
+            kernel = normalised_kernel(self.weight, cfg.softmax, dims=2)  # F x C_out x C_in x k
+            y = F.conv1d(x.permute(1, 2, 0), kernel.reshape(-1, C, k).to(x.dtype), padding=k // 2)
+            return y.view(B, cfg.features, C, T).permute(3, 0, 1, 2)
+        kernel = normalised_kernel(self.weight, cfg.softmax, dims=2)  # F x 1 x k x k
+        y = F.conv2d(x.permute(1, 0, 2).unsqueeze(1), kernel.to(x.dtype), padding=k // 2)  # B x F x T x C
+        return y.permute(2, 0, 1, 3)
+
+    def parameter_count(self) -> int:
+        return self.weight.numel()
+
+    def flops(self, length: int) -> int:
+        """FLOPs (2 x multiply-adds) on one sequence of ``length`` tokens (Appendix A.3 convention)."""
+        cfg, k, C = self.cfg, self.cfg.kernel_size, self.channels
+        per_token = {"dwconv": self.units * C * k, "conv1d_s": C * C * k, "conv2d": C * k * k}[cfg.conv]
+        return 2 * length * per_token * cfg.features
+
+
+class GhostLinear(nn.Linear):
+    """An output projection (attention's O, the FFN's fc2; or fc1 for the FFN1 position) followed
+    by the ghost module of its output: ``y = x W^T + b + sum_f ReLU(conv_f(y))`` (eqs 3, 5).
+
+    ``units`` is the number of heads (or folds) the input is made of; only the per-head form uses
+    it. ``padding_mask`` (B x T, True at padding) is set by the owning layer before each forward.
+    """
+
+    def __init__(self, in_features: int, out_features: int, units: int, cfg: GhostConfig, bias: bool = True):
+        super().__init__(in_features, out_features, bias=bias)
+        if not cfg.shared and in_features % units:
+            raise GhostConfigError(f"{in_features} input features do not split into {units} heads/folds")
+        self.units, self.cfg = units, cfg
+        self.ghost = GhostConv(out_features, 1 if cfg.shared else units, cfg)
+        self.padding_mask: Optional[torch.Tensor] = None
+
+    def _masked(self, y: torch.Tensor) -> torch.Tensor:
+        """Zero the padding positions of ``y`` (T x B x ...)."""
+        if self.padding_mask is None:
+            return y
+        keep = (~self.padding_mask).t().to(y.dtype)
+        return y * keep.view(*keep.shape, *([1] * (y.dim() - 2)))
+
+    def _ghost(self, conv_out: torch.Tensor) -> torch.Tensor:
+        g = F.relu(conv_out) if self.cfg.relu else conv_out
+        return self._masked(g.sum(2))
+
+    def per_head_output(self, x: torch.Tensor) -> torch.Tensor:
+        """Eq 3 / 5 computed head by head: H_h = x_h W_h^T + b / M, conv_{f,h}(H_h) summed over h."""
+        T, B, _ = x.shape
+        M = self.units
+        heads = torch.einsum("tbmi,omi->tbmo", x.view(T, B, M, -1), self.weight.view(self.out_features, M, -1))
+        if self.bias is not None:
+            heads = heads + self.bias / M
+        ghost_in = self._masked(heads)
+        if self.cfg.shared:  # the same conv for every head: apply it per head, then sum
+            conv = torch.stack([self.ghost(ghost_in[:, :, h: h + 1]) for h in range(M)]).sum(0)
+        else:
+            conv = self.ghost(ghost_in)
+        return heads.sum(2) + self._ghost(conv)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 3:
+            raise ValueError("ghost modules expect time-first input (T x B x C), as fairseq's encoder layers pass")
+        if not self.cfg.shared:
+            return self.per_head_output(x)
+        y = super().forward(x)
+        return y + self._ghost(self.ghost(self._masked(y).unsqueeze(2)))
+
+    def ghost_parameter_count(self) -> int:
+        return self.ghost.parameter_count()
+
+    def ghost_flops(self, length: int) -> int:
+        return self.ghost.flops(length)
