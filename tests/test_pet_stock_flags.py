@@ -5,7 +5,8 @@ Every check is numerical against stock fairseq modules, never object identity al
 layer of an encoder pair must compute what a stock ``TransformerEncoderLayer`` computes with the
 first layer's Q and K weights swapped, the whole student what a stock 4+4-layer Transformer holding
 its state dict computes, and beam search must score its hypotheses as a teacher-forced pass does
-(each logical decoder layer keeping its own incremental-decoding cache).
+(each logical decoder layer keeping its own incremental-decoding cache). The in-process checks run
+on the GPU where there is one (activation offloading then really moves tensors to the CPU).
 """
 import os
 
@@ -16,6 +17,8 @@ from conftest import TRAIN_FLAGS, USER_DIR, run_cli
 
 import user_dir  # noqa: F401
 from user_dir.pet.replaceable_pairs import PETConfigError
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 TINY = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "24", "--encoder-attention-heads", "2",
         "--decoder-attention-heads", "2", "--share-decoder-input-output-embed"]
@@ -41,13 +44,16 @@ def _build(data, *flags, seed=0):
     args = _args(data, *TINY, *flags)
     task = tasks.setup_task(args)
     torch.manual_seed(seed)
-    return task, task.build_model(args), args
+    return task, task.build_model(args).to(DEVICE), args
 
 
 def _sample(task, n=4):
+    from fairseq import utils
+
     task.load_dataset("valid")
     dataset = task.dataset("valid")
-    return dataset.collater([dataset[i] for i in range(n)])
+    sample = dataset.collater([dataset[i] for i in range(n)])
+    return utils.move_to_cuda(sample, DEVICE) if DEVICE.type == "cuda" else sample
 
 
 def _stock_encoder_layer(args, physical, swap_qk):
@@ -61,7 +67,11 @@ def _stock_encoder_layer(args, physical, swap_qk):
             state[q], state[k] = state[k], state[q]
     stock = TransformerEncoderLayer(args)
     stock.load_state_dict(state)
-    return stock.eval()
+    return stock.to(_device_of(physical)).eval()
+
+
+def _device_of(module):
+    return next(module.parameters()).device
 
 
 def assert_encoder_pairs_swap_qk(args, encoder_layers, dim=32):
@@ -69,8 +79,9 @@ def assert_encoder_pairs_swap_qk(args, encoder_layers, dim=32):
     the unswapped ones; and the swap changes the function (so the comparison can fail)."""
     assert len(encoder_layers) == 4
     torch.manual_seed(1)
-    x = torch.randn(7, 3, dim)
-    pad = torch.zeros(3, 7, dtype=torch.bool)
+    device = _device_of(encoder_layers[0])
+    x = torch.randn(7, 3, dim, device=device)
+    pad = torch.zeros(3, 7, dtype=torch.bool, device=device)
     pad[0, 5:] = True
     with torch.no_grad():
         for first, second in ((0, 2), (1, 3)):
@@ -93,7 +104,7 @@ def test_second_layer_of_each_encoder_pair_computes_with_swapped_qk(multi30k_sli
     seen = []
     handle = enc[2].register_forward_hook(lambda *_: seen.append(2))
     with torch.no_grad():
-        enc[0](torch.randn(2, 1, 32), torch.zeros(1, 2, dtype=torch.bool))
+        enc[0](torch.randn(2, 1, 32, device=DEVICE), torch.zeros(1, 2, dtype=torch.bool, device=DEVICE))
     handle.remove()
     assert seen == []
 
@@ -108,7 +119,7 @@ def test_student_computes_as_a_stock_transformer_holding_its_weights(multi30k_sl
     stock_args = _args(multi30k_slice, *TINY, "--encoder-layers", "4", "--decoder-layers", "4",
                        "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "48",
                        arch="transformer_iwslt_de_en")
-    stock = tasks.setup_task(stock_args).build_model(stock_args)
+    stock = tasks.setup_task(stock_args).build_model(stock_args).to(DEVICE)
     stock.load_state_dict(model.state_dict())
     model.eval(), stock.eval()
     sample = _sample(task)
@@ -135,7 +146,7 @@ def test_beam_search_equals_teacher_forcing(multi30k_slice, name):
             prev = torch.cat([tokens.new_tensor([task.target_dictionary.eos()]), tokens[:-1]]).unsqueeze(0)
             src = sample["net_input"]["src_tokens"][i : i + 1]
             src = src[:, src.ne(task.source_dictionary.pad())[0]]  # drop left padding
-            logits, _ = model(src, torch.tensor([src.size(1)]), prev)
+            logits, _ = model(src, src.new_tensor([src.size(1)]), prev)
             lprobs = torch.log_softmax(logits.float(), dim=-1)[0]
             forced = lprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
             assert torch.allclose(forced, best["positional_scores"], atol=1e-4), (i, forced, best["positional_scores"])
@@ -205,8 +216,8 @@ def test_training_with_layerdrop_and_checkpointing_then_loading_keeps_the_pairs(
     for seed in range(3):  # loading builds the model in training mode, where LayerDrop draws: it must not matter
         torch.manual_seed(seed)
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path])
-        model = models[0].eval()
-        assert all(torch.equal(t, saved[n]) for n, t in model.state_dict().items())
+        model = models[0].to(DEVICE).eval()
+        assert all(torch.equal(t.cpu(), saved[n]) for n, t in model.state_dict().items())
         assert_encoder_pairs_swap_qk(cfg.model, model.encoder.layers)
         sample = _sample(task, n=2)
         with torch.no_grad():
