@@ -1,0 +1,311 @@
+"""APC (user_dir/apc/): the reparameterised layer and its folding (eqs 1-2), FFN compression (eq. 12) on
+the reference Multi30k teacher, the five initialisations (section 4.2, Appendix C), the activation-KD
+loss (section 4.3), flag validation, and the stock-command path init -> fairseq-train -> resume ->
+finalize -> fairseq-generate without --user-dir."""
+import os
+import re
+
+import pytest
+import torch
+
+from conftest import TEACHER, TEACHER_DIR, USER_DIR, needs_teacher, run_cli
+
+from user_dir.apc.ffn_compression import APCConfigError, parse_layer_dims
+from user_dir.apc.initialisations import initialise, kmeans_clusters, merge_D_U
+from user_dir.apc.reparameterised_linear import APCLinear, fold_linear
+
+DATA = os.path.join(TEACHER_DIR, "data-bin")
+
+
+# ---------------------------------------------------------------- pure maths
+def test_fold_linear_is_eqs_1_2_and_equals_unfolded_forward():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(12, 10)
+    apc = APCLinear(lin, cmp_in=5, cmp_out=4)
+    for p in apc.compression_parameters():
+        torch.nn.init.normal_(p, std=0.5)  # non-zero biases and B, so every term of eq. 2 counts
+    x = torch.randn(7, 5)
+    W, b = lin.weight.t(), lin.bias  # the paper's in x out convention
+    expected = x @ (apc.U @ W @ apc.D + apc.B) + (apc.D.t() @ W.t() @ apc.b_U + apc.D.t() @ b + apc.b_D)
+    torch.testing.assert_close(apc(x), expected, atol=1e-5, rtol=1e-5)
+    dense = apc.finalize()
+    assert (dense.in_features, dense.out_features) == (5, 4)
+    torch.testing.assert_close(dense(x), expected, atol=1e-5, rtol=1e-5)
+    w, bb = fold_linear(lin.weight, lin.bias, D=apc.D, b_D=apc.b_D)  # one side only: D = I on the input side
+    torch.testing.assert_close(w, (W @ apc.D).t())
+    torch.testing.assert_close(bb, apc.D.t() @ b + apc.b_D)
+
+
+def test_apc_linear_freezes_original_by_default_and_trains_it_on_request():
+    frozen = APCLinear(torch.nn.Linear(6, 6), cmp_out=3)
+    assert not frozen.linear.weight.requires_grad and frozen.D.requires_grad and frozen.B.shape == (6, 3)
+    assert APCLinear(torch.nn.Linear(6, 6), cmp_out=3, train_original=True).linear.weight.requires_grad
+    # random init: N(0, 1e-6) for U, D; zeros for b_U, b_D, B (section 4.2)
+    big = APCLinear(torch.nn.Linear(400, 400), cmp_in=300, cmp_out=300)
+    assert abs(big.D.std().item() - 1e-3) < 5e-5 and abs(big.U.std().item() - 1e-3) < 5e-5
+    assert big.B.abs().sum() == 0 and big.b_U.abs().sum() == 0 and big.b_D.abs().sum() == 0
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("2048", "larger than the original FFN width 1024"),
+    ("0", "must be > 0"),
+    ("3:128", "layer index 3 is out of range"),
+    ("1:128,1:64", "given twice"),
+    ("abc", "expected one size"),
+])
+def test_bad_layer_dims_name_the_flag(spec, message):
+    with pytest.raises(APCConfigError, match=re.escape("--apc-encoder-ffn-dims")) as err:
+        parse_layer_dims(spec, 3, 1024, "--apc-encoder-ffn-dims")
+    assert message in str(err.value)
+    assert parse_layer_dims("0:256,2:64", 3, 1024, "--x") == {0: 256, 2: 64}
+    assert parse_layer_dims("128", 2, 1024, "--x") == {0: 128, 1: 128}
+
+
+def test_kmeans_merge_maps_each_neuron_to_one_cluster_and_D_gives_cluster_means():
+    torch.manual_seed(0)
+    weight = torch.randn(60, 8)  # 60 neurons (rows of fc1.weight), 8 inputs
+    labels = kmeans_clusters(weight, 7, seed=1)
+    D, U = merge_D_U(labels, 7)
+    assert torch.equal((U != 0).sum(0), torch.ones(60, dtype=torch.long))  # one cluster per neuron
+    assert set(U.unique().tolist()) == {0.0, 1.0}
+    torch.testing.assert_close((D != 0).double(), U.t())  # D and U share one support (Algorithm 2)
+    W = weight.double().t()
+    for i in range(7):
+        torch.testing.assert_close((W @ D)[:, i], W[:, labels == i].mean(1))
+
+
+# ---------------------------------------------------------------- on the reference teacher
+@pytest.fixture(scope="module")
+def teacher_setup():
+    if not os.path.isfile(TEACHER):
+        pytest.skip(f"needs the reference teacher at {TEACHER}")
+    from user_dir.tools.apc_init import load_teacher, sample_activations
+    teacher, cfg, task = load_teacher(TEACHER, DATA)
+    X = sample_activations(teacher, task, "valid", 1500, seed=1, max_tokens=2048)
+    task.load_dataset("valid")
+    itr = task.get_batch_iterator(dataset=task.dataset("valid"), max_sentences=16, seed=1, num_workers=0)
+    sample = next(iter(itr.next_epoch_itr(shuffle=False)))
+    return {"teacher": teacher, "cfg": cfg, "task": task, "X": X, "sample": sample}
+
+
+def _apc_model(setup, enc="256", dec="256"):
+    from user_dir.tools.apc_init import build_apc_model
+    model, _ = build_apc_model(setup["teacher"], setup["cfg"], setup["task"], enc, dec)
+    return model.eval()
+
+
+def _out(model, sample):
+    with torch.no_grad():
+        return model(**sample["net_input"])[0]
+
+
+@needs_teacher
+def test_finalized_model_equals_unfolded_on_a_real_batch(teacher_setup):
+    model = _apc_model(teacher_setup, enc="0:256,2:64", dec="128")
+    torch.manual_seed(1)
+    with torch.no_grad():  # move every APC tensor far from its init so the folding is really exercised
+        for name, p in model.named_parameters():
+            if name.rsplit(".", 1)[-1] in ("U", "D", "B", "b_U", "b_D"):
+                p.normal_(0, 0.05)
+    unfolded = _out(model, teacher_setup["sample"])
+    model.finalize_()
+    assert model.encoder.layers[2].fc1.out_features == 64 and type(model.encoder.layers[1].fc1) is torch.nn.Linear
+    torch.testing.assert_close(_out(model, teacher_setup["sample"]), unfolded, atol=1e-4, rtol=1e-4)
+
+
+@needs_teacher
+def test_parameter_counts_match_closed_forms(teacher_setup):
+    teacher = teacher_setup["teacher"]
+    n_teacher = sum(p.numel() for p in teacher.parameters())
+    model = _apc_model(teacher_setup, enc="1:100", dec="64")
+    e, f = 256, 1024
+    extra = lambda c: f * c + c + e * c + c * f + f + c * e  # D, b_D, B^alpha, U, b_U, B^beta
+    assert sum(p.numel() for p in model.parameters()) == n_teacher + extra(100) + 3 * extra(64)
+    assert sum(p.numel() for p in model.parameters() if p.requires_grad) == extra(100) + 3 * extra(64)
+    model.finalize_()
+    dense = lambda c: e * c + c + c * e + e  # fc1 + fc2 of width c
+    assert sum(p.numel() for p in model.parameters()) == n_teacher - 4 * dense(f) + dense(100) + 3 * dense(64)
+
+
+@needs_teacher
+def test_neuron_pruning_init_reproduces_the_pruned_network(teacher_setup):
+    from user_dir.apc.activation_sampling import sample_batches
+    from user_dir.apc.neuron_sensitivity import neuron_sensitivity
+    from user_dir.tools.apc_finalize import finalize_state_dict
+    from user_dir.tools.apc_init import initial_D_U, set_D_U
+    import copy
+    teacher, task = teacher_setup["teacher"], teacher_setup["task"]
+    pad = task.target_dictionary.pad()
+    scores = neuron_sensitivity(teacher, sample_batches(task, "valid", 1024, 1), pad, 2)
+    assert all(s.shape == (1024,) and (s > 0).sum() > 512 for s in scores.values())
+    model = _apc_model(teacher_setup)
+    set_D_U(model, initial_D_U(model, teacher, task, "neuron-pruning", 0, 1, 2, 1024, scores=scores))
+    pruned = copy.deepcopy(teacher)
+    for side in ("encoder", "decoder"):
+        for i, layer in enumerate(getattr(pruned, side).layers):
+            keep = torch.sort(torch.topk(scores[f"{side}.layers.{i}"], 256).indices).values
+            fc1, fc2 = torch.nn.Linear(256, 256), torch.nn.Linear(256, 256)
+            with torch.no_grad():
+                fc1.weight.copy_(layer.fc1.weight[keep]), fc1.bias.copy_(layer.fc1.bias[keep])
+                fc2.weight.copy_(layer.fc2.weight[:, keep]), fc2.bias.copy_(layer.fc2.bias)
+            layer.fc1, layer.fc2 = fc1, fc2
+    pruned.eval()
+    torch.testing.assert_close(_out(model, teacher_setup["sample"]), _out(pruned, teacher_setup["sample"]),
+                               atol=1e-5, rtol=1e-5)
+    folded = finalize_state_dict(model.state_dict())
+    for k, v in pruned.state_dict().items():
+        assert torch.equal(folded[k], v), k  # exactly the pruned weights, not just close
+
+
+@needs_teacher
+def test_reconstructive_inits_beat_random_on_real_activations(teacher_setup):
+    from user_dir.apc.reconstruction_error import ffn_reconstruction_error
+    teacher, X = teacher_setup["teacher"], teacher_setup["X"]
+    layer = teacher.decoder.layers[1]
+    name = "decoder.layers.1"
+    fit, held = X[name][:1000], X[name][1000:]
+    errors = {}
+    for method in ("random", "reconstructive-random", "reconstructive-svd", "kmeans"):
+        D, U = initialise(method, layer.fc1.weight, layer.fc1.bias, 128, layer.activation_fn, X=fit, seed=1)
+        assert D.shape == (1024, 128) and U.shape == (128, 1024)
+        errors[method] = ffn_reconstruction_error(held, layer.fc1.weight, layer.fc1.bias, D, U, layer.activation_fn)
+    assert errors["reconstructive-random"] < errors["random"] and errors["reconstructive-svd"] < errors["random"]
+    assert errors["kmeans"] < errors["random"]
+    # the least-squares U is optimal for its D on the fitting sample: a perturbed U does worse there
+    D, U = initialise("reconstructive-svd", layer.fc1.weight, layer.fc1.bias, 128, layer.activation_fn, X=fit)
+    best = ffn_reconstruction_error(fit, layer.fc1.weight, layer.fc1.bias, D, U, layer.activation_fn)
+    worse = ffn_reconstruction_error(fit, layer.fc1.weight, layer.fc1.bias, D, U * 1.05, layer.activation_fn)
+    assert best < worse
+
+
+@needs_teacher
+def test_activation_kd_loss_is_the_pruned_neurons_activation(teacher_setup):
+    """With the neuron-pruning init (U = D^T, zero biases) X~ equals X on kept neurons and 0 elsewhere, so
+    the reconstruction term is the Frobenius norm of the removed neurons' activations (computed here
+    from the teacher alone)."""
+    from user_dir.apc.activation_kd_criterion import APCActivationKDCriterion
+    from user_dir.apc.initialisations import selection_D
+    teacher, task, sample = teacher_setup["teacher"], teacher_setup["task"], teacher_setup["sample"]
+    model = _apc_model(teacher_setup, enc="", dec="0:200")
+    keep = torch.arange(0, 1024, 5)[:200]
+    with torch.no_grad():
+        model.decoder.layers[0].fc1.D.copy_(selection_D(keep, 1024))
+        model.decoder.layers[0].fc2.U.copy_(selection_D(keep, 1024).t())
+    acts = {}
+    h = teacher.decoder.layers[0].fc1.register_forward_hook(lambda m, i, o: acts.__setitem__("z", o))
+    _out(teacher, sample)
+    h.remove()
+    dropped = torch.ones(1024, dtype=torch.bool)
+    dropped[keep] = False
+    mask = sample["net_input"]["prev_output_tokens"].ne(task.target_dictionary.pad()).t()
+    expected = torch.relu(acts["z"])[mask][:, dropped].norm()
+    crit = APCActivationKDCriterion(task, False, 0.0)
+    model.train()
+    model.decoder.dropout_module.p = 0.0
+    for m in model.modules():
+        if hasattr(m, "dropout_module"):
+            m.dropout_module.p = 0.0
+    loss, sample_size, log = crit(model, sample)
+    torch.testing.assert_close(torch.tensor(log["reconstruction"] / sample_size), expected, rtol=1e-4, atol=1e-4)
+    ce = log["ce_loss"]
+    torch.testing.assert_close(loss.detach(), 0.7 * ce + 0.3 * 1e5 * expected * sample_size, rtol=1e-4, atol=1e-2)
+    assert model.decoder.layers[0].fc1.recorded_full_output is None  # recording is switched off again
+
+
+@needs_teacher
+def test_bad_flag_through_the_model_builder_names_it(teacher_setup):
+    from user_dir.apc.apc_transformer import APCTransformerModel
+    from user_dir.tools.apc_init import apc_args
+    args = apc_args(teacher_setup["cfg"].model, "2048", None)
+    with pytest.raises(APCConfigError, match="--apc-encoder-ffn-dims '2048'.*larger than the original FFN width 1024"):
+        APCTransformerModel.build_model(args, teacher_setup["task"])
+    args = apc_args(teacher_setup["cfg"].model, None, "7:64")
+    with pytest.raises(APCConfigError, match="--apc-decoder-ffn-dims '7:64': layer index 7 is out of range"):
+        APCTransformerModel.build_model(args, teacher_setup["task"])
+
+
+# ---------------------------------------------------------------- stock commands end to end
+def _test_slice(dest, n=40):
+    """The first ``n`` sentences of the teacher's test set as their own data-bin (dictionaries copied)."""
+    import shutil
+    from fairseq.data import indexed_dataset
+    os.makedirs(dest, exist_ok=True)
+    for f in ("dict.de.txt", "dict.en.txt"):
+        shutil.copy(os.path.join(DATA, f), dest)
+    for split in ("test", "valid", "train"):
+        for lang in ("de", "en"):
+            src = indexed_dataset.make_dataset(os.path.join(DATA, f"test.de-en.{lang}"), impl="mmap")
+            prefix = os.path.join(dest, f"{split}.de-en.{lang}")
+            builder = indexed_dataset.make_builder(prefix + ".bin", impl="mmap", vocab_size=8000)
+            for i in range(n):
+                builder.add_item(src[i])
+            builder.finalize(prefix + ".idx")
+    return dest
+
+
+def _hypotheses(stdout):
+    """``{id: (text, score)}`` of fairseq-generate's H- lines."""
+    out = {}
+    for line in stdout.splitlines():
+        if line.startswith("H-"):
+            idx, score, text = line.split("\t")
+            out[idx] = (text, float(score))
+    return out
+
+
+def assert_same_translations(a, b, n):
+    """String for string the same hypotheses; scores equal up to float rounding of the folded weights."""
+    assert len(a) == n and sorted(a) == sorted(b)
+    assert {k: v[0] for k, v in a.items()} == {k: v[0] for k, v in b.items()}
+    assert max(abs(a[k][1] - b[k][1]) for k in a) < 1e-4
+
+
+@needs_teacher
+def test_init_train_resume_finalize_and_stock_generate(tmp_path):
+    data = _test_slice(str(tmp_path / "slice"))
+    init = str(tmp_path / "init.pt")
+    proc = run_cli("user_dir.tools.apc_init", TEACHER, "--data", DATA, "--encoder-ffn-dims", "128",
+                   "--decoder-ffn-dims", "128", "--init", "kmeans", "--samples", "500", "--out", init)
+    assert "reconstruction error" in proc.stdout
+    import json
+    info = json.load(open(os.path.splitext(init)[0] + ".json"))
+    save = str(tmp_path / "ckpt")
+    train = ["fairseq_cli.train", data, "--user-dir", USER_DIR, *info["fairseq_flags"], "--finetune-from-model", init,
+             "--optimizer", "adam", "--lr", "1e-4", "--max-tokens", "1024", "--criterion", "apc_activation_kd",
+             "--save-dir", save, "--cpu", "--num-workers", "0", "--log-format", "simple", "--log-interval", "1",
+             "--no-progress-bar", "--disable-validation", "--seed", "1"]
+    run_cli(*train, "--max-update", "2")
+    proc = run_cli(*train, "--max-update", "3")  # resume: continues from checkpoint_last.pt, not from init.pt
+    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", proc.stdout + proc.stderr)
+    assert "reconstruction" in proc.stdout + proc.stderr
+    state = torch.load(os.path.join(save, "checkpoint_last.pt"), weights_only=False)
+    sd = state["model"]
+    init_sd = torch.load(init, weights_only=False)["model"]
+    assert torch.equal(sd["encoder.layers.0.fc1.linear.weight"], init_sd["encoder.layers.0.fc1.linear.weight"])
+    assert not torch.equal(sd["encoder.layers.0.fc1.D"], init_sd["encoder.layers.0.fc1.D"])  # APC params trained
+    final = str(tmp_path / "final.pt")
+    run_cli("user_dir.tools.apc_finalize", os.path.join(save, "checkpoint_last.pt"), "--out", final)
+    gen = ["fairseq_cli.generate", data, "--gen-subset", "test", "--beam", "5", "--batch-size", "16", "--cpu",
+           "--remove-bpe"]
+    apc_out = run_cli(*gen, "--user-dir", USER_DIR, "--path", os.path.join(save, "checkpoint_last.pt")).stdout
+    # stock fairseq, no plug-in: only torch >= 2.6's weights-only switch is needed to unpickle the file
+    import subprocess
+    import sys
+    from conftest import clean_env
+    env = clean_env()
+    env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
+    stock = subprocess.run([sys.executable, "-m", *gen, "--path", final], capture_output=True, text=True, env=env)
+    assert stock.returncode == 0, stock.stderr[-3000:]
+    assert_same_translations(_hypotheses(apc_out), _hypotheses(stock.stdout), 40)
+    final_state = torch.load(final, weights_only=False)
+    assert final_state["cfg"]["model"].arch == "transformer" and final_state["cfg"]["model"].encoder_ffn_embed_dim == 128
+    # per-layer sizes that a stock arch cannot express: stays apc_transformer (--apc-finalized), same output
+    mixed = str(tmp_path / "mixed.pt")
+    run_cli("user_dir.tools.apc_init", TEACHER, "--data", DATA, "--decoder-ffn-dims", "1:96", "--init", "kmeans",
+            "--samples", "300", "--out", mixed)
+    run_cli("user_dir.tools.apc_finalize", mixed, "--out", mixed + ".final")
+    margs = torch.load(mixed + ".final", weights_only=False)["cfg"]["model"]
+    assert margs.arch == "apc_transformer" and margs.apc_finalized and margs.apc_decoder_ffn_dims == "1:96"
+    a = run_cli(*gen, "--user-dir", USER_DIR, "--path", mixed).stdout
+    b = run_cli(*gen, "--user-dir", USER_DIR, "--path", mixed + ".final").stdout
+    assert_same_translations(_hypotheses(a), _hypotheses(b), 40)

@@ -1,0 +1,3 @@
+"""APC: adaptive parameter compression (anonymous ACL submission; ../shared/papers/apc.txt)."""
+from . import apc_transformer  # noqa: F401  registers the apc_transformer model and its archs
+from . import activation_kd_criterion  # noqa: F401  registers the apc_activation_kd criterion

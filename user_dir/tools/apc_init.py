@@ -1,0 +1,191 @@
+"""Initialise an APC-compressed Transformer from a trained fairseq ``transformer`` (the teacher) and
+write it as an ``apc_transformer`` checkpoint (APC paper, section 4.2, Appendix C).
+
+    python -m user_dir.tools.apc_init TEACHER.pt --data DATA-BIN --encoder-ffn-dims 256 \
+        --decoder-ffn-dims 256 --init neuron-pruning --out init.pt
+
+The checkpoint holds the teacher's weights (frozen ``W`` of the compressed FFNs) and APC's ``U, D``
+from the chosen initialisation (``b_U, b_D, B = 0``). ``init.json`` beside it lists the
+``fairseq_flags`` that build the same model in ``fairseq-train`` (train it with
+``--finetune-from-model init.pt``, which also makes the run resumable) and each layer's
+reconstruction error (eq. 4) on sampled validation activations. Data-driven initialisations use
+``--samples`` token activations of the training split (paper: 5,000); neuron pruning scores neurons
+on ``--importance-batches`` training batches (neuron_sensitivity.py).
+"""
+import argparse
+import copy
+import json
+import logging
+import os
+import sys
+
+import torch
+
+import user_dir  # noqa: F401  registers apc_transformer, allows loading fairseq checkpoints
+from fairseq import checkpoint_utils
+from user_dir.apc.activation_sampling import collect_ffn_inputs, sample_batches
+from user_dir.apc.apc_transformer import APCTransformerModel
+from user_dir.apc.initialisations import INITIALISATIONS, initialise
+from user_dir.apc.neuron_sensitivity import neuron_sensitivity
+from user_dir.apc.reconstruction_error import ffn_reconstruction_error
+
+logger = logging.getLogger("apc_init")
+
+# structural fields of a fairseq transformer that the fairseq-train command must repeat
+_FLAG_FIELDS = [
+    "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads",
+    "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_layers", "decoder_attention_heads",
+    "decoder_output_dim", "activation_fn", "max_source_positions", "max_target_positions",
+]
+_BOOL_FIELDS = [
+    "encoder_normalize_before", "decoder_normalize_before", "encoder_learned_pos", "decoder_learned_pos",
+    "share_all_embeddings", "share_decoder_input_output_embed", "no_scale_embedding", "layernorm_embedding",
+    "no_token_positional_embeddings", "cross_self_attention",
+]
+
+
+def load_teacher(path: str, data: str):
+    if not os.path.isfile(path):
+        raise SystemExit(f"apc_init: teacher checkpoint {path}: no such file")
+    if not os.path.isdir(data):
+        raise SystemExit(f"apc_init: --data {data}: no such directory")
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
+    teacher = models[0]
+    if type(teacher).__name__ != "TransformerModel":
+        raise SystemExit(f"apc_init: {path} is a {type(teacher).__name__}; APC's FFN compression here expects a "
+                         "stock fairseq transformer")
+    return teacher, cfg, task
+
+
+def apc_args(teacher_args, encoder_ffn_dims, decoder_ffn_dims, train_original=False):
+    args = copy.deepcopy(teacher_args)
+    args.arch = args._name = "apc_transformer"
+    args.apc_encoder_ffn_dims, args.apc_decoder_ffn_dims = encoder_ffn_dims, decoder_ffn_dims
+    args.apc_train_original, args.apc_finalized = train_original, False
+    return args
+
+
+def fairseq_flags(args) -> list:
+    """Flags that make fairseq-train build ``args``'s model (with --user-dir)."""
+    flags = ["--arch", "apc_transformer"]
+    for f in _FLAG_FIELDS:
+        if getattr(args, f, None) is not None:
+            flags += ["--" + f.replace("_", "-"), str(getattr(args, f))]
+    flags += ["--" + f.replace("_", "-") for f in _BOOL_FIELDS if getattr(args, f, False)]
+    for side in ("encoder", "decoder"):
+        spec = getattr(args, f"apc_{side}_ffn_dims", None)
+        if spec:
+            flags += [f"--apc-{side}-ffn-dims", str(spec)]
+    if getattr(args, "apc_train_original", False):
+        flags.append("--apc-train-original")
+    return flags
+
+
+def sample_activations(teacher, task, split: str, samples: int, seed: int, max_tokens: int):
+    pad = task.target_dictionary.pad()
+    return collect_ffn_inputs(teacher, sample_batches(task, split, max_tokens, seed), samples, pad, seed)
+
+
+def initial_D_U(model, teacher, task, method: str, samples: int, seed: int, importance_batches: int,
+                max_tokens: int, X=None, scores=None):
+    """``{layer name: (D, U)}`` for every compressed layer of ``model``. ``X``/``scores`` may be passed in
+    (so a comparison of initialisations samples once)."""
+    if method in ("reconstructive-random", "reconstructive-svd") and X is None:
+        X = sample_activations(teacher, task, "train", samples, seed, max_tokens)
+    if method == "neuron-pruning" and scores is None:
+        scores = neuron_sensitivity(teacher, sample_batches(task, "train", max_tokens, seed),
+                                    task.target_dictionary.pad(), importance_batches)
+    out = {}
+    for name, layer in model.apc_layers():
+        fc1 = layer.fc1.linear
+        out[name] = initialise(method, fc1.weight, fc1.bias, layer.fc1.out_features, layer.activation_fn,
+                               X=None if X is None else X[name], scores=None if scores is None else scores[name],
+                               seed=seed)
+    return out
+
+
+@torch.no_grad()
+def set_D_U(model, inits) -> None:
+    for name, layer in model.apc_layers():
+        D, U = inits[name]
+        layer.fc1.reset_compression_parameters()
+        layer.fc2.reset_compression_parameters()
+        layer.fc1.D.copy_(D)
+        layer.fc2.U.copy_(U)
+
+
+def reconstruction_errors(model, X) -> dict:
+    """Eq. 4 per compressed layer on activations ``X`` (``{layer: n x embed}``)."""
+    return {name: ffn_reconstruction_error(X[name], layer.fc1.linear.weight, layer.fc1.linear.bias, layer.fc1.D,
+                                           layer.fc2.U, layer.activation_fn, layer.fc1.b_D, layer.fc2.b_U,
+                                           layer.fc1.B)
+            for name, layer in model.apc_layers()}
+
+
+def build_apc_model(teacher, cfg, task, encoder_ffn_dims, decoder_ffn_dims):
+    args = apc_args(cfg.model, encoder_ffn_dims, decoder_ffn_dims)
+    model = APCTransformerModel.build_model(args, task)
+    model.load_uncompressed_state(teacher.state_dict())
+    return model, args
+
+
+def save_apc_checkpoint(teacher_path: str, model, args, out: str, extra: dict) -> None:
+    state = torch.load(teacher_path, map_location="cpu")
+    state["cfg"]["model"] = args
+    state["args"] = None
+    state["model"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    state.setdefault("extra_state", {})["apc"] = extra
+    state["last_optimizer_state"] = None
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    tmp = out + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, out)
+
+
+def add_common_args(p):
+    p.add_argument("teacher", help="fairseq transformer checkpoint to compress")
+    p.add_argument("--data", required=True, help="binarised data directory of the teacher's task")
+    p.add_argument("--encoder-ffn-dims", default=None, help="cmp^f of the encoder FFNs: SIZE or LAYER:SIZE,... "
+                   "(as --apc-encoder-ffn-dims)")
+    p.add_argument("--decoder-ffn-dims", default=None, help="cmp^f of the decoder FFNs (as --apc-decoder-ffn-dims)")
+    p.add_argument("--samples", type=int, default=5000,
+                   help="token activations for the least-squares U (paper section 4.2: 5000)")
+    p.add_argument("--importance-batches", type=int, default=20,
+                   help="training batches scoring neuron sensitivity (the paper does not say; default 20)")
+    p.add_argument("--max-tokens", type=int, default=2048, help="tokens per batch when sampling (default 2048)")
+    p.add_argument("--seed", type=int, default=1)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(p)
+    p.add_argument("--init", choices=INITIALISATIONS, default="neuron-pruning",
+                   help="APC initialisation (section 4.2; default neuron-pruning, the best after 100 steps in "
+                        "the paper's Table 1)")
+    p.add_argument("--out", required=True, help="where to write the apc_transformer checkpoint")
+    a = p.parse_args(argv)
+    if a.samples <= 0:
+        p.error(f"--samples {a.samples}: must be > 0")
+    if not a.encoder_ffn_dims and not a.decoder_ffn_dims:
+        p.error("give --encoder-ffn-dims and/or --decoder-ffn-dims: nothing would be compressed")
+    torch.manual_seed(a.seed)
+    teacher, cfg, task = load_teacher(a.teacher, a.data)
+    model, args = build_apc_model(teacher, cfg, task, a.encoder_ffn_dims, a.decoder_ffn_dims)
+    set_D_U(model, initial_D_U(model, teacher, task, a.init, a.samples, a.seed, a.importance_batches, a.max_tokens))
+    X_valid = sample_activations(teacher, task, "valid", a.samples, a.seed, a.max_tokens)
+    errors = reconstruction_errors(model, X_valid)
+    info = {"teacher": os.path.abspath(a.teacher), "init": a.init, "samples": a.samples, "seed": a.seed,
+            "importance_batches": a.importance_batches, "reconstruction_error_valid": errors,
+            "fairseq_flags": fairseq_flags(args)}
+    save_apc_checkpoint(a.teacher, model, args, a.out, info)
+    with open(os.path.splitext(a.out)[0] + ".json", "w") as f:
+        json.dump(info, f, indent=1)
+    for name, err in errors.items():
+        print(f"{name}\treconstruction error (eq. 4, valid) {err:.4f}")
+    print("train with: fairseq-train DATA --user-dir user_dir " + " ".join(info["fairseq_flags"])
+          + f" --finetune-from-model {a.out} ...")
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    main()
