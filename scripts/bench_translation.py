@@ -472,6 +472,7 @@ def write_table(measured, out, grid, args, command):
     args.load_after_measure = measured.get("load_after_measure")
     args.date = measured.get("date") or "not recorded in the raw measurement"
     args.measure_command, args.machine = measured["command"], measured["machine"]
+    args.measure_md = (measured.get("settings") or {}).get("measure_md") or getattr(args, "measure_md", None)
     args.raw_json = os.path.basename(os.path.splitext(out)[0]) + ".json"
     unknown = sorted({method_of(r["name"]) for r in measured["rows"] if r["name"] != "teacher"} - set(grid))
     if unknown:

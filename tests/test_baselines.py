@@ -1,5 +1,6 @@
 """PET's competitors: Patient-KD (criterion) and CAN (model), on real Multi30k data."""
 import math
+import re
 import subprocess
 import sys
 import os
@@ -127,10 +128,14 @@ def test_patient_kd_trains_with_fairseq_train_and_generates(tmp_path):
     assert bad.returncode != 0 and "--pkd-decoder-map '1:4': teacher layer 4 is out of range 1..3" in bad.stderr
     assert "num_updates" not in bad.stdout + bad.stderr
     train = run_cli("fairseq_cli.train", *common, "--max-update", "3", "--save-dir", tmp_path / "ckpt")
-    assert "pkd_loss" in train.stdout + train.stderr
+    # every update logs the hidden-state distance: positive (a fresh student is far from its teacher), finite
+    logged = [float(v) for v in re.findall(r"\| train_inner \|.*?pkd_loss=([\d.]+)", train.stdout + train.stderr)]
+    assert len(logged) == 3 and all(0 < v < float("inf") for v in logged), logged
     ckpt = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", map_location="cpu")
-    # the width maps train with the student and are saved in the criterion state, not in the model
-    assert {"encoder_proj.weight", "decoder_proj.weight"} <= set(ckpt["criterion"])
+    # the width maps (student 32/24 -> teacher 256) train with the student and are saved in the criterion
+    # state, not in the model
+    assert ckpt["criterion"]["encoder_proj.weight"].shape == (256, 32)
+    assert ckpt["criterion"]["decoder_proj.weight"].shape == (256, 24)
     assert not any(k.startswith(("encoder_proj", "decoder_proj")) for k in ckpt["model"])
     gen = run_cli("fairseq_cli.generate", data, "--user-dir", USER_DIR, "--path", tmp_path / "ckpt" / "checkpoint_last.pt",
                   "--beam", "5", "--batch-size", "128", "--max-len-b", "5", "--gen-subset", "valid", "--cpu")
@@ -211,10 +216,10 @@ def test_can_trains_with_kd_and_generates(tmp_path):
 
 @needs_teacher
 def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
-    """The benchmark runner end to end on one method: trains, measures, writes the table and the
-    plots; a second call retrains nothing and measures nothing."""
-    import subprocess
-    import sys
+    """The benchmark runner end to end on one method: trains, measures, writes the table, its raw
+    measurement and the plots; --render writes the table again from the raw measurement alone; a
+    second call retrains nothing and measures nothing."""
+    import json
 
     from conftest import clean_env
 
@@ -223,8 +228,24 @@ def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
     first = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     table = (tmp_path / "quick" / "translation.md").read_text()
-    assert "| word-kd | 1 |" in table and "| teacher | - |" in table and "9.07%" in table
+    # the table shows the raw measurement kept beside it, named after it
+    raw = json.loads((tmp_path / "quick" / "translation.json").read_text())
+    teacher, student = raw["rows"]
+    assert (teacher["name"], student["name"]) == ("teacher", "word-kd-s1") and teacher["sentences"] == 10
+    assert f"| word-kd | 1 | {student['bleu_tok']:.2f} | {student['sacrebleu']:.2f} | 501,696 | 9.07% |" in table
+    assert f"| teacher | - | {teacher['bleu_tok']:.2f} | {teacher['sacrebleu']:.2f} | 5,529,600 | 100.00% |" in table
+    assert f"| word-kd-s1 | {student['bleu_tok']:.2f} | {student['sacrebleu']:.2f} | {student['sentences_per_s']:.1f} |" \
+        in table
+    assert raw["settings"]["updates"] == 6 and raw["bench_command"].endswith(f"--work {tmp_path}")
     assert (tmp_path / "quick" / "translation_bleu_vs_speed.png").stat().st_size > 1000
+    # --render writes the same table again from the JSON alone
+    rendered = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench_translation.py"), "--render",
+                               str(tmp_path / "quick" / "translation.json"), "--out", str(tmp_path / "quick" / "translation.md")],
+                              capture_output=True, text=True, env=clean_env(), cwd=REPO)
+    assert rendered.returncode == 0, rendered.stderr[-3000:]
+    again = (tmp_path / "quick" / "translation.md").read_text()
+    assert again.split("Raw measurement")[0] == table.split("Raw measurement")[0]
+    assert "training and measuring nothing, by:\n```\npython scripts/bench_translation.py --render" in again
     done = tmp_path / "quick" / "u6-w3-e128-d96" / "word-kd-s1" / "kd" / "DONE"
     assert done.is_file()
     stamp = done.stat().st_mtime
@@ -293,6 +314,12 @@ def test_learning_curves_place_each_log_after_its_offset_and_keep_a_resumed_runs
     assert proc.returncode == 0, proc.stderr
     rows = [r for r in out.read_text().splitlines() if r.startswith("| ") and r[2].isdigit()]
     assert rows == ["| 246 | - | 6.120 |", "| 984 | 4.740 | 3.900 |", "| 1,230 | 4.150 | - |"]
+    import json
+
+    raw = json.loads((tmp_path / "curves" / "long.json").read_text())  # the curves as read, beside the table
+    assert [(r["label"], r["offset"], r["valid_nll"]) for r in raw["runs"]] == [
+        ("PET", 738, {"984": 4.74, "1230": 4.15}), ("word KD", 0, {"246": 6.12, "984": 3.9})]
+    assert raw["command"].startswith("python scripts/learning_curves.py --run PET")
     bad = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "learning_curves.py"),
                           "--run", "x", str(empty), "0", "--out", str(out)], capture_output=True, text=True)
     assert bad.returncode != 0 and "has no validation line" in bad.stderr

@@ -31,15 +31,32 @@ def test_word_kd_matches_hand_computed_value_with_t_squared_and_padding_masked()
     assert word_kd_loss(s, t, T, pad).item() == pytest.approx(expected.item(), rel=1e-5)
 
 
-def test_word_kd_gradient_reaches_student_only_and_works_in_bf16():
-    s = torch.randn(3, 4, 7, requires_grad=True)
-    t = torch.randn(3, 4, 7, requires_grad=True)
-    with torch.no_grad():
-        t_out = t * 1.0
-    word_kd_loss(s, t_out, 1.0).backward()
-    assert s.grad is not None and s.grad.abs().sum() > 0 and t.grad is None
-    loss = word_kd_loss(s.detach().bfloat16(), t.detach().bfloat16(), 1.0)
+def test_word_kd_trains_the_student_through_a_frozen_teacher_and_works_in_bf16():
+    """The student's KD loss backpropagates through its own outputs only: the teacher, wrapped as
+    every criterion wraps it (FrozenTeacher, built from a module that starts trainable), gets no
+    gradient and keeps its weights; the student's gradient is KD's closed form, T * (p_s - p_t)."""
+    from user_dir.common.teacher import FrozenTeacher
+
+    torch.manual_seed(0)
+    teacher_net, student = nn.Linear(6, 7), nn.Linear(6, 7)
+    before = [p.detach().clone() for p in teacher_net.parameters()]
+    teacher = FrozenTeacher(teacher_net, "teacher.pt")
+    x, T = torch.randn(3, 4, 6), 2.0
+    s_logits = student(x)
+    s_logits.retain_grad()
+    t_logits = teacher(student.weight, x)  # no torch.no_grad() here: the wrapper must cut the graph
+    loss = word_kd_loss(s_logits, t_logits, T)
+    loss.backward()
+    assert all(p.grad is None for p in teacher_net.parameters()) and not t_logits.requires_grad
+    expected = T * (torch.softmax(s_logits.detach() / T, -1) - torch.softmax(t_logits / T, -1))
+    assert torch.allclose(s_logits.grad, expected, atol=1e-6)
+    assert student.weight.grad is not None and student.weight.grad.abs().sum() > 0
+    torch.optim.SGD(list(student.parameters()) + list(teacher_net.parameters()), lr=1.0).step()
+    assert all(torch.equal(a, b) for a, b in zip(before, teacher_net.parameters()))
+    loss = word_kd_loss(s_logits.detach().bfloat16(), t_logits.bfloat16(), 1.0)
     assert loss.dtype == torch.float32 and math.isfinite(loss.item())
+    assert loss.item() == pytest.approx(word_kd_loss(s_logits.detach().bfloat16().float(),
+                                                     t_logits.bfloat16().float(), 1.0).item(), rel=1e-5)
 
 
 def test_kd_argument_errors():

@@ -34,17 +34,33 @@ def test_multi30k_pipeline_reproduces_the_reference_teacher_data(tmp_path):
     for name in ["dict.de.txt", "dict.en.txt"] + [f"{s}.de-en.{l}.{e}" for s in ("train", "valid", "test")
                                                   for l in ("de", "en") for e in ("bin", "idx")]:
         assert filecmp.cmp(dest / name, os.path.join(TEACHER_DIR, "data-bin", name), shallow=False), name
-    # idempotent: a second run with the same options does nothing
+    # idempotent: a second run with the same options does nothing (no file rewritten)
+    stamps = {name: os.stat(dest / name).st_mtime_ns for name in os.listdir(dest)}
     again = run_cli("preprocess.prepare_multi30k", "--dest", dest)
     assert "already prepared" in again.stderr
+    assert {name: os.stat(dest / name).st_mtime_ns for name in os.listdir(dest)} == stamps
 
 
 def test_multi30k_reverse_direction_and_reuse_of_codes(multi30k_slice, tmp_path):
+    from fairseq.data import Dictionary, data_utils
+
+    from preprocess.translation_text import moses_tokenize
+
     dest = tmp_path / "en-de"
     prepare_multi30k.main(["--src", "en", "--tgt", "de", "--dest", str(dest), "--train-lines", "500",
                            "--bpe-codes", os.path.join(multi30k_slice, "code")])
-    assert (dest / "train.en-de.en.bin").is_file() and (dest / "text" / "test.raw.de").is_file()
     assert filecmp.cmp(dest / "code", os.path.join(multi30k_slice, "code"), shallow=False)
+    # English is the source now: the first 500 training pairs, lowercased, Moses-tokenised, with the given BPE
+    raw = {(stem, lang): read_lines(os.path.join(prepare_multi30k.EMBEDDED, f"{stem}.{lang}.gz"))
+           for stem, lang in (("train", "en"), ("train", "de"), ("test_2016_flickr", "de"))}
+    dictionary = Dictionary.load(str(dest / "dict.en.txt"))
+    for lang in ("en", "de"):
+        binarised = data_utils.load_indexed_dataset(str(dest / f"train.en-de.{lang}"), dictionary)
+        assert len(binarised) == 500
+        expected = moses_tokenize([raw["train", lang][0]], lang, lowercase=True, escape=False)[0]
+        assert dictionary.string(binarised[0], "subword_nmt") == expected, lang
+    # the German references, lowercased and untokenised, are kept for sacreBLEU
+    assert read_lines(str(dest / "text" / "test.raw.de"))[:3] == [line.lower() for line in raw["test_2016_flickr", "de"][:3]]
 
 
 def _write(path, lines, gz=False):
@@ -131,13 +147,23 @@ def test_iwslt_reading_follows_prepare_iwslt14(tmp_path):
 
 
 def test_sentencepiece_corpus_pipeline_both_directions(tmp_path):
+    import sentencepiece
+    from fairseq.data import Dictionary, data_utils
+
     rel = _iwslt_release(tmp_path)
     for src, tgt in (("en", "es"), ("es", "en")):
         dest = tmp_path / f"{src}-{tgt}"
         prepare_translation.main(["--corpus", "iwslt14.en-es", "--src", src, "--tgt", tgt, "--raw-dir", str(rel),
                                   "--dest", str(dest), "--spm-vocab", "60", "--workers", "1"])
-        assert (dest / "spm.model").is_file()
-        assert (dest / f"train.{src}-{tgt}.{src}.bin").is_file() and (dest / f"test.{src}-{tgt}.{tgt}.idx").is_file()
+        # every pair binarised, each side in its own language: decoded ids give back the release's text
+        sp = sentencepiece.SentencePieceProcessor(model_file=str(dest / "spm.model"))
+        dictionary = Dictionary.load(str(dest / f"dict.{src}.txt"))
+        for split, first in (("train", {"en": "title en", "es": "title es"}),
+                             ("test", {"en": "thank you so much , chris .", "es": "muchas gracias chris ."})):
+            for lang in (src, tgt):
+                ds = data_utils.load_indexed_dataset(str(dest / f"{split}.{src}-{tgt}.{lang}"), dictionary)
+                assert len(ds) == (121 if split == "train" else 6)  # title + 120 lines; 3 test sets x 2 segments
+                assert sp.decode(dictionary.string(ds[0]).split()) == first[lang], (split, lang)
     with pytest.raises(DataError, match="--src fr --tgt en"):
         prepare_translation.main(["--corpus", "iwslt14.en-es", "--src", "fr", "--tgt", "en", "--raw-dir", str(rel),
                                   "--dest", str(tmp_path / "x")])
