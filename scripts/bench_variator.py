@@ -3,9 +3,14 @@
 with stock ``fairseq-train --user-dir user_dir`` and measured against the model without plugins.
 
     python scripts/bench_variator.py                       # translation + GLUE -> results/variator.md
-    python scripts/bench_variator.py --parts translation   # only the Multi30k teacher
-    python scripts/bench_variator.py --parts glue --tasks RTE MRPC
+    python scripts/bench_variator.py --parts translation   # only the Multi30k teacher (GLUE rows kept)
+    python scripts/bench_variator.py --parts glue --tasks RTE --glue-sweep RTE   # only RTE's rows, k 2-16
+    python scripts/bench_variator.py --parts               # rewrite the table and plot from the JSON
     python scripts/bench_variator.py --quick               # every stage in minutes (a smoke test)
+
+The table (``--out``) is written from the JSON beside it (same name, .json) alone. A run measures the
+parts it is given and keeps every other part of that JSON (``--fresh``: only this run's parts); each
+part records the command, machine and date that measured it, and the table names them per part.
 
 Translation: the reference Multi30k DE->EN teacher (../shared/teachers). Its plugins are trained by
 hidden-state distillation on the training side of Multi30k (the teacher is both the pre-trained
@@ -13,23 +18,29 @@ and the downstream model here, so the paper's two steps are one), then BLEU on t
 (beam 5) with ``fairseq-generate --task variator_translation --variator-plugins ... --variator-ratio k``.
 Also Table 2's ablations at k=4 (mean-pooling compression, copy decompression) and Att-KV.
 
-GLUE: the MiniLM-L6 teachers of ``scripts/glue_teachers.sh`` (SST-2, MRPC, RTE). Plugin pre-training
-on the *pre-trained* encoder (the imported MiniLM) over unlabelled sentences (SST-2's training
-sentences), then task adaptation on each fine-tuned teacher, initialised from the pre-trained
-plugin; dev scores with ``user_dir.tools.glue_predict --variator-plugins``. The adapted plugin is the
-checkpoint with the best dev metric (``--glue-select best``, how the teachers and the paper's models are
-chosen); the last checkpoint's score is reported beside it.
+GLUE: the MiniLM-L6 teachers of ``scripts/glue_teachers.sh`` (SST-2, MRPC, RTE; ``--glue-work``). Plugin
+pre-training on the *pre-trained* encoder (the imported MiniLM) over unlabelled sentences (SST-2's training
+sentences), then task adaptation on each fine-tuned teacher, initialised from the pre-trained plugin; dev
+scores with ``user_dir.tools.glue_predict --variator-plugins``. The adapted plugin is the checkpoint with the
+best dev metric (``--glue-select best``, how the teachers and the paper's models are chosen); the last
+checkpoint's score is reported beside it. Every GLUE row names its teacher (run folder, lr, dev score,
+read from the checkpoint), and the table says when it is not the teacher results/glue.md reports now.
 
-Cost: ``user_dir.tools.encoder_cost`` -- analytic and profiler-counted encoder FLOPs and the timed
-encoder forward at sequence length 128, the backbone and every plugin side by side in one run.
+Cost: ``user_dir.tools.encoder_cost`` -- analytic and profiler-counted FLOPs and two timings, named apart in
+every table: the encoder alone on fixed-length blocks (16 x 128 tokens), and (translation) end-to-end beam
+search over the test set. Each plugin is timed against the backbone alternately; a speed-up is the median
+[min-max] of per-run ratios, flagged as noise when above its FLOP bound.
+
+Where plugins train: ``work/bench-variator/<table name>/`` (``--work``), so each table keeps its own; every
+stage folder records the commands that made it (``settings.json``) and a run with other settings stops
+instead of reusing or overwriting it. GLUE adaptation folders are named after the teacher (run and SHA-256):
+a retrained teacher gets new plugins. A plugin is reused only on the backbone it was trained on (its
+``backbone.txt`` holds the checkpoint's SHA-256). Finished stages (a DONE file) are never redone;
+``--force-cost`` re-measures speed.
 
 Choices (ours, stated in results/variator.md): bottleneck r = 16 (the paper's r = 64 is 2.1% of
 these small backbones' parameters; r = 16 keeps the plugins under 1%), Adam lr 1e-3 (the paper's
 pre-training lr) with inverse-sqrt decay, lambda = 0 (distillation only, paper Appendix B).
-Finished stages (a DONE file) are never redone; ``--force-cost`` re-measures speed. A plugin is reused
-only on the backbone it was trained on (its ``backbone.txt`` holds the checkpoint's SHA-256): after a
-teacher changes (e.g. glue_teachers.sh links a better learning rate's run), the benchmark stops and
-names the plugin folders to delete.
 """
 import argparse
 import functools
@@ -75,12 +86,38 @@ def run(cmd, logfile, threads):
         sys.exit(f"bench_variator: command failed ({proc.returncode}); see {logfile}")
 
 
+def settings_of(directory, cmds):
+    """What a stage's folder was made by, independent of where the checkout lies: its commands with the
+    interpreter left out, the folder itself written DIR and the checkout written '.'."""
+    return [[str(c).replace(directory, "DIR").replace(ROOT, ".") for c in cmd[1:]] for cmd in cmds]
+
+
+def check_settings(directory, cmds):
+    """A folder holds the outputs of one configuration only: ``settings.json`` records the commands that
+    made it, and a stage run again with other settings (another budget, selection or plugin kind) stops
+    naming the folder instead of reusing or overwriting what another table was made from."""
+    path, settings = os.path.join(directory, "settings.json"), settings_of(directory, cmds)
+    if os.path.exists(path):
+        recorded = json.load(open(path))
+        if recorded != settings:
+            diff = sorted({" ".join(a) for a in recorded} ^ {" ".join(b) for b in settings})
+            sys.exit(f"bench_variator: {directory} was made by other commands than this run's "
+                     f"(differing: {diff}); give this configuration its own --out/--work, or delete {directory}")
+        return
+    if os.path.exists(os.path.join(directory, "DONE")):
+        sys.exit(f"bench_variator: {directory} is finished but records no settings.json: its configuration is "
+                 f"unknown; delete {directory} to train it again")
+    os.makedirs(directory, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(settings, f, indent=1)
+
+
 def stage(directory, cmds, threads):
-    """Run ``cmds`` once: a DONE file marks the stage finished."""
+    """Run ``cmds`` once: a DONE file marks the stage finished; ``settings.json`` what it was made by."""
+    check_settings(directory, cmds)
     done = os.path.join(directory, "DONE")
     if os.path.exists(done):
         return
-    os.makedirs(directory, exist_ok=True)
     for cmd in cmds:
         run(cmd, os.path.join(directory, "log.txt"), threads)
     open(done, "w").write(time.strftime("%Y-%m-%d %H:%M:%S\n"))
@@ -160,15 +197,30 @@ def bleu_of(directory, data, teacher, plugin, k, threads):
     return float(match.group(1))
 
 
-def encoder_cost(json_path, data, backbone, plugins, threads, runs, force):
+def rel(path):
+    """A path as the JSON keeps it: relative to the checkout when inside it."""
+    real = os.path.abspath(path)
+    return os.path.relpath(real, ROOT) if real.startswith(ROOT + os.sep) else real
+
+
+def encoder_cost(json_path, data, backbone, plugins, args, generate=0):
     """Measured once per set of plugins (the file name lists their folders), again with --force-cost."""
     json_path = json_path.replace(".json", "-" + "-".join(os.path.basename(os.path.dirname(p)) for p in plugins) + ".json")
-    if force or not os.path.exists(json_path):
-        run([sys.executable, "-m", "user_dir.tools.encoder_cost", data, "--path", backbone, "--plugins",
-             ",".join(plugins), "--length", "128", "--batch-size", "16", "--runs", str(runs), "--json", json_path],
-            json_path + ".log", threads)
-    raw = json.load(open(json_path))
-    return {row["ratio"]: row for row in raw["rows"]}, raw
+    if args.force_cost or not os.path.exists(json_path):
+        cmd = [sys.executable, "-m", "user_dir.tools.encoder_cost", data, "--path", backbone, "--plugins",
+               ",".join(plugins), "--length", "128", "--batch-size", "16", "--runs", str(args.cost_runs),
+               "--threads", str(args.cost_threads), "--json", json_path + ".tmp"]
+        if generate:
+            cmd += ["--generate", str(generate), "--gen-batch-size", "128", "--beam", "5"]
+        run(cmd, json_path + ".log", args.cost_threads)
+        os.replace(json_path + ".tmp", json_path)
+    return json.load(open(json_path))
+
+
+def part_header(args, settings):
+    from user_dir.tools.measure import machine_description
+    return {"command": "python scripts/bench_variator.py " + " ".join(shlex.quote(a) for a in args.argv),
+            "date": time.strftime("%Y-%m-%d"), "machine": machine_description(), "settings": settings, "notes": []}
 
 
 def translation(args, work):
@@ -188,31 +240,58 @@ def translation(args, work):
         log(f"translation {name}")
         plugin = train_plugin(directory, data, task, teacher, k, args.updates, extra, args.threads,
                               export_from="checkpoint_best.pt")
-        rows[name] = {"name": name, "k": k, "plugin": plugin,
+        rows[name] = {"name": name, "k": k, "plugin": rel(plugin),
                       "bleu": bleu_of(directory, data, teacher, plugin, k, args.threads),
                       "train_seconds": int(open(os.path.join(directory, "train_seconds")).read())}
-    cost, raw = encoder_cost(os.path.join(work, "encoder_cost.json"), data, teacher,
-                             [rows[f"k{k}"]["plugin"] for k in args.ratios], args.cost_threads, args.cost_runs,
-                             args.force_cost)
-    return rows, cost, raw
+    log("translation cost: encoder on fixed-length blocks and end-to-end translation of the test set")
+    cost = encoder_cost(os.path.join(work, "encoder_cost.json"), data, teacher,
+                        [os.path.join(work, f"k{k}", "plugin.pt") for k in args.ratios], args,
+                        generate=args.e2e_sentences)
+    part = part_header(args, {"updates": int(args.updates), "bottleneck": args.bottleneck, "ratios": args.ratios,
+                              "threads": args.threads})
+    part.update({"teacher": {"checkpoint": teacher, "sha256": backbone_digest(teacher)}, "rows": rows, "cost": cost,
+                 "pairing": "alternate"})
+    return part
+
+
+def teacher_record(path, metric, score):
+    """Which GLUE teacher a row was measured on, read from its checkpoint: the run folder (glue_teachers.sh
+    trains each learning rate in WORK/TASK/lrLR), learning rate, updates, SHA-256, and its dev score."""
+    from fairseq import checkpoint_utils
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    lr = state["cfg"]["optimization"]["lr"]
+    real = os.path.realpath(path)
+    return {"run": os.path.basename(os.path.dirname(os.path.dirname(real))), "checkpoint": rel(real),
+            "sha256": backbone_digest(path), "lr": float(lr[0] if isinstance(lr, (list, tuple)) else lr),
+            "updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"), "metric": metric,
+            "score": score, "source": "read from the checkpoint when the rows were measured"}
+
+
+def adaptation_dir(work, task, teacher):
+    """Each teacher's adapted plugins in their own folder (its run and SHA-256): a retrained teacher (RTE after
+    the pair-truncation fix, say) gets new plugins beside the old ones, never reusing or overwriting them."""
+    return os.path.join(work, task, f"{teacher['run']}-{teacher['sha256'][:8]}")
+
+
+def default_work(out):
+    """Plugins train in a folder named after the table: no other table's run reuses or overwrites them."""
+    return os.path.join(ROOT, "work", "bench-variator", os.path.splitext(os.path.basename(out))[0])
 
 
 def glue(args, work):
-    glue_work = os.path.join(ROOT, "work", "glue")
-    model_dir = os.path.join(glue_work, "minilm-p128")
+    model_dir = os.path.join(args.glue_work, "minilm-p128")
     flags = json.load(open(os.path.join(model_dir, "import.json")))["fairseq_flags"]
     common = ["--user-dir", "user_dir", "--task", "variator_sentence_prediction", *flags, "--init-token", "0",
               "--num-classes", "2", "--shorten-method", "truncate", "--variator-bottleneck", str(args.bottleneck)]
-    from user_dir.tools.glue_predict import predict
     from user_dir.common.glue_metrics import glue_score
+    from user_dir.tools.glue_predict import predict
 
-    results, costs = {}, {}
-    pretrained = {}
+    parts, pretrained = {}, {}
     sweep = args.tasks if args.glue_sweep is None else args.glue_sweep
     ratios_of = {task: (args.ratios if task in sweep else [4]) for task in args.tasks}
     for k in sorted({k for ks in ratios_of.values() for k in ks}):  # plugin pre-training: the pre-trained MiniLM, unlabelled SST-2 sentences
         log(f"GLUE pre-training k={k}")
-        data = os.path.join(glue_work, "data-bin", "SST-2.wordpiece")
+        data = os.path.join(args.glue_work, "data-bin", "SST-2.wordpiece")
         pretrained[k] = train_plugin(os.path.join(work, "pretrain", f"k{k}"), data, common[2:],
                                      os.path.join(model_dir, "model.pt"), k, args.glue_pretrain_updates,
                                      ["--batch-size", "32"], args.threads)
@@ -223,16 +302,19 @@ def glue(args, work):
         select = (["--best-checkpoint-metric", metric, "--maximize-best-checkpoint-metric",
                    "--save-interval-updates", interval, "--keep-interval-updates", "1"]
                   if args.glue_select == "best" else [])
-        data = os.path.join(glue_work, "data-bin", f"{task}.wordpiece")
-        teacher = os.path.join(glue_work, task, "checkpoints", "checkpoint_best.pt")
+        data = os.path.join(args.glue_work, "data-bin", f"{task}.wordpiece")
+        teacher = os.path.join(args.glue_work, task, "checkpoints", "checkpoint_best.pt")
         if not os.path.isfile(teacher):
             log(f"GLUE {task}: no teacher at {teacher} (run scripts/glue_teachers.sh); skipped")
             continue
         _, preds, labels, _ = predict(data, teacher, "valid")
-        results[task] = {0: {"scores": glue_score(task, preds, labels), "examples": len(labels)}}
+        base = glue_score(task, preds, labels)
+        record = teacher_record(teacher, metric, base[metric])
+        task_work = adaptation_dir(work, task, record)
+        results = {"0": {"scores": base, "examples": len(labels)}}
         for k in ratios_of[task]:
             log(f"GLUE {task} adaptation k={k}")
-            directory = os.path.join(work, task, f"k{k}")
+            directory = os.path.join(task_work, f"k{k}")
             plugin = train_plugin(directory, data, common[2:] + ["--glue-task", task, "--variator-plugins",
                                                                   pretrained[k]], teacher, k,
                                   args.glue_updates, ["--batch-size", str(bsz), "--validate-interval-updates",
@@ -247,88 +329,309 @@ def glue(args, work):
                     continue
                 _, preds, labels, _ = predict(data, teacher, "valid", variator_plugins=path, variator_ratio=k)
                 scores[name] = glue_score(task, preds, labels)
-            results[task][k] = {**scores, "plugin": plugin,
-                                "train_seconds": int(open(os.path.join(directory, "train_seconds")).read())}
-        costs[task] = encoder_cost(os.path.join(work, task, "encoder_cost.json"), data, teacher,
-                                   [results[task][k]["plugin"] for k in ratios_of[task]], args.cost_threads,
-                                   args.cost_runs, args.force_cost)
-    return results, costs
+            results[str(k)] = {**scores, "plugin": rel(plugin),
+                               "train_seconds": int(open(os.path.join(directory, "train_seconds")).read())}
+        cost = encoder_cost(os.path.join(task_work, "encoder_cost.json"), data, teacher,
+                            [os.path.join(task_work, f"k{k}", "plugin.pt") for k in ratios_of[task]], args)
+        part = part_header(args, {"pretrain_updates": int(args.glue_pretrain_updates), "updates": int(args.glue_updates),
+                                  "validations": args.glue_validations, "select": args.glue_select,
+                                  "bottleneck": args.bottleneck, "ratios": ratios_of[task], "threads": args.threads})
+        part.update({"teacher": record, "results": results, "cost": cost, "pairing": "alternate"})
+        parts[task] = part
+    return parts
 
 
-def write_report(args, translation_part, glue_part, out):
-    lines = ["# Variator: compression plugins on frozen models", "",
-             "Made by `python scripts/bench_variator.py " + " ".join(sys.argv[1:]) + "`. "
-             f"Plugins on the FFNs of every encoder layer, bottleneck r = {args.bottleneck}, trained by hidden-state "
-             "distillation (MSE of the final encoder states, lambda = 0) with stock `fairseq-train --user-dir user_dir "
-             "--task variator_translation|variator_sentence_prediction --criterion variator_distill`.", "",
-             "Encoder cost: sequence length 128, batch 16 real-text sequences, FLOPs = 2 x multiply-adds of the "
-             "matrix products (analytic, checked against `torch.utils.flop_counter` in one run); speed-up = backbone time / "
-             "plugged time of the fastest forward over all runs, backbone and plugins timed in turn within each run "
-             "(best-of, as Python's `timeit` advises: on this shared VM the slower timings are other processes taking "
-             "the CPU; `user_dir.tools.encoder_cost` prints the median-based ratio beside it).", ""]
-    machine = None
+# ---- the JSON beside each table: one record per part, merged across runs ----------------------------------
+def legacy_runs(seconds, runs):
+    """Per-run timings of a legacy cost measurement: its ``seconds`` list held the runs one after another
+    (one value per run, or ``repeats`` forwards per run)."""
+    if runs < 1 or len(seconds) % runs:
+        raise ValueError(f"{len(seconds)} timings cannot be split into {runs} runs")
+    n = len(seconds) // runs
+    return [seconds[i * n:(i + 1) * n] for i in range(runs)]
+
+
+def resummarise_legacy(rows, runs):
+    """Speed-ups of a legacy measurement recomputed from its raw timings as the median of per-run ratios
+    (the legacy run timed the backbone, then each plugin, in turn within every run)."""
+    from user_dir.tools.encoder_cost import summarise_speedup
+    base = next(r for r in rows if not int(r["ratio"]))
+    for r in rows:
+        reported = r.pop("speedup", None)
+        if not int(r["ratio"]):
+            continue
+        r["legacy_reported_speedup"] = reported
+        r["speedup"] = summarise_speedup(legacy_runs(base["seconds"], runs), legacy_runs(r["seconds"], runs),
+                                         base["analytic_flops"]["total"] / r["analytic_flops"]["total"])
+    return rows
+
+
+def glue_md_teachers(text):
+    """{task: {column: cell}} from the teacher table of a results/glue.md (found by its header names)."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    header = next((line for line in lines if line.lower().startswith("| task |")), None)
+    if header is None:
+        raise ValueError("no '| task |' table in this glue.md")
+    names = [c.strip() for c in header.strip("|").split("|")]
+    table = {}
+    for line in lines:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == len(names) and cells[0] in GLUE_TASKS:
+            table[cells[0]] = dict(zip(names, cells))
+    return table
+
+
+def legacy_teacher(task, raw_path, score, metric, glue_md, rev):
+    """The teacher of a legacy GLUE row: the glue.md of revision ``rev`` lists each task's teacher with its
+    lr; it is this row's teacher only if its dev score is the one the row measured (checked here)."""
+    row = glue_md_teachers(glue_md).get(task)
+    column = {"accuracy": "accuracy", "f1": "F1"}[metric]
+    if row is None or "lr" not in row or row.get(column) != f"{score:.2f}":
+        raise ValueError(f"{task}: results/glue.md at {rev} lists no teacher with {metric} {score:.2f} "
+                         f"(it has {row}): cannot label this row's teacher")
+    return {"run": f"lr{row['lr']}", "checkpoint": raw_path, "lr": float(row["lr"]), "metric": metric,
+            "score": score, "source": f"results/glue.md at commit {rev} (`git show {rev}:results/glue.md`) lists the "
+                                      f"{task} teacher at lr {row['lr']} with dev {column} {row[column]}, the score "
+                                      f"of this row's teacher"}
+
+
+def upgrade_legacy(old, md, glue_md, rev):
+    """A JSON written before per-part records (``{"translation": [rows, cost], "glue": [results, costs]}``)
+    in today's layout. What it lacks comes from the table written beside it (``md``: the command, the
+    machine and date) and from ``glue_md`` (the glue.md of revision ``rev``: each GLUE teacher's lr)."""
+    made_by = re.search(r"Made by `python scripts/bench_variator.py ?([^`]*)`", md)
+    machine = re.search(r"Machine: (.*)\. Date: (\d{4}-\d\d-\d\d)\.", md)
+    if not made_by or not machine:
+        raise ValueError("the legacy table names no 'Made by' command or no 'Machine: ... Date: ...' line")
+    argv = shlex.split(made_by.group(1))
+    args = build_parser().parse_args(argv)
+    header = {"command": "python scripts/bench_variator.py " + made_by.group(1), "date": machine.group(2),
+              "machine": machine.group(1), "pairing": "in turn",
+              "notes": ["These rows are regenerated from the JSON of the original run, written before each part "
+                        "kept its command (the command, machine and date are those its table named). Their speed-ups "
+                        "are recomputed from that run's raw timings as the median [min-max] of per-run ratios; that "
+                        "run timed the backbone, then each plugin, in turn within each run (not alternately).",
+                        "The plugin files these rows were measured with lay in work/bench-variator/, whose folders "
+                        "every configuration of the benchmark shared before each table got its own work folder; "
+                        "they are not in this checkout."]}
+    new = {"version": 2, "translation": None, "glue": {}}
+    if old.get("translation"):
+        rows, cost = old["translation"]
+        cost_rows = resummarise_legacy(list(cost.values()), args.cost_runs)
+        some = next(r for r in cost_rows if r["plugin_params"])
+        new["translation"] = dict(header, settings={"updates": int(args.updates), "bottleneck": args.bottleneck,
+                                                    "ratios": args.ratios, "threads": args.threads},
+                                  teacher={"checkpoint": os.path.join(TEACHER_DIR, "teacher.pt")},
+                                  rows={n: {**r, "plugin": rel(r["plugin"]) if "plugin" in r else None}
+                                        for n, r in rows.items()},
+                                  cost={"rows": cost_rows, "runs": args.cost_runs, "threads": args.cost_threads,
+                                        "length": 128, "batch_size": 16, "machine": machine.group(1),
+                                        "backbone_params": round(100 * some["plugin_params"] / some["plugin_params_percent"]),
+                                        "end_to_end": None})
+    if old.get("glue"):
+        results, costs = old["glue"]
+        sweep = args.tasks if args.glue_sweep is None else args.glue_sweep
+        for task, res in results.items():
+            _, raw = costs[task]
+            metric = GLUE_TASKS[task][0]
+            raw = dict(raw, rows=resummarise_legacy(raw["rows"], raw["runs"]), end_to_end=None)
+            new["glue"][task] = dict(
+                header, settings={"pretrain_updates": int(args.glue_pretrain_updates),
+                                  "updates": int(args.glue_updates), "validations": args.glue_validations,
+                                  "select": args.glue_select, "bottleneck": args.bottleneck,
+                                  "ratios": args.ratios if task in sweep else [4], "threads": args.threads},
+                teacher=legacy_teacher(task, raw["path"], res["0"]["scores"][metric], metric, glue_md, rev),
+                results=res, cost=raw)
+    return new
+
+
+def load_existing(json_path, args):
+    """The JSON beside the table (upgraded from the legacy layout when needed), or an empty record."""
+    empty = {"version": 2, "translation": None, "glue": {}}
+    if args.fresh or not os.path.exists(json_path):
+        return empty
+    data = json.load(open(json_path))
+    if data.get("version") == 2:
+        return data
+    md_path = os.path.splitext(json_path)[0] + ".md"
+    if not args.legacy_teachers_rev:
+        sys.exit(f"bench_variator: {json_path} is in the legacy layout; give --legacy-teachers-rev REV (the commit "
+                 f"whose results/glue.md lists the GLUE teachers its rows were measured on) to upgrade it")
+    glue_md = subprocess.run(["git", "show", f"{args.legacy_teachers_rev}:results/glue.md"], capture_output=True,
+                             text=True, cwd=ROOT, check=True).stdout
+    return dict(upgrade_legacy(data, open(md_path).read(), glue_md, args.legacy_teachers_rev), upgraded=True)
+
+
+def merge(existing, translation_part, glue_parts):
+    """Parts measured now replace their own records only; every other part keeps its record."""
+    merged = {"version": 2, "translation": existing.get("translation"), "glue": dict(existing.get("glue") or {})}
     if translation_part:
-        rows, cost, raw = translation_part
-        machine = raw["machine"]
+        merged["translation"] = translation_part
+    merged["glue"].update(glue_parts or {})
+    return merged
+
+
+# ---- the table, from the JSON alone -----------------------------------------------------------------------
+def speed_cell(row):
+    from user_dir.tools.encoder_cost import format_speedup
+    return format_speedup(row["speedup"]) if int(row["ratio"]) else "1.00x"
+
+
+def flop_bound(row):
+    return f"{row['speedup']['flop_bound']:.2f}x" if int(row["ratio"]) else "1.00x"
+
+
+def timing_text(cost, pairing):
+    how = ("every plugin timed against the backbone alternately (B P B P ..., the order flipped every other run)"
+           if pairing == "alternate" else "the backbone, then each plugin, timed in turn within each run")
+    return (f"{cost['runs']} runs, {how}, {cost['threads']} thread(s); speed-up = median [min-max] over the runs of "
+            "each run's ratio median(backbone time) / median(plugged time)")
+
+
+def flagged(rows):
+    return [r for r in rows if int(r["ratio"]) and r["speedup"]["above_flop_bound"]]
+
+
+def current_glue_teachers(path):
+    """results/glue.md's teacher per task today ({} when it has no readable teacher table)."""
+    try:
+        return glue_md_teachers(open(path).read())
+    except (OSError, ValueError):
+        return {}
+
+
+def write_report(data, out):
+    lines = ["# Variator: compression plugins on frozen models", "",
+             f"Made by `python scripts/bench_variator.py` ({os.path.basename(out)} and "
+             f"{os.path.splitext(os.path.basename(out))[0]}.json; each part below names the command and machine that "
+             "measured it, and a rerun of some parts keeps the others). Plugins on the FFNs of every encoder layer, "
+             "trained by hidden-state distillation (MSE of the final encoder states, lambda = 0) with stock "
+             "`fairseq-train --user-dir user_dir --task variator_translation|variator_sentence_prediction "
+             "--criterion variator_distill`.", "",
+             "Two kinds of timing, named in every column: **encoder alone on fixed-length blocks** (16 real-text "
+             "sequences of exactly 128 tokens, one encoder forward) and **end-to-end translation** (beam search over "
+             "the test set at its real sentence lengths, encoder and decoder). FLOPs = 2 x multiply-adds of the matrix "
+             "products (encoder: analytic, equal to `torch.utils.flop_counter`'s count; end-to-end: the counter's). "
+             "The FLOP bound of a speed-up is the backbone's FLOPs over the plugged model's: a measured speed-up above "
+             "it cannot come from the plugin's arithmetic and is marked as noise.", ""]
+    parts = [p for p in [data.get("translation"), *(data.get("glue") or {}).values()] if p]
+    shared = [n for n in parts[0].get("notes", []) if all(n in p.get("notes", []) for p in parts)] if parts else []
+    lines += [f"Provenance: {n}" for n in shared] + ([""] if shared else [])
+
+    def own(notes):  # a note every part carries is said once, above
+        return [n for n in notes if n not in shared]
+    t = data.get("translation")
+    if t:
+        rows, cost, s = t["rows"], t["cost"], t["settings"]
         teacher_bleu = rows["teacher"]["bleu"]
+        by_k = {int(r["ratio"]): r for r in cost["rows"]}
+        e2e = {int(r["ratio"]): r for r in cost["end_to_end"]["rows"]} if cost.get("end_to_end") else {}
         lines += ["## Translation: Multi30k DE->EN reference teacher (BLEU, test_2016_flickr, beam 5)", "",
-                  f"{args.updates} updates per plugin (max 4,096 tokens each). Backbone: {raw['backbone_params']:,} "
-                  f"parameters. Cost measured with {raw['threads']} thread(s).", "",
+                  f"Made by `{t['command']}` on {t['date']}; {t['machine']}. {s['updates']} updates per plugin (max "
+                  f"4,096 tokens each), bottleneck r = {s['bottleneck']}. Backbone: {cost['backbone_params']:,} "
+                  f"parameters. Encoder timing: {timing_text(cost, t.get('pairing'))}.", "",
                   "| plugin | BLEU | drop | added params (% of backbone) | encoder FFN FLOPs saved | encoder FLOPs saved "
-                  "| encoder speed-up (len 128) | train time |", "|---|---|---|---|---|---|---|---|",
-                  f"| none (teacher) | {teacher_bleu:.2f} | - | 0 | - | - | 1.00x | - |"]
-        for k in args.ratios:
-            r, c = rows[f"k{k}"], cost[k]
+                  "| encoder FLOP bound | encoder alone, fixed 128-token blocks: speed-up | end-to-end translation: "
+                  "FLOP bound | end-to-end translation: speed-up | train time |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|",
+                  f"| none (teacher) | {teacher_bleu:.2f} | - | 0 | - | - | 1.00x | 1.00x | "
+                  f"{'1.00x' if e2e else 'not measured'} | {'1.00x' if e2e else 'not measured'} | - |"]
+        for k in s["ratios"]:
+            r, c = rows[f"k{k}"], by_k[k]
+            e = e2e.get(k)
+            minutes = f"{r['train_seconds'] / 60:.0f} min" if "train_seconds" in r else "-"
             lines.append(f"| k={k} | {r['bleu']:.2f} | {teacher_bleu - r['bleu']:.2f} | {c['plugin_params']:,} "
                          f"({c['plugin_params_percent']:.2f}%) | {c['ffn_flops_saved_percent']:.1f}% | "
-                         f"{c['encoder_flops_saved_percent']:.1f}% | {c['speedup']:.2f}x | {r['train_seconds'] / 60:.0f} min |")
+                         f"{c['encoder_flops_saved_percent']:.1f}% | {flop_bound(c)} | {speed_cell(c)} | "
+                         f"{flop_bound(e) if e else 'not measured'} | {speed_cell(e) if e else 'not measured'} | "
+                         f"{minutes} |")
+        if e2e:
+            e = cost["end_to_end"]
+            lines += ["", f"End-to-end translation: beam {e['beam']}, the {e['sentences']} {e['subset']} sentences in "
+                      f"batches of {e['batch_size']}, {timing_text(dict(e, threads=cost['threads']), t.get('pairing'))}"
+                      "; tokens generated: " + ", ".join(f"{'none' if not int(r['ratio']) else 'k=' + str(r['ratio'])} "
+                                                         f"{r['generated_tokens']:,}" for r in e["rows"]) + "."]
+        noisy = flagged(cost["rows"]) + flagged(cost["end_to_end"]["rows"] if e2e else [])
+        if noisy:
+            lines += ["", f"Marked as noise: {len(noisy)} speed-up(s) above their FLOP bound (on a machine other "
+                      "processes share, one setting's forwards can land in a quieter moment than its pair's)."]
         ablations = [n for n in ("k4-mean", "k4-copy", "k4-att-kv") if n in rows]
         if ablations:
+            names = {"k4-mean": "w/o Com (mean pooling)", "k4-copy": "w/o DeCom (copy)",
+                     "k4-att-kv": "Att-KV (keys/values merged, FFN untouched)"}
             lines += ["", "Ablations at k=4 (Table 2 and section 4.7), same budget:", "", "| variant | BLEU | drop |",
                       "|---|---|---|", f"| k=4 (learned merge, adapter) | {rows['k4']['bleu']:.2f} | "
                       f"{teacher_bleu - rows['k4']['bleu']:.2f} |"]
-            names = {"k4-mean": "w/o Com (mean pooling)", "k4-copy": "w/o DeCom (copy)",
-                     "k4-att-kv": "Att-KV (keys/values merged, FFN untouched)"}
-            for n in ablations:
-                lines.append(f"| {names[n]} | {rows[n]['bleu']:.2f} | {teacher_bleu - rows[n]['bleu']:.2f} |")
-        flops = [(c["profiler_flops"], c["analytic_flops"]["total"]) for c in cost.values()]
+            lines += [f"| {names[n]} | {rows[n]['bleu']:.2f} | {teacher_bleu - rows[n]['bleu']:.2f} |" for n in ablations]
         lines += ["", "Profiler vs analytic encoder FLOPs (GFLOPs): " + ", ".join(
-            f"{p / 1e9:.3f} / {a / 1e9:.3f}" for p, a in flops), ""]
-    if glue_part and glue_part[0]:
-        results, costs = glue_part
+            f"{c['profiler_flops'] / 1e9:.3f} / {c['analytic_flops']['total'] / 1e9:.3f}" for c in cost["rows"]), ""]
+        lines += [f"Note: {n}" for n in own(t.get("notes", []))] + ([""] if own(t.get("notes", [])) else [])
+    glue_parts = data.get("glue") or {}
+    if glue_parts:
+        current = current_glue_teachers(os.path.join(ROOT, "results", "glue.md"))
         lines += ["## GLUE: MiniLM-L6 teachers (dev)", "",
-                  f"Pre-training: {args.glue_pretrain_updates} updates on SST-2 training sentences with the pre-trained "
-                  f"MiniLM; adaptation: {args.glue_updates} updates on each fine-tuned teacher, validated "
-                  f"{args.glue_validations} times. Score = accuracy (SST-2, RTE) or F1 (MRPC) of the "
-                  + ("checkpoint with the best dev score (as the teachers are chosen)" if args.glue_select == "best"
-                     else "last checkpoint") + "; 'last' = after the last update; 'w/o PA' = the pre-trained "
-                  "plugin used without adaptation.", "",
-                  "| task | k | score | drop | last | w/o PA | added params (%) | encoder FFN FLOPs saved | encoder FLOPs "
-                  "saved | encoder speed-up (len 128) | adaptation time |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for task, res in results.items():
+                  "Each row names the teacher it was measured on (its training run, learning rate and dev score; the "
+                  "'none' row is that teacher without plugins). Plugin pre-training on SST-2's training sentences "
+                  "with the pre-trained MiniLM, then adaptation on each fine-tuned teacher; score = accuracy (SST-2, "
+                  "RTE) or F1 (MRPC); 'last' = after the last update; 'w/o PA' = the pre-trained plugin used without "
+                  "adaptation. Encoder speed-ups: encoder alone on fixed 128-token blocks.", "",
+                  "| task | teacher (run, dev score) | k | score | drop | last | w/o PA | added params (%) | encoder "
+                  "FFN FLOPs saved | encoder FLOPs saved | encoder FLOP bound | encoder alone, fixed 128-token blocks: "
+                  "speed-up | adaptation time |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for task, p in glue_parts.items():
+            metric, res, teacher = GLUE_TASKS[task][0], p["results"], p["teacher"]
+            label = f"{teacher['run']} ({'F1' if metric == 'f1' else 'acc'} {teacher['score']:.2f})"
+            base = res["0"]["scores"][metric]
+            by_k = {int(r["ratio"]): r for r in p["cost"]["rows"]}
+            lines.append(f"| {task} | {label} | none | {base:.2f} | - | - | - | 0 | - | - | 1.00x | 1.00x | - |")
+            for k in sorted(int(k) for k in res if int(k)):
+                r, c = res[str(k)], by_k[k]
+                s = r["scores"][metric]
+                last = f"{r['last'][metric]:.2f}" if "last" in r and p["settings"]["select"] != "last" else "(= score)"
+                minutes = f"{r['train_seconds'] / 60:.0f} min" if "train_seconds" in r else "-"
+                lines.append(f"| {task} | {label} | {k} | {s:.2f} | {base - s:.2f} | {last} | "
+                             f"{r['without_adaptation'][metric]:.2f} | {c['plugin_params']:,} "
+                             f"({c['plugin_params_percent']:.2f}%) | {c['ffn_flops_saved_percent']:.1f}% | "
+                             f"{c['encoder_flops_saved_percent']:.1f}% | {flop_bound(c)} | {speed_cell(c)} | {minutes} |")
+        lines.append("")
+        groups = {}  # tasks measured by one command share its description
+        for task, p in glue_parts.items():
+            key = (p["command"], p["date"], p["machine"], timing_text(p["cost"], p.get("pairing")),
+                   tuple(own(p.get("notes", []))))
+            groups.setdefault(key, []).append(task)
+        for (command, date, machine, timing, notes), tasks in groups.items():
+            lines.append(f"- {', '.join(tasks)}: made by `{command}` on {date}; {machine}. Timing: {timing}."
+                         + "".join(f" Note: {n}" for n in notes))
+        for task, p in glue_parts.items():
+            s, teacher = p["settings"], p["teacher"]
             metric = GLUE_TASKS[task][0]
-            base = res[0]["scores"][metric]
-            lines.append(f"| {task} | none | {base:.2f} | - | - | - | 0 | - | - | 1.00x | - |")
-            cost, raw = costs[task]
-            machine = machine or raw["machine"]
-            for k in sorted(k for k in res if k):
-                s, c = res[k]["scores"][metric], cost[k]
-                lines.append(f"| {task} | {k} | {s:.2f} | {base - s:.2f} | {res[k]['last'][metric]:.2f} | "
-                             f"{res[k]['without_adaptation'][metric]:.2f} | "
-                             f"{c['plugin_params']:,} ({c['plugin_params_percent']:.2f}%) | "
-                             f"{c['ffn_flops_saved_percent']:.1f}% | {c['encoder_flops_saved_percent']:.1f}% | "
-                             f"{c['speedup']:.2f}x | {res[k]['train_seconds'] / 60:.0f} min |")
-        lines += ["", "Dev sets are small: " + ", ".join(
-            f"{task} {res[0]['examples']} examples (one example = {100 / res[0]['examples']:.2f} points of accuracy)"
-            for task, res in results.items()) + ". Speed-ups measured with "
-            + ", ".join(f"{task} {raw['threads']} thread(s)" for task, (_, raw) in costs.items()) + ".", ""]
-    lines += ["## The paper", "", PAPER, "", f"Machine: {machine}. Date: {time.strftime('%Y-%m-%d')}.", ""]
+            examples = p["results"]["0"].get("examples")
+            lines.append(
+                f"- {task}: teacher {teacher['checkpoint']} (run {teacher['run']}, lr {teacher['lr']:g}, dev {metric} "
+                f"{teacher['score']:.2f}; {teacher['source']}). {s['pretrain_updates']} pre-training and "
+                f"{s['updates']} adaptation updates"
+                + (f", the checkpoint with the best dev score of {s['validations']} validations"
+                   if s["select"] == "best" else ", the last checkpoint (no choice on dev)")
+                + f", r = {s['bottleneck']}."
+                + (f" Dev set: {examples} examples (one example = {100 / examples:.2f} points)." if examples else ""))
+            now = current.get(task)
+            column = {"accuracy": "accuracy", "f1": "F1"}[metric]
+            if now and "lr" in now and (float(now["lr"]) != teacher["lr"] or now.get(column) != f"{teacher['score']:.2f}"):
+                lines.append(f"  Not results/glue.md's current {task} teacher (lr {now['lr']}, dev {column} "
+                             f"{now.get(column)}): these {task} rows are on an earlier teacher.")
+        noisy = [task for task, p in glue_parts.items() if flagged(p["cost"]["rows"])]
+        if noisy:
+            lines += ["", "Speed-ups marked as noise (above their FLOP bound): "
+                      + ", ".join(f"{task} k={r['ratio']}" for task in noisy for r in flagged(glue_parts[task]["cost"]["rows"]))
+                      + "."]
+        lines.append("")
+    lines += ["## The paper", "", PAPER, ""]
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     open(out, "w").write("\n".join(lines))
-    print("\n".join(lines))
+    return "\n".join(lines)
 
 
-def plot(args, translation_part, glue_part, png):
+def plot(data, png):
     try:
         import logging
         import matplotlib
@@ -339,32 +642,35 @@ def plot(args, translation_part, glue_part, png):
         log("matplotlib missing: no plot")
         return
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    if translation_part:
-        rows, cost, _ = translation_part
-        xs = [100.0] + [100 - cost[k]["encoder_flops_saved_percent"] for k in args.ratios]
-        ys = [rows["teacher"]["bleu"]] + [rows[f"k{k}"]["bleu"] for k in args.ratios]
+    t = data.get("translation")
+    if t:
+        by_k = {int(r["ratio"]): r for r in t["cost"]["rows"]}
+        ks = t["settings"]["ratios"]
+        xs = [100.0] + [100 - by_k[k]["encoder_flops_saved_percent"] for k in ks]
+        ys = [t["rows"]["teacher"]["bleu"]] + [t["rows"][f"k{k}"]["bleu"] for k in ks]
         axes[0].plot(xs, ys, "o-")
-        for x, y, label in zip(xs, ys, ["none"] + [f"k={k}" for k in args.ratios]):
+        for x, y, label in zip(xs, ys, ["none"] + [f"k={k}" for k in ks]):
             axes[0].annotate(label, (x, y))
         axes[0].set(xlabel="encoder FLOPs (% of the backbone)", ylabel="BLEU", title="Multi30k DE->EN")
-    if glue_part and glue_part[0]:
-        results, costs = glue_part
-        for task, res in results.items():
-            cost = costs[task][0]
-            metric = GLUE_TASKS[task][0]
-            ks = sorted(k for k in res if k)
-            xs = [100.0] + [100 - cost[k]["encoder_flops_saved_percent"] for k in ks]
-            ys = [res[0]["scores"][metric]] + [res[k]["scores"][metric] for k in ks]
-            axes[1].plot(xs, ys, "o-", label=f"{task} ({metric})")
+    for task, p in (data.get("glue") or {}).items():
+        by_k = {int(r["ratio"]): r for r in p["cost"]["rows"]}
+        metric = GLUE_TASKS[task][0]
+        ks = sorted(int(k) for k in p["results"] if int(k))
+        xs = [100.0] + [100 - by_k[k]["encoder_flops_saved_percent"] for k in ks]
+        ys = [p["results"]["0"]["scores"][metric]] + [p["results"][str(k)]["scores"][metric] for k in ks]
+        axes[1].plot(xs, ys, "o-", label=f"{task} ({metric}; teacher {p['teacher']['run']})")
+    if data.get("glue"):
         axes[1].set(xlabel="encoder FLOPs (% of the backbone)", ylabel="dev score", title="GLUE (MiniLM-L6)")
         axes[1].legend()
     fig.tight_layout()
     fig.savefig(png, dpi=120)
+    plt.close(fig)
 
 
-def main(argv=None):
+def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--parts", nargs="+", default=["translation", "glue"], choices=["translation", "glue"])
+    p.add_argument("--parts", nargs="*", default=["translation", "glue"], choices=["translation", "glue"],
+                   help="what to measure (none: rewrite the table and plot from the JSON beside --out)")
     p.add_argument("--ratios", nargs="+", type=int, default=[2, 4, 8, 16])
     p.add_argument("--tasks", nargs="+", default=list(GLUE_TASKS), choices=list(GLUE_TASKS))
     p.add_argument("--glue-sweep", nargs="*", default=None, choices=list(GLUE_TASKS),
@@ -376,28 +682,54 @@ def main(argv=None):
     p.add_argument("--glue-validations", type=int, default=8, help="dev evaluations during each GLUE adaptation")
     p.add_argument("--glue-select", default="best", choices=["best", "last"],
                    help="the adapted plugin: the checkpoint with the best dev metric, or the last one")
+    p.add_argument("--glue-work", default=os.path.join(ROOT, "work", "glue"),
+                   help="scripts/glue_teachers.sh's work folder: the imported MiniLM, the data and TASK/checkpoints")
     p.add_argument("--no-ablations", action="store_true")
     p.add_argument("--threads", type=int, default=1, help="torch threads of each training run")
     p.add_argument("--cost-threads", type=int, default=2, help="torch threads of the timed encoder")
     p.add_argument("--cost-runs", type=int, default=7)
+    p.add_argument("--e2e-sentences", type=int, default=1000,
+                   help="test sentences translated end to end in the translation part's timing (0: none)")
     p.add_argument("--force-cost", action="store_true", help="re-measure encoder cost")
     p.add_argument("--quick", action="store_true", help="a few updates per stage, a smoke test (not results)")
-    p.add_argument("--work", default=os.path.join(ROOT, "work", "bench-variator"))
     p.add_argument("--out", default=os.path.join(ROOT, "results", "variator.md"))
-    args = p.parse_args(argv)
+    p.add_argument("--work", default=None, help="where plugins train (default: work/bench-variator/<the table's "
+                   "name>, so each table keeps its own plugins; a folder made with other settings is refused)")
+    p.add_argument("--fresh", action="store_true", help="write a table of this run's parts only (default: keep the "
+                   "parts of the JSON beside --out that this run does not measure)")
+    p.add_argument("--note", action="append", default=[], help="a sentence of provenance the JSON cannot know, "
+                   "added to the notes of every part this run measures or upgrades (repeatable)")
+    p.add_argument("--legacy-teachers-rev", default=None, help="upgrading a JSON of the legacy layout: the commit "
+                   "whose results/glue.md lists the GLUE teachers its rows were measured on")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.work = args.work or default_work(args.out)
     if args.quick:
         args.updates = args.glue_pretrain_updates = args.glue_updates = "4"
-        args.cost_runs = 1
+        args.cost_runs, args.e2e_sentences = 1, 16
         args.work = args.work + "-quick"
         args.out = os.path.join(args.work, "variator.md")
     sys.path.insert(0, ROOT)
+    json_path = os.path.splitext(args.out)[0] + ".json"
+    existing = load_existing(json_path, args)
     translation_part = translation(args, os.path.join(args.work, "translation")) if "translation" in args.parts else None
-    glue_part = glue(args, os.path.join(args.work, "glue")) if "glue" in args.parts else None
-    write_report(args, translation_part, glue_part, args.out)
-    plot(args, translation_part, glue_part, os.path.splitext(args.out)[0] + "_score_vs_flops.png")
-    with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-        json.dump({"translation": translation_part[:2] if translation_part else None,
-                   "glue": glue_part if glue_part else None}, f, indent=1, default=str)
+    glue_parts = glue(args, os.path.join(args.work, "glue")) if "glue" in args.parts else None
+    if args.note:
+        upgraded = existing.pop("upgraded", False)
+        for part in [translation_part, *(glue_parts or {}).values()] + (
+                [existing.get("translation"), *existing["glue"].values()] if upgraded else []):
+            if part:
+                part["notes"] = part.get("notes", []) + [n for n in args.note if n not in part.get("notes", [])]
+    existing.pop("upgraded", None)
+    data = merge(existing, translation_part, glue_parts)
+    with open(json_path, "w") as f:
+        json.dump(data, f, indent=1)
+    print(write_report(data, args.out))
+    plot(data, os.path.splitext(args.out)[0] + "_score_vs_flops.png")
 
 
 if __name__ == "__main__":
