@@ -5,10 +5,9 @@ import re
 import shutil
 
 import pytest
-import torch
 
 from conftest import TEACHER, TINY_TRANSFORMER, TRAIN_FLAGS, USER_DIR, needs_teacher, run_cli
-from test_distributed_equality import load_params, train_on_two_ranks
+from test_distributed_equality import assert_same_weights, train_on_two_ranks
 
 
 def _updates_per_epoch(log):
@@ -54,9 +53,7 @@ def test_two_cpu_ranks_train_halve_updates_and_resume(multi30k_slice, tmp_path):
     for k in (4, 5):
         for key in ("loss", "nll_loss", "gnorm", "lr", "wpb", "bsz"):
             assert after[k][key] == whole[k][key], (k, key, after[k], whole[k])
-    pw, pr = load_params(tmp_path / "whole" / "checkpoint_last.pt"), load_params(tmp_path / "killed" / "checkpoint_last.pt")
-    for k in pw:
-        torch.testing.assert_close(pr[k], pw[k], rtol=0, atol=1e-6, msg=lambda m: f"{k}: {m}")
+    assert_same_weights(tmp_path / "whole", tmp_path / "killed")
 
 
 @needs_teacher
@@ -78,8 +75,22 @@ def test_measure_table_for_teacher_and_a_small_model(tmp_path):
     expected_rate = 100 * tiny["non_embedding_params"] / teacher["non_embedding_params"]
     assert abs(tiny["compression_rate"] - expected_rate) < 1e-9 and tiny["compression_rate"] < 10
     assert teacher["outputs_identical_across_runs"] and teacher["peak_memory_mb"] > 0
+    # speed: the median of the timed runs, and the speed-up relative to the first model (the reference)
+    import statistics
+
+    for row in (teacher, tiny):
+        assert abs(row["sentences_per_s"] - statistics.median(row["sentences_per_s_runs"])) < 1e-9
+        assert abs(row["speedup"] - row["sentences_per_s"] / teacher["sentences_per_s"]) < 1e-9
+    # the table shows the JSON's numbers, and says how they were made
     table = out.read_text()
-    assert "| teacher |" in table and "| tiny |" in table and "Command:" in table and "Machine:" in table
+    for row in (teacher, tiny):
+        assert (f"| {row['name']} | {row['bleu_tok']:.2f} | {row['sacrebleu']:.2f} | {row['params']:,} | "
+                f"{row['non_embedding_params']:,} | {row['compression_rate']:.2f}% | {row['weights_mb']:.1f} | "
+                f"{row['checkpoint_mb']:.1f} | {row['sentences_per_s']:.1f} | {row['tokens_per_s']:.0f} | "
+                f"{row['speedup']:.2f}x | {row['peak_memory_mb']:.0f} |") in table
+    raw = json.loads(js.read_text())
+    assert raw["command"].startswith("python -m user_dir.tools.measure ") and raw["command"] in table
+    assert f"Machine: {raw['machine']}" in table and f"Date: {raw['date']}." in table
 
 
 def test_measure_rejects_bad_arguments(multi30k_slice, tmp_path):

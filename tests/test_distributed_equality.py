@@ -98,13 +98,23 @@ def load_params(path):
     return params
 
 
+def assert_same_weights(expected_dir, actual_dir, atol=1e-6):
+    """The checkpoint_last.pt weights (model and criterion) of two save dirs agree elementwise."""
+    expected, actual = (load_params(os.path.join(d, "checkpoint_last.pt")) for d in (expected_dir, actual_dir))
+    assert expected.keys() == actual.keys()
+    for k in expected:
+        torch.testing.assert_close(actual[k], expected[k], rtol=0, atol=atol, msg=lambda m: f"{k}: {m}")
+    return expected, actual
+
+
 @pytest.fixture(scope="module")
 def two_b_pairs(tmp_path_factory):
     """Exactly 2B training pairs of the teacher's data (different lengths, so the one batch of the
     single process pads differently from the ranks' two)."""
     if not os.path.isfile(TEACHER):
         pytest.skip(f"needs the reference teacher and its data at {TEACHER_DIR} (not part of a clone)")
-    return write_slice(tmp_path_factory.mktemp("pairs") / "data-bin", {"train": ("train", 2 * B), "valid": ("valid", 8)})
+    dest = tmp_path_factory.mktemp("pairs") / "data-bin"
+    return write_slice(dest, {"train": ("train", 2 * B), "valid": ("valid", 8)})
 
 
 @needs_teacher
@@ -121,16 +131,12 @@ def test_two_ranks_take_the_first_update_of_one_process(criterion, two_b_pairs, 
     assert float(s["bsz"]) == float(d["bsz"]) == 2 * B and s["wpb"] == d["wpb"]
     assert abs(float(s["loss"]) - float(d["loss"])) <= 1e-3, (s, d)
     assert abs(float(s["gnorm"]) - float(d["gnorm"])) <= 1e-3 * float(s["gnorm"]), (s, d)
-    ps, pd = load_params(tmp_path / "single" / "checkpoint_last.pt"), load_params(tmp_path / "dist" / "checkpoint_last.pt")
-    assert ps.keys() == pd.keys()
+    ps, pd = assert_same_weights(tmp_path / "single", tmp_path / "dist")
     # with SGD the update is -lr * grad, its L2 norm lr * gnorm: the runs differ by float rounding only
     step = LR * float(s["gnorm"])
     diff = torch.cat([(ps[k] - pd[k]).flatten() for k in ps])
     print(f"{criterion}: |step| {step:.4g}, |single - dist| {diff.norm():.3g}, max elementwise {diff.abs().max():.3g}")
-    assert step > 1e-2
-    assert diff.norm() <= 1e-4 * step
-    for k in ps:
-        torch.testing.assert_close(pd[k], ps[k], rtol=0, atol=1e-6, msg=lambda m: f"{k}: {m}")
+    assert step > 1e-2 and diff.norm() <= 1e-4 * step
 
 
 @needs_teacher
@@ -155,6 +161,4 @@ def test_a_run_resumed_mid_epoch_continues_the_uninterrupted_loss_curve(tmp_path
     for k in (4, 5, 6):
         for key in ("loss", "nll_loss", "gnorm", "lr", "wpb", "bsz"):
             assert after[k][key] == curve[k][key], (k, key, after[k], curve[k])
-    pw, pr = load_params(tmp_path / "whole" / "checkpoint_last.pt"), load_params(tmp_path / "killed" / "checkpoint_last.pt")
-    for k in pw:
-        torch.testing.assert_close(pr[k], pw[k], rtol=0, atol=1e-6, msg=lambda m: f"{k}: {m}")
+    assert_same_weights(tmp_path / "whole", tmp_path / "killed")
