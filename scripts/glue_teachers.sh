@@ -155,4 +155,7 @@ PY
     --out "$SAVE/submission/$TASK.tsv"
 done
 
-"$PY" scripts/glue_report.py "$WORK" --tasks $TASKS --out "$OUT" --command "$COMMAND" --model "$MODEL_NAME"
+# the report keeps the rows of the tasks not run now from the report already at OUT (and an earlier row of a
+# retrained task as its history), counting how many of their examples a truncation could have touched
+"$PY" scripts/glue_report.py "$WORK" --tasks $TASKS --out "$OUT" --command "$COMMAND" --model "$MODEL_NAME" \
+  --keep-earlier --glue-dir "$GLUE_DIR" --wordpiece-vocab "$MODEL"

