@@ -530,7 +530,7 @@ def render(args, argv):
     for key, value in settings.items():
         setattr(args, key, value)
     out = args.out or os.path.splitext(args.render)[0] + ".md"
-    if os.path.splitext(out)[0] != os.path.splitext(args.render)[0]:
+    if os.path.splitext(os.path.abspath(out))[0] != os.path.splitext(os.path.abspath(args.render))[0]:
         raise SystemExit(f"--out {out}: a table is named after its raw measurement ({args.render})")
     args.rendered_by = "python scripts/bench_translation.py " + " ".join(shlex.quote(a) for a in argv)
     grid = methods(args.enc_dim, args.dec_dim, args.can_dim, args.can_encoder_layers)
