@@ -3,12 +3,13 @@ form, softmax kernels, padding), importance against finite differences and pruni
 on a real trained model, and the whole path through the stock CLIs (ghost_prune, fairseq-train
 distillation and resume, fairseq-generate), plus clear errors."""
 import os
+import re
 
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from conftest import USER_DIR, run_cli
+from conftest import SHARED_DATA, USER_DIR, needs_shared_data, run_cli
 
 import user_dir  # noqa: F401  (registers the plug-in)
 from user_dir.common.structured_pruning import transformer_encoder
@@ -262,3 +263,49 @@ def test_prune_distill_resume_finetune_and_generate_through_the_stock_clis(tiny,
         gen = run_cli("fairseq_cli.generate", data, "--user-dir", USER_DIR, "--path", path, "--gen-subset", "valid",
                       "--beam", "2", "--max-len-b", "5", "--batch-size", "256", "--cpu").stdout
         assert "BLEU4" in gen.splitlines()[-1] or "BLEU" in gen
+
+
+# ---- the GLUE encoders (hf_bert) -------------------------------------------------------------------
+@needs_shared_data
+def test_hf_bert_encoder_prunes_to_the_masked_original_and_distils(tmp_path):
+    from fairseq import checkpoint_utils
+
+    from preprocess.prepare_glue import main as prepare_glue
+    data = tmp_path / "rte"
+    prepare_glue(["--task", "RTE", "--glue-dir", os.path.join(SHARED_DATA, "glue"), "--dest", str(data),
+                  "--train-rows", "64", "--workers", "1"])
+    task_flags = ["--task", "sentence_prediction", "--num-classes", "2", "--init-token", "0", "--max-positions", "512",
+                  "--shorten-method", "truncate", "--batch-size", "16"]
+    common = [data, "--user-dir", USER_DIR, *task_flags, "--optimizer", "adam", "--lr", "1e-3", "--cpu",
+              "--num-workers", "0", "--log-format", "simple", "--no-epoch-checkpoints", "--seed", "1"]
+    run_cli("fairseq_cli.train", *common, "--arch", "hf_bert", "--encoder-layers", "2", "--encoder-embed-dim", "32",
+            "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4", "--criterion", "sentence_prediction",
+            "--max-update", "2", "--save-dir", tmp_path / "teacher")
+    teacher = tmp_path / "teacher" / "checkpoint_last.pt"
+    init = tmp_path / "init.pt"
+    run_cli("user_dir.tools.ghost_prune", data, "--path", teacher, "--width-mult", "2/4", "--ghost-positions", "none",
+            "--out", init, "--batch-size", "16", "--cpu")
+    flags = open(str(init) + ".flags").read().split()
+    assert flags[:2] == ["--arch", "ghost_hf_bert"]
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(teacher), str(init)],
+                                                                     arg_overrides={"data": str(data)})
+    full, pruned = (m.double().eval() for m in models)
+    plan = torch.load(init, map_location="cpu", weights_only=True)["extra_state"]["ghost_prune"]
+    assert [len(h) for h in plan["kept_heads"]] == [2, 2] and [len(n) for n in plan["kept_neurons"]] == [32, 32]
+    task.load_dataset("valid")
+    sample = next(task.get_batch_iterator(dataset=task.dataset("valid"), max_sentences=8).next_epoch_itr(shuffle=False))
+    head = "sentence_classification_head"
+    with torch.no_grad():
+        with ImportanceMasks(full) as masks:
+            masks.head_mask.zero_()
+            masks.neuron_mask.zero_()
+            for i, (heads, neurons) in enumerate(zip(plan["kept_heads"], plan["kept_neurons"])):
+                masks.head_mask[i, heads] = 1
+                masks.neuron_mask[i, neurons] = 1
+            masked = full(**sample["net_input"], classification_head_name=head)[0]
+        ours = pruned(**sample["net_input"], classification_head_name=head)[0]
+    assert torch.allclose(ours, masked, atol=1e-9)
+    # distillation from the teacher through stock fairseq-train; validation reports accuracy
+    out = run_cli("fairseq_cli.train", *common, *flags, "--criterion", "ghost_distill", "--teacher-path", teacher,
+                  "--finetune-from-model", init, "--max-update", "2", "--save-dir", tmp_path / "distill").stdout
+    assert re.search(r"valid on 'valid' subset .*\| l_mha [\d.]+ .*\| accuracy [\d.]+", out), out[-2000:]

@@ -60,13 +60,13 @@ def parse_args(argv=None):
     return args
 
 
-def task_loss(task, teacher_cfg):
+def task_loss(task):
     """The loss the importance is taken of: the task's cross-entropy, summed over the batch."""
-    if hasattr(task, "source_dictionary") and getattr(task.cfg, "num_classes", None) is not None:
-        from fairseq.criterions.sentence_prediction import SentencePredictionCriterion
-        criterion = SentencePredictionCriterion(task, getattr(task.cfg, "classification_head_name",
-                                                              "sentence_classification_head"),
-                                                bool(getattr(task.cfg, "regression_target", False)))
+    if getattr(task.cfg, "num_classes", None) is not None:  # sentence prediction
+        from fairseq.criterions.sentence_prediction import SentencePredictionConfig, SentencePredictionCriterion
+        criterion = SentencePredictionCriterion(SentencePredictionConfig(
+            classification_head_name=getattr(task.cfg, "classification_head_name", "sentence_classification_head"),
+            regression_target=bool(getattr(task.cfg, "regression_target", False))), task)
     else:
         criterion = CrossEntropyCriterion(task, sentence_avg=False)
     return lambda model, sample: criterion(model, sample)[0]
@@ -120,7 +120,7 @@ def main(argv=None):
         ghost_model_args(cfg.model)  # a model type GhostBERT can prune, before the importance pass
     except GhostConfigError as e:
         raise SystemExit(f"--path {args.path}: {e}")
-    head_imp, neuron_imp = accumulate_importance(teacher, task_loss(task, cfg),
+    head_imp, neuron_imp = accumulate_importance(teacher, task_loss(task),
                                                  batches(task, args.subset, args, teacher, use_cuda))
     plan = prune_plan(head_imp, neuron_imp, kept_heads, kept_ffn)
     for i, (kept, neurons) in enumerate(plan):
