@@ -309,3 +309,41 @@ def test_init_train_resume_finalize_and_stock_generate(tmp_path):
     a = run_cli(*gen, "--user-dir", USER_DIR, "--path", mixed).stdout
     b = run_cli(*gen, "--user-dir", USER_DIR, "--path", mixed + ".final").stdout
     assert_same_translations(_hypotheses(a), _hypotheses(b), 40)
+
+
+@needs_teacher
+def test_eq11_svd_solution_is_optimal_and_beats_random_on_real_attention(teacher_setup):
+    from user_dir.apc.attention_compression import qk_objective, qk_svd_solution
+    teacher, task = teacher_setup["teacher"], teacher_setup["task"]
+    layer = teacher.encoder.layers[1]  # post-norm: the self-attention's input is the layer's input
+    attn = layer.self_attn
+    got = {}
+
+    def capture(module, inputs):
+        with torch.no_grad():
+            got["q"], got["k"] = attn.q_proj(inputs[0]), attn.k_proj(inputs[0])
+    hooks = [layer.register_forward_pre_hook(capture)]
+    itr = task.get_batch_iterator(dataset=task.dataset("valid"), max_sentences=40, seed=1, num_workers=0)
+    per_sentence = []  # (queries, keys) of head 0 per sentence, non-padding positions only
+    for sample in list(itr.next_epoch_itr(shuffle=True))[:4]:
+        _out(teacher, sample)
+        keep = sample["net_input"]["src_tokens"].ne(task.source_dictionary.pad()).t()
+        for b in range(keep.size(1)):
+            per_sentence.append((got["q"][keep[:, b], b, :64], got["k"][keep[:, b], b, :64]))
+    for h in hooks:
+        h.remove()
+    half = len(per_sentence) // 2
+    fit, held = per_sentence[:half], per_sentence[half:]
+    assert len(held) >= 20
+    A1, A2 = torch.cat([q for q, _ in fit]), torch.cat([k for _, k in fit])
+    cmp = 16
+    DQ, DK = qk_svd_solution(A1, A2, cmp)
+    # Appendix B: the optimum equals the best rank-cmp approximation's error of A1 A2^T
+    s = torch.linalg.svdvals(A1.double() @ A2.double().t())
+    assert abs(qk_objective(A1, A2, DQ, DK) - s[cmp:].square().sum().sqrt().item()) < 1e-6 * s[0].item()
+    gen = torch.Generator().manual_seed(1)
+    orth = torch.linalg.qr(torch.randn(64, cmp, generator=gen, dtype=torch.float64))[0]
+    rand = (torch.randn(64, cmp, generator=gen, dtype=torch.float64) * 1e-3,
+            torch.randn(64, cmp, generator=gen, dtype=torch.float64) * 1e-3)
+    total = lambda dq, dk: sum(qk_objective(q, k, dq, dk) for q, k in held)  # eq. 11 summed over held-out inputs
+    assert total(DQ, DK) < 0.8 * min(total(orth, orth), total(*rand))
