@@ -21,7 +21,8 @@ its own checkpoint_last.pt.
 
 Cost, per model: parameters (total, encoder, ghost modules), encoder FLOPs on one sequence of 128
 tokens counted by PyTorch's FlopCounterMode (Appendix A.3's protocol: batch 1, length 128, no
-embedding lookup), and the encoder's forward time on ``--time-batch`` sequences of 128 real test
+embedding lookup; the DWConv ghost modules, which run as shifted multiply-adds the counter does not
+see, added analytically: 2 n d k per module), and the encoder's forward time on ``--time-batch`` sequences of 128 real test
 tokens, every model timed against the teacher alternately in each of ``--runs`` runs (speed-up =
 median over runs of median(teacher) / median(model)).
 
@@ -117,6 +118,7 @@ def measure_costs(paths, args):
     import user_dir  # noqa: F401
     from user_dir.common.counting import count_parameters
     from user_dir.common.structured_pruning import transformer_encoder
+    from user_dir.ghost.ghost_module import flops_outside_torch_counter
     from user_dir.tools.encoder_cost import real_batch
 
     torch.set_num_threads(args.threads)
@@ -134,7 +136,7 @@ def measure_costs(paths, args):
         ghost = sum(p.numel() for n, p in model.named_parameters() if ".ghost." in n)
         costs.append({"params": count_parameters(model).total, "encoder_params": sum(
             p.numel() for p in encoder.layers.parameters()), "ghost_params": ghost,
-            "encoder_flops_128": counter.get_total_flops()})
+            "encoder_flops_128": counter.get_total_flops() + flops_outside_torch_counter(model, one.size(1))})
 
     def time_encoder(model):
         encoder = transformer_encoder(model)

@@ -16,7 +16,8 @@ from user_dir.common.structured_pruning import transformer_encoder
 from user_dir.common.teacher import FrozenTeacher, TeacherConfigError
 from user_dir.ghost.distillation_criterion import GhostDistillCriterion
 from user_dir.ghost.ghost_model import ghost_config, ghost_defaults, ghost_model_args, kept_widths
-from user_dir.ghost.ghost_module import GhostConfig, GhostConfigError, GhostConv, GhostLinear
+from user_dir.ghost.ghost_module import (GhostConfig, GhostConfigError, GhostConv, GhostLinear, depthwise_conv_time,
+                                         flops_outside_torch_counter)
 from user_dir.ghost.importance import ImportanceMasks, accumulate_importance
 from user_dir.ghost.rewiring import kept_counts, load_pruned, prune_plan
 
@@ -35,6 +36,22 @@ def padding(lengths, T, left=False):
 
 
 # ---- the ghost module ------------------------------------------------------------------------------
+def test_shifted_depthwise_conv_equals_torch_grouped_conv_with_gradients():
+    torch.manual_seed(0)
+    for T in (1, 2, 7):
+        for k, O in ((1, 1), (3, 1), (5, 2), (9, 1)):
+            C, B = 4, 3
+            x = torch.randn(T, B, C, dtype=torch.float64, requires_grad=True)
+            w = torch.randn(C, O, k, dtype=torch.float64, requires_grad=True)
+            ours = depthwise_conv_time(x, w)
+            ref = torch.nn.functional.conv1d(x.permute(1, 2, 0), w.reshape(C * O, 1, k), padding=k // 2,
+                                             groups=C).view(B, C, O, T).permute(3, 0, 1, 2)
+            assert torch.allclose(ours, ref, atol=1e-12), (T, k, O)
+            probe = torch.randn_like(ref)
+            for a, b in zip(torch.autograd.grad((ours * probe).sum(), (x, w)), torch.autograd.grad((ref * probe).sum(), (x, w))):
+                assert torch.allclose(a, b, atol=1e-12)
+
+
 @pytest.mark.parametrize("features", [1, 2])
 def test_cheap_shared_form_equals_the_per_head_form(features):
     torch.manual_seed(0)
@@ -104,10 +121,15 @@ def test_padding_never_reaches_real_tokens_and_ghost_flops_match_torch_counter(c
     layer.padding_mask = None
     alone = layer(x[:5, 1:2])
     assert torch.allclose(alone[:, 0], y[:5, 1], atol=1e-5)
-    # FLOPs of the ghost part: analytic (Appendix B.4's convention) against PyTorch's counter
+    # FLOPs of the ghost part: analytic (Appendix B.4's convention) against PyTorch's counter, on torch's
+    # grouped convolution for DWConv (ours runs as shifted multiply-adds, which the counter does not see)
     with FlopCounterMode(display=False) as counter:
-        layer.ghost(x[:, :1].unsqueeze(2))
+        if conv == "dwconv":
+            torch.nn.functional.conv1d(x[:, :1].permute(1, 2, 0), layer.ghost.weight.view(d, 1, 3), padding=1, groups=d)
+        else:
+            layer.ghost(x[:, :1].unsqueeze(2))
     assert counter.get_total_flops() == layer.ghost_flops(T)
+    assert flops_outside_torch_counter(layer, T) == (layer.ghost_flops(T) if conv == "dwconv" else 0)
 
 
 def test_bad_ghost_settings_name_their_flag():
