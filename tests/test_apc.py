@@ -88,9 +88,9 @@ def teacher_setup():
     return {"teacher": teacher, "cfg": cfg, "task": task, "X": X, "sample": sample}
 
 
-def _apc_model(setup, enc="256", dec="256"):
+def _apc_model(setup, enc="256", dec="256", attn=None):
     from user_dir.tools.apc_init import build_apc_model
-    model, _ = build_apc_model(setup["teacher"], setup["cfg"], setup["task"], enc, dec)
+    model, _ = build_apc_model(setup["teacher"], setup["cfg"], setup["task"], enc, dec, attn)
     return model.eval()
 
 
@@ -101,7 +101,7 @@ def _out(model, sample):
 
 @needs_teacher
 def test_finalized_model_equals_unfolded_on_a_real_batch(teacher_setup):
-    model = _apc_model(teacher_setup, enc="0:256,2:64", dec="128")
+    model = _apc_model(teacher_setup, enc="0:256,2:64", dec="128", attn="1:128,2:64")
     torch.manual_seed(1)
     with torch.no_grad():  # move every APC tensor far from its init so the folding is really exercised
         for name, p in model.named_parameters():
@@ -110,7 +110,53 @@ def test_finalized_model_equals_unfolded_on_a_real_batch(teacher_setup):
     unfolded = _out(model, teacher_setup["sample"])
     model.finalize_()
     assert model.encoder.layers[2].fc1.out_features == 64 and type(model.encoder.layers[1].fc1) is torch.nn.Linear
+    assert model.encoder.layers[2].self_attn.q_proj.out_features == 64
     torch.testing.assert_close(_out(model, teacher_setup["sample"]), unfolded, atol=1e-4, rtol=1e-4)
+    # and the state-dict-only folding of apc_finalize gives the same model
+    from user_dir.tools.apc_finalize import finalize_state_dict
+    model2 = _apc_model(teacher_setup, enc="0:256,2:64", dec="128", attn="1:128,2:64")
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in model2.named_parameters():
+            if name.rsplit(".", 1)[-1] in ("U", "D", "B", "b_U", "b_D"):
+                p.normal_(0, 0.05)
+    folded = finalize_state_dict(model2.state_dict(), heads=4)
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(folded[k], v, atol=1e-5, rtol=1e-5)
+
+
+@needs_teacher
+def test_attention_compression_at_full_width_with_identities_is_the_teacher(teacher_setup):
+    """cmp^a = embed, D^Q = D^K = D^V = I (block diagonal), U^O = I: exactly fairseq's own attention."""
+    model = _apc_model(teacher_setup, enc="", dec="", attn="256")
+    with torch.no_grad():
+        for _, attn in model.apc_attention_layers():
+            for m in (attn.q_proj, attn.k_proj, attn.v_proj):
+                m.D.copy_(torch.eye(256))
+            attn.out_proj.U.copy_(torch.eye(256))
+    torch.testing.assert_close(_out(model, teacher_setup["sample"]), _out(teacher_setup["teacher"], teacher_setup["sample"]),
+                               atol=1e-4, rtol=1e-4)
+    # the block mask keeps D block diagonal: off-block entries neither act nor receive gradient
+    attn = model.encoder.layers[0].self_attn
+    attn.q_proj.D.data.fill_(1.0)
+    assert attn.q_proj.effective_D()[0, 64:].abs().sum() == 0 and attn.q_proj.effective_D()[0, :64].sum() == 64
+
+
+@needs_teacher
+def test_attention_svd_init_beats_random_in_translation_quality_proxy(teacher_setup):
+    """With eq. 11 / eq. 9 initialisation the compressed encoder stays far closer to the teacher's
+    output distribution than with the random one (KL on a real batch)."""
+    from user_dir.tools.apc_init import init_attention
+    teacher, task, sample = teacher_setup["teacher"], teacher_setup["task"], teacher_setup["sample"]
+    ref = torch.log_softmax(_out(teacher, sample), -1)
+    kls = {}
+    for method in ("random", "svd"):
+        model = _apc_model(teacher_setup, enc="", dec="", attn="128")
+        if method == "svd":
+            init_attention(model, teacher, task, 1000, 1, 2048)
+        lp = torch.log_softmax(_out(model, sample), -1)
+        kls[method] = (ref.exp() * (ref - lp)).sum(-1).mean().item()
+    assert kls["svd"] < 0.5 * kls["random"]
 
 
 @needs_teacher
@@ -222,6 +268,12 @@ def test_bad_flag_through_the_model_builder_names_it(teacher_setup):
     args = apc_args(teacher_setup["cfg"].model, None, "7:64")
     with pytest.raises(APCConfigError, match="--apc-decoder-ffn-dims '7:64': layer index 7 is out of range"):
         APCTransformerModel.build_model(args, teacher_setup["task"])
+    args = apc_args(teacher_setup["cfg"].model, None, None, encoder_attn_dims="1:130")
+    with pytest.raises(APCConfigError, match=r"--apc-encoder-attn-dims \(layer 1\): cmp\^a=130 must be a multiple of the 4"):
+        APCTransformerModel.build_model(args, teacher_setup["task"])
+    args = apc_args(teacher_setup["cfg"].model, None, None, encoder_attn_dims="512")
+    with pytest.raises(APCConfigError, match="larger than the original attention width"):
+        APCTransformerModel.build_model(args, teacher_setup["task"])
 
 
 # ---------------------------------------------------------------- stock commands end to end
@@ -302,10 +354,11 @@ def test_init_train_resume_finalize_and_stock_generate(tmp_path):
     # per-layer sizes that a stock arch cannot express: stays apc_transformer (--apc-finalized), same output
     mixed = str(tmp_path / "mixed.pt")
     run_cli("user_dir.tools.apc_init", TEACHER, "--data", DATA, "--decoder-ffn-dims", "1:96", "--init", "kmeans",
-            "--samples", "300", "--out", mixed)
+            "--encoder-attn-dims", "0:128", "--samples", "300", "--out", mixed)
     run_cli("user_dir.tools.apc_finalize", mixed, "--out", mixed + ".final")
     margs = torch.load(mixed + ".final", weights_only=False)["cfg"]["model"]
     assert margs.arch == "apc_transformer" and margs.apc_finalized and margs.apc_decoder_ffn_dims == "1:96"
+    assert margs.apc_encoder_attn_dims == "0:128"
     a = run_cli(*gen, "--user-dir", USER_DIR, "--path", mixed).stdout
     b = run_cli(*gen, "--user-dir", USER_DIR, "--path", mixed + ".final").stdout
     assert_same_translations(_hypotheses(a), _hypotheses(b), 40)

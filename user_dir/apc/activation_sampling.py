@@ -64,3 +64,36 @@ def collect_ffn_inputs(model, batches, n: int, pad: int, seed: int = 1) -> Dict[
     gen = torch.Generator().manual_seed(seed)
     picks = {side: torch.randperm(counts[side], generator=gen)[:n] for side in counts}
     return {name: torch.cat(xs)[picks[name.split(".")[0]]] for name, xs in seen.items()}
+
+
+@torch.no_grad()
+def collect_attention_inputs(model, batches, n: int, pad: int) -> Dict[str, List[torch.Tensor]]:
+    """``{"encoder.layers.i": [X_s (T_s x embed), ...]}``: the input of every encoder self-attention, one
+    tensor of non-padding positions per sentence, from whole sentences until at least ``n`` positions."""
+    model.eval()
+    layers = {f"encoder.layers.{i}": layer for i, layer in enumerate(model.encoder.layers)}
+    out: Dict[str, List[torch.Tensor]] = {name: [] for name in layers}
+    current = {}
+
+    def hook(name):
+        def capture(module, args, kwargs):
+            current[name] = kwargs["query"] if "query" in kwargs else args[0]
+        return capture
+    hooks = [layer.self_attn.register_forward_pre_hook(hook(name), with_kwargs=True) for name, layer in layers.items()]
+    count = 0
+    try:
+        for sample in batches:
+            current.clear()
+            model(**sample["net_input"])
+            keep = sample["net_input"]["src_tokens"].ne(pad)  # (B, T)
+            for name, x in current.items():
+                out[name] += [x[keep[b], b].float().cpu() for b in range(keep.size(0))]
+            count += int(keep.sum())
+            if count >= n:
+                break
+    finally:
+        for h in hooks:
+            h.remove()
+    if count < n:
+        raise ValueError(f"the data hold only {count} non-padding source positions; {n} were asked for")
+    return out

@@ -22,6 +22,7 @@ from fairseq.models.transformer import TransformerModel, base_architecture, tran
 from fairseq.models.transformer.transformer_decoder import TransformerDecoder
 from fairseq.models.transformer.transformer_encoder import TransformerEncoder
 
+from .attention_compression import CompressedSelfAttention
 from .ffn_compression import (APCConfigError, compress_ffn, finalize_ffn, is_compressed, parse_layer_dims,
                               reconstruction_pair, set_recording, shrink_ffn)
 from .reparameterised_linear import APCLinear
@@ -41,10 +42,25 @@ def _apply_ffn_compression(module, args, side: str) -> None:
             compress_ffn(layer, cmp, train_original=getattr(args, "apc_train_original", False))
 
 
+def _apply_attention_compression(module, args) -> None:
+    flag = "--apc-encoder-attn-dims"
+    dims = parse_layer_dims(getattr(args, "apc_encoder_attn_dims", None), len(module.layers), args.encoder_embed_dim,
+                            flag, what="attention width (--encoder-embed-dim)")
+    for idx, cmp in dims.items():
+        layer = module.layers[idx]
+        try:
+            layer.self_attn = CompressedSelfAttention(
+                layer.self_attn, cmp, train_original=getattr(args, "apc_train_original", False),
+                finalized=getattr(args, "apc_finalized", False), flag=f"{flag} (layer {idx})")
+        except ValueError as err:
+            raise APCConfigError(str(err)) from None
+
+
 class APCTransformerEncoder(TransformerEncoder):
     def __init__(self, args, dictionary, embed_tokens, return_fc=False):
         super().__init__(args, dictionary, embed_tokens, return_fc=return_fc)
         _apply_ffn_compression(self, args, "encoder")
+        _apply_attention_compression(self, args)
 
 
 class APCTransformerDecoder(TransformerDecoder):
@@ -68,6 +84,10 @@ class APCTransformerModel(TransformerModel):
                                  "default: none compressed")
         parser.add_argument("--apc-decoder-ffn-dims", type=str, metavar="SPEC", default=None,
                             help="APC cmp^f of the decoder FFNs, as --apc-encoder-ffn-dims (default: none)")
+        parser.add_argument("--apc-encoder-attn-dims", type=str, metavar="SPEC", default=None,
+                            help="APC cmp^a of the encoder self-attentions (eqs 5-9; per-head size cmp^a/heads, "
+                                 "block-diagonal D^Q, D^K, D^V), as --apc-encoder-ffn-dims; decoder attention is "
+                                 "not compressed. The paper has no default (Table 4's searched sizes); default: none")
         parser.add_argument("--apc-train-original", action="store_true", default=False,
                             help="train the original weights too (Table 3 'All Params'); default: only APC's "
                                  "U, D, B, b_U, b_D train (Table 3 'Compr. only', the paper's compression stage)")
@@ -85,13 +105,12 @@ class APCTransformerModel(TransformerModel):
             raise APCConfigError("--apc-train-original has no meaning with --apc-finalized (all parameters of a "
                                  "finalized model train)")
         model = super().build_model(args, task)
-        apc = model.apc_layers()
         if not getattr(args, "apc_finalized", False) and not getattr(args, "apc_train_original", False):
-            if not apc:
-                raise APCConfigError("no layer is compressed: give --apc-encoder-ffn-dims and/or "
-                                     "--apc-decoder-ffn-dims (or --apc-train-original to train a plain model)")
-            compression = {id(p) for _, layer in apc for fc in (layer.fc1, layer.fc2)
-                           for p in fc.compression_parameters()}
+            compression = {id(p) for m in model.modules() if isinstance(m, APCLinear)
+                           for p in m.compression_parameters()}
+            if not compression:
+                raise APCConfigError("no layer is compressed: give --apc-encoder-ffn-dims, --apc-decoder-ffn-dims "
+                                     "and/or --apc-encoder-attn-dims (or --apc-train-original to train a plain model)")
             for p in model.parameters():
                 p.requires_grad_(id(p) in compression)
         return model
@@ -123,23 +142,29 @@ class APCTransformerModel(TransformerModel):
         """``[(side, X^{l+1}, X~^{l+1})]`` from the last recorded forward (eq. 4), ``(T, B, ffn)`` each."""
         return [(name.split(".")[0], *reconstruction_pair(layer)) for name, layer in self.apc_layers()]
 
+    def apc_attention_layers(self):
+        """``[(name, CompressedSelfAttention)]`` of every compressed encoder self-attention."""
+        return [(f"encoder.layers.{i}", layer.self_attn) for i, layer in enumerate(self.encoder.layers)
+                if isinstance(layer.self_attn, CompressedSelfAttention)]
+
     def finalize_(self) -> None:
-        """Fold every compressed FFN into dense layers (eqs 1-2), in place."""
+        """Fold every compressed FFN and attention into dense layers (eqs 1-2), in place."""
         for _, layer in self.apc_layers():
             finalize_ffn(layer)
+        for _, attn in self.apc_attention_layers():
+            attn.finalize_()
 
     def load_uncompressed_state(self, state_dict) -> None:
         """Load a stock transformer's state dict (the teacher): its FFN weights become the frozen ``W``
         of each compressed layer; APC's own parameters keep their current values."""
+        apc_names = {n for n, m in self.named_modules() if isinstance(m, APCLinear)}
         renamed = {}
-        compressed = {name for name, _ in self.apc_layers()}
         for key, value in state_dict.items():
-            prefix, _, rest = key.rpartition(".fc")
-            if prefix in compressed and rest in ("1.weight", "1.bias", "2.weight", "2.bias"):
-                key = f"{prefix}.fc{rest[0]}.linear.{rest[2:]}"
+            module, _, leaf = key.rpartition(".")
+            if module in apc_names and leaf in ("weight", "bias"):
+                key = f"{module}.linear.{leaf}"
             renamed[key] = value
         missing, unexpected = self.load_state_dict(renamed, strict=False)
-        apc_names = {n for n, m in self.named_modules() if isinstance(m, APCLinear)}
         bad_missing = [k for k in missing if k.rpartition(".")[0] not in apc_names]
         if bad_missing or unexpected:
             raise ValueError(f"the uncompressed state dict does not fit this model: missing {bad_missing[:5]}, "

@@ -28,7 +28,8 @@ class APCConfigError(ValueError):
     """An APC configuration that cannot be built; the message names the flag."""
 
 
-def parse_layer_dims(spec: Optional[str], num_layers: int, original: int, flag: str) -> Dict[int, int]:
+def parse_layer_dims(spec: Optional[str], num_layers: int, original: int, flag: str,
+                     what: str = "FFN width") -> Dict[int, int]:
     """``"256"`` -> every layer; ``"0:256,2:128"`` -> those layers; ``None``/``""`` -> none.
 
     A size must satisfy ``0 < size <= original`` (a size equal to the original still reparameterises
@@ -62,7 +63,7 @@ def parse_layer_dims(spec: Optional[str], num_layers: int, original: int, flag: 
             raise APCConfigError(f"{flag} {spec!r}: the size of layer {idx} must be > 0, got {size}")
         if size > original:
             raise APCConfigError(
-                f"{flag} {spec!r}: the size of layer {idx} ({size}) is larger than the original FFN width "
+                f"{flag} {spec!r}: the size of layer {idx} ({size}) is larger than the original {what} "
                 f"{original}; APC only compresses")
     return dims
 

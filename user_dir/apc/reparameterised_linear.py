@@ -109,6 +109,10 @@ class APCLinear(nn.Module):
     def compression_parameters(self):
         return [p for p in (self.U, self.b_U, self.D, self.b_D, self.B) if p is not None]
 
+    def effective_D(self) -> Optional[torch.Tensor]:
+        """``D`` as the layer uses it (a subclass may constrain its structure)."""
+        return self.D
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x_hat = x @ self.U + self.b_U if self.U is not None else x
         y = F.linear(x_hat, self.linear.weight, self.linear.bias)
@@ -116,11 +120,12 @@ class APCLinear(nn.Module):
             self.recorded_reconstruction = x_hat if self.U is not None else None
             self.recorded_full_output = y if self.D is not None else None
         if self.D is not None:
-            y = y @ self.D + self.b_D
+            y = y @ self.effective_D() + self.b_D
         return y + x @ self.B
 
     def folded(self) -> Tuple[torch.Tensor, torch.Tensor]:
-        return fold_linear(self.linear.weight, self.linear.bias, self.U, self.b_U, self.D, self.b_D, self.B)
+        return fold_linear(self.linear.weight, self.linear.bias, self.U, self.b_U, self.effective_D(), self.b_D,
+                           self.B)
 
     @torch.no_grad()
     def finalize(self) -> nn.Linear:
@@ -134,3 +139,26 @@ class APCLinear(nn.Module):
     def extra_repr(self) -> str:
         return (f"in={self.original_in}->{self.in_features}, out={self.original_out}->{self.out_features}, "
                 f"train_original={self.linear.weight.requires_grad}")
+
+
+class BlockDiagonalAPCLinear(APCLinear):
+    """An output-compressed :class:`APCLinear` whose ``D`` is block diagonal, one ``d_head x cmp_head``
+    block per attention head (APC section 3.2, "Attention Compression": D^Q, D^K, D^V). ``D`` is stored
+    full (``out x cmp_out``) and multiplied by a fixed block mask, so entries outside the blocks stay
+    zero and get no gradient; the folded weight is computed from the masked ``D``."""
+
+    def __init__(self, linear: nn.Linear, cmp_out: int, heads: int, train_original: bool = False):
+        n_out = linear.weight.size(0)
+        if n_out % heads or cmp_out % heads:
+            raise ValueError(f"block-diagonal D: out={n_out} and cmp_out={cmp_out} must both be multiples of "
+                             f"the {heads} heads")
+        super().__init__(linear, cmp_out=cmp_out, train_original=train_original)
+        d, c = n_out // heads, cmp_out // heads
+        mask = torch.block_diag(*[torch.ones(d, c) for _ in range(heads)]).to(self.D)
+        self.register_buffer("block_mask", mask, persistent=False)
+        with torch.no_grad():
+            self.D.mul_(mask)
+        self.heads = heads
+
+    def effective_D(self) -> torch.Tensor:
+        return self.D * self.block_mask

@@ -4,7 +4,7 @@ section 4.4 "finalize the model by replacing all W, b with W~, b~").
     python -m user_dir.tools.apc_finalize checkpoints/apc/checkpoint_best.pt --out apc_final.pt
 
 Works on the state dict alone (no data needed). When every layer of a side has one FFN width (all
-compressed to the same ``cmp^f``, or that side left alone), the result is a checkpoint of the stock
+compressed to the same ``cmp^f``, or that side left alone) and no attention is compressed, the result is a checkpoint of the stock
 ``transformer`` architecture with ``--encoder-ffn-embed-dim`` / ``--decoder-ffn-embed-dim`` set to
 those widths: stock ``fairseq-generate`` loads it without ``--user-dir`` (torch < 2.6; with torch >=
 2.6 the plug-in's checkpoint allow-list, or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, is needed to
@@ -23,13 +23,20 @@ from user_dir.apc.reparameterised_linear import fold_linear
 _APC_KEYS = ("U", "b_U", "D", "b_D", "B")
 
 
-def finalize_state_dict(sd: dict) -> dict:
-    """Fold every ``*.fc{1,2}.linear.weight`` + APC parameters into ``*.fc{1,2}.weight/bias``."""
+def finalize_state_dict(sd: dict, heads: int = None) -> dict:
+    """Fold every ``*.linear.weight`` + APC parameters into ``*.weight/bias``. The ``D`` of a compressed
+    ``self_attn.{q,k,v}_proj`` is block diagonal: its block mask (``heads`` blocks) is applied first."""
     out = {}
-    prefixes = sorted({k[: -len(".linear.weight")] for k in sd if re.search(r"\.fc[12]\.linear\.weight$", k)})
+    prefixes = sorted({k[: -len(".linear.weight")] for k in sd if k.endswith(".linear.weight")})
     consumed = set()
     for prefix in prefixes:
         parts = {name: sd.get(f"{prefix}.{name}") for name in _APC_KEYS}
+        if re.search(r"self_attn\.[qkv]_proj$", prefix) and parts["D"] is not None:
+            if not heads:
+                raise ValueError(f"{prefix}: a compressed attention projection needs the number of heads")
+            D = parts["D"]
+            mask = torch.block_diag(*[torch.ones(D.size(0) // heads, D.size(1) // heads)] * heads).to(D)
+            parts["D"] = D * mask
         weight, bias = sd[f"{prefix}.linear.weight"], sd.get(f"{prefix}.linear.bias")
         w, b = fold_linear(weight.float(), None if bias is None else bias.float(),
                            **{k: (None if v is None else v.float()) for k, v in parts.items()})
@@ -41,10 +48,10 @@ def finalize_state_dict(sd: dict) -> dict:
     return out
 
 
-def ffn_widths(sd: dict, side: str) -> list:
+def ffn_widths(sd: dict, side: str, module: str = "fc1") -> list:
     widths = {}
     for k, v in sd.items():
-        m = re.match(rf"{side}\.layers\.(\d+)\.fc1\.weight$", k)
+        m = re.match(rf"{side}\.layers\.(\d+)\.{module}\.weight$", k)
         if m:
             widths[int(m.group(1))] = v.size(0)
     return [widths[i] for i in sorted(widths)]
@@ -55,9 +62,10 @@ def finalize_checkpoint(state: dict) -> dict:
     if getattr(model_args, "arch", None) is None or not str(model_args._name).startswith("apc_transformer"):
         raise SystemExit(f"apc_finalize: the checkpoint's model is {getattr(model_args, '_name', '?')}, "
                          "not apc_transformer")
-    sd = finalize_state_dict(state["model"])
+    sd = finalize_state_dict(state["model"], heads=getattr(model_args, "encoder_attention_heads", None))
     widths = {side: ffn_widths(sd, side) for side in ("encoder", "decoder")}
-    stock = all(len(set(w)) == 1 for w in widths.values())
+    attn = ffn_widths(sd, "encoder", "self_attn.q_proj")
+    stock = all(len(set(w)) == 1 for w in widths.values()) and all(n == model_args.encoder_embed_dim for n in attn)
     if stock:
         for side, w in widths.items():
             setattr(model_args, f"{side}_ffn_embed_dim", w[0])
@@ -69,13 +77,16 @@ def finalize_checkpoint(state: dict) -> dict:
             original = getattr(model_args, f"{side}_ffn_embed_dim")
             spec = ",".join(f"{i}:{n}" for i, n in enumerate(w) if n != original)
             setattr(model_args, f"apc_{side}_ffn_dims", spec or None)
+        spec = ",".join(f"{i}:{n}" for i, n in enumerate(attn) if n != model_args.encoder_embed_dim)
+        model_args.apc_encoder_attn_dims = spec or None
         model_args.apc_finalized, model_args.apc_train_original = True, False
     state["model"] = sd
     if state.get("cfg"):
         state["cfg"]["model"] = model_args
     state["args"] = None
     state["last_optimizer_state"] = None
-    state.setdefault("extra_state", {})["apc_finalized"] = {"stock_transformer": stock, "ffn_widths": widths}
+    state.setdefault("extra_state", {})["apc_finalized"] = {"stock_transformer": stock, "ffn_widths": widths,
+                                                            "encoder_attention_widths": attn}
     return state
 
 

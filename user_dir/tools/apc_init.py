@@ -23,7 +23,8 @@ import torch
 
 import user_dir  # noqa: F401  registers apc_transformer, allows loading fairseq checkpoints
 from fairseq import checkpoint_utils
-from user_dir.apc.activation_sampling import collect_ffn_inputs, sample_batches
+from user_dir.apc.activation_sampling import collect_attention_inputs, collect_ffn_inputs, sample_batches
+from user_dir.apc.attention_compression import init_attention_svd
 from user_dir.apc.apc_transformer import APCTransformerModel
 from user_dir.apc.initialisations import INITIALISATIONS, initialise
 from user_dir.apc.neuron_sensitivity import neuron_sensitivity
@@ -57,10 +58,11 @@ def load_teacher(path: str, data: str):
     return teacher, cfg, task
 
 
-def apc_args(teacher_args, encoder_ffn_dims, decoder_ffn_dims, train_original=False):
+def apc_args(teacher_args, encoder_ffn_dims, decoder_ffn_dims, train_original=False, encoder_attn_dims=None):
     args = copy.deepcopy(teacher_args)
     args.arch = args._name = "apc_transformer"
     args.apc_encoder_ffn_dims, args.apc_decoder_ffn_dims = encoder_ffn_dims, decoder_ffn_dims
+    args.apc_encoder_attn_dims = encoder_attn_dims
     args.apc_train_original, args.apc_finalized = train_original, False
     return args
 
@@ -72,10 +74,10 @@ def fairseq_flags(args) -> list:
         if getattr(args, f, None) is not None:
             flags += ["--" + f.replace("_", "-"), str(getattr(args, f))]
     flags += ["--" + f.replace("_", "-") for f in _BOOL_FIELDS if getattr(args, f, False)]
-    for side in ("encoder", "decoder"):
-        spec = getattr(args, f"apc_{side}_ffn_dims", None)
+    for name in ("encoder_ffn_dims", "decoder_ffn_dims", "encoder_attn_dims"):
+        spec = getattr(args, f"apc_{name}", None)
         if spec:
-            flags += [f"--apc-{side}-ffn-dims", str(spec)]
+            flags += ["--apc-" + name.replace("_", "-"), str(spec)]
     if getattr(args, "apc_train_original", False):
         flags.append("--apc-train-original")
     return flags
@@ -122,8 +124,19 @@ def reconstruction_errors(model, X) -> dict:
             for name, layer in model.apc_layers()}
 
 
-def build_apc_model(teacher, cfg, task, encoder_ffn_dims, decoder_ffn_dims):
-    args = apc_args(cfg.model, encoder_ffn_dims, decoder_ffn_dims)
+def init_attention(model, teacher, task, samples: int, seed: int, max_tokens: int) -> None:
+    """Eq. 11 / eq. 9 initialisation of every compressed encoder self-attention (attention_compression.py)."""
+    layers = model.apc_attention_layers()
+    if not layers:
+        return
+    inputs = collect_attention_inputs(teacher, sample_batches(task, "train", max_tokens, seed), samples,
+                                      task.source_dictionary.pad())
+    for name, attn in layers:
+        init_attention_svd(attn, inputs[name])
+
+
+def build_apc_model(teacher, cfg, task, encoder_ffn_dims, decoder_ffn_dims, encoder_attn_dims=None):
+    args = apc_args(cfg.model, encoder_ffn_dims, decoder_ffn_dims, encoder_attn_dims=encoder_attn_dims)
     model = APCTransformerModel.build_model(args, task)
     model.load_uncompressed_state(teacher.state_dict())
     return model, args
@@ -148,6 +161,8 @@ def add_common_args(p):
     p.add_argument("--encoder-ffn-dims", default=None, help="cmp^f of the encoder FFNs: SIZE or LAYER:SIZE,... "
                    "(as --apc-encoder-ffn-dims)")
     p.add_argument("--decoder-ffn-dims", default=None, help="cmp^f of the decoder FFNs (as --apc-decoder-ffn-dims)")
+    p.add_argument("--encoder-attn-dims", default=None, help="cmp^a of the encoder self-attentions (as "
+                   "--apc-encoder-attn-dims); initialised by eq. 11 (D^Q, D^K) and eq. 9 (D^V, U^O)")
     p.add_argument("--samples", type=int, default=5000,
                    help="token activations for the least-squares U (paper section 4.2: 5000)")
     p.add_argument("--importance-batches", type=int, default=20,
@@ -166,12 +181,13 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.samples <= 0:
         p.error(f"--samples {a.samples}: must be > 0")
-    if not a.encoder_ffn_dims and not a.decoder_ffn_dims:
-        p.error("give --encoder-ffn-dims and/or --decoder-ffn-dims: nothing would be compressed")
+    if not a.encoder_ffn_dims and not a.decoder_ffn_dims and not a.encoder_attn_dims:
+        p.error("give --encoder-ffn-dims, --decoder-ffn-dims and/or --encoder-attn-dims: nothing would be compressed")
     torch.manual_seed(a.seed)
     teacher, cfg, task = load_teacher(a.teacher, a.data)
-    model, args = build_apc_model(teacher, cfg, task, a.encoder_ffn_dims, a.decoder_ffn_dims)
+    model, args = build_apc_model(teacher, cfg, task, a.encoder_ffn_dims, a.decoder_ffn_dims, a.encoder_attn_dims)
     set_D_U(model, initial_D_U(model, teacher, task, a.init, a.samples, a.seed, a.importance_batches, a.max_tokens))
+    init_attention(model, teacher, task, a.samples, a.seed, a.max_tokens)
     X_valid = sample_activations(teacher, task, "valid", a.samples, a.seed, a.max_tokens)
     errors = reconstruction_errors(model, X_valid)
     info = {"teacher": os.path.abspath(a.teacher), "init": a.init, "samples": a.samples, "seed": a.seed,
