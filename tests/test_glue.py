@@ -109,6 +109,24 @@ def test_missing_header_column_and_missing_folder(tmp_path):
         prepare_glue(["--task", "SST-2", "--glue-dir", str(g), "--dest", str(tmp_path / "o")])
 
 
+def test_examples_are_cut_to_the_model_length_as_bert_cuts_them(tmp_path):
+    """--max-length counts the special tokens: a single sentence keeps max-length - 2 tokens from its start
+    ([CLS] a [SEP]); a pair loses tokens from its longer sentence first (BERT's 3 specials, RoBERTa's 4
+    with --pair-specials 4); 0 keeps every example whole; a length with no room for text is refused."""
+    from preprocess.prepare_glue import truncate_examples
+
+    single = [["a b c d e f", "x y"]]
+    assert truncate_examples(single, 6, 3) == ([["a b c d", "x y"]], 1)
+    pairs = [["a b c d e f g", "p", "a b c"], ["x y", "q r s t u v w", "x y z"]]
+    assert truncate_examples(pairs, 8, 3) == ([["a b c", "p", "a b"], ["x y", "q r s t", "x y z"]], 3)
+    assert truncate_examples(pairs, 8, 4) == ([["a b", "p", "a b"], ["x y", "q r s", "x y"]], 3)
+    assert truncate_examples(pairs, 0, 3) == (pairs, 0)
+    g = tmp_path / "glue"
+    _write_tsv(g / "RTE" / "train.tsv", [("index", "sentence1", "sentence2", "label"), ("0", "a", "b", "entailment")])
+    with pytest.raises(DataError, match=r"--max-length 4: leaves no room for two tokens of text beside the 3 special"):
+        prepare_glue(["--task", "RTE", "--glue-dir", str(g), "--dest", str(tmp_path / "o"), "--max-length", "4"])
+
+
 def test_metrics_equal_hand_checked_values():
     """Each metric (scikit-learn's / scipy's, in percent) on examples worked out by hand."""
     # binary: tp 2 (items 0, 4), fp 1 (1), fn 1 (3), tn 1 (2)
