@@ -400,3 +400,31 @@ def test_eq11_svd_solution_is_optimal_and_beats_random_on_real_attention(teacher
             torch.randn(64, cmp, generator=gen, dtype=torch.float64) * 1e-3)
     total = lambda dq, dk: sum(qk_objective(q, k, dq, dk) for q, k in held)  # eq. 11 summed over held-out inputs
     assert total(DQ, DK) < 0.8 * min(total(orth, orth), total(*rand))
+
+
+@needs_teacher
+def test_layer_importance_scores_on_the_teacher(teacher_setup):
+    import itertools
+    from user_dir.apc.activation_sampling import sample_batches
+    from user_dir.apc.layer_importance import fisher_information, layer_dropping, mean_nll, weight_imprinting
+    teacher, task, sample = teacher_setup["teacher"], teacher_setup["task"], teacher_setup["sample"]
+    pad = task.target_dictionary.pad()
+    valid = list(itertools.islice(sample_batches(task, "valid", 1024, 1), 2))
+    before = _out(teacher, sample)
+    drop = layer_dropping(teacher, valid, pad)
+    torch.testing.assert_close(_out(teacher, sample), before)  # every layer is back in place
+    assert len(teacher.decoder.layers) == teacher.decoder.num_layers == 3
+    assert abs(sum(drop.values()) - 1) < 1e-9 and drop["decoder.layers.0"] > 0
+    # a dropped layer's score is its NLL increase: recompute one by hand
+    full = teacher.decoder.layers
+    teacher.decoder.layers = torch.nn.ModuleList([full[1], full[2]])
+    teacher.decoder.num_layers = 2
+    worse = mean_nll(teacher, valid, pad)
+    teacher.decoder.layers, teacher.decoder.num_layers = full, 3
+    assert worse > mean_nll(teacher, valid, pad)
+    fisher = fisher_information(teacher, valid[:1], pad)
+    assert all(v > 0 for v in fisher.values()) and abs(sum(fisher.values()) - 1) < 1e-9
+    imprint = weight_imprinting(teacher, valid[:1], valid[1:], pad)
+    acc = imprint.pop("_accuracy_after_embeddings_and_each_decoder_layer")
+    assert acc[-1] > acc[0] and imprint["encoder.layers.0"] is None
+    assert abs(sum(v for v in imprint.values() if v is not None) - 1) < 1e-9
