@@ -44,7 +44,17 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
 TEACHER_DIR = os.path.join(SHARED, "teachers", "multi30k.de-en")
-VARIANTS = {"pruned": "none", "ghost": "o,ffn2"}
+# what each variant passes to ghost_prune (and so to its architecture); the name labels the table row
+VARIANTS = {"pruned": ["--ghost-positions", "none"], "ghost": ["--ghost-positions", "o,ffn2"],
+            "ghost-no-softmax": ["--ghost-no-softmax"], "ghost-no-relu": ["--ghost-no-relu"],
+            "ghost-k5": ["--ghost-kernel-size", "5"], "ghost-conv2d": ["--ghost-conv", "conv2d"],
+            "ghost-conv1d_s": ["--ghost-conv", "conv1d_s"], "ghost-o": ["--ghost-positions", "o"],
+            "ghost-ffn2": ["--ghost-positions", "ffn2"], "ghost-ffn1": ["--ghost-positions", "ffn1"]}
+LABELS = {"teacher": "teacher", "pruned": "pruned only", "ghost": "GhostBERT",
+          "ghost-no-softmax": "GhostBERT - softmax (Table 4)", "ghost-no-relu": "GhostBERT - ReLU (Table 4)",
+          "ghost-k5": "GhostBERT, kernel 5 (Table 9)", "ghost-conv2d": "GhostBERT, Conv2D (Table 5)",
+          "ghost-conv1d_s": "GhostBERT, Conv1D_S (Table 5)", "ghost-o": "GhostBERT, after O only (Table 6)",
+          "ghost-ffn2": "GhostBERT, after FFN2 only (Table 6)", "ghost-ffn1": "GhostBERT, after FFN1 only (Table 6)"}
 PAPER = ("Paper (BERT-base, GLUE dev average, Table 3): pruned 78.2 vs GhostBERT 80.3 at m = 1/12, 81.8 vs 83.1 "
          "at m = 3/12, 82.2 vs 83.5 at m = 6/12; ghost modules add 55.3K parameters (0.05%) and 14.2M FLOPs "
          "to BERT-base (section 3.2.1).")
@@ -92,7 +102,7 @@ def train_variant(args, m, variant):
     init = os.path.join(work, "init.pt")
     if not os.path.isfile(init + ".flags"):
         run([sys.executable, "-m", "user_dir.tools.ghost_prune", args.data, "--path", args.teacher, "--width-mult", m,
-             "--ghost-positions", VARIANTS[variant], "--out", init, "--cpu", "--subset", "valid"]
+             *VARIANTS[variant], "--out", init, "--cpu", "--subset", "valid"]
             + (["--max-batches", "3"] if args.quick else []), os.path.join(work, "prune.log"), args.threads)
     arch = open(init + ".flags").read().split()
     distill = os.path.join(work, "distill")
@@ -184,7 +194,7 @@ def write_report(result, out):
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
-        name = {"teacher": "teacher", "pruned": "pruned only", "ghost": "GhostBERT"}[row["variant"]]
+        name = LABELS[row["variant"]]
         flops_pct = 100.0 * row["encoder_flops_128"] / teacher["encoder_flops_128"]
         untrained = "" if row["variant"] == "teacher" else f"{row['bleu_init']:.2f}"
         lines.append(
@@ -210,12 +220,17 @@ def plot(result, png):
         return
     fig, ax = plt.subplots(figsize=(6, 4))
     for variant, marker in (("teacher", "*"), ("pruned", "o"), ("ghost", "s")):
-        rows = [r for r in result["rows"] if r["variant"] == variant]
+        rows = sorted((r for r in result["rows"] if r["variant"] == variant), key=lambda r: r["encoder_flops_128"])
         ax.plot([r["encoder_flops_128"] / 1e6 for r in rows], [r["bleu"] for r in rows], marker=marker, ls="-",
-                label={"teacher": "teacher", "pruned": "pruned only", "ghost": "GhostBERT"}[variant])
+                label=LABELS[variant])
         for r in rows:
             ax.annotate(f"m={r['m']}", (r["encoder_flops_128"] / 1e6, r["bleu"]), textcoords="offset points",
                         xytext=(4, -10 if variant == "pruned" else 4), fontsize=8)
+    for r in result["rows"]:
+        if r["variant"] not in ("teacher", "pruned", "ghost"):  # ablations: single points
+            ax.plot([r["encoder_flops_128"] / 1e6], [r["bleu"]], marker="x", ls="", color="grey")
+            ax.annotate(f"{r['variant']} m={r['m']}", (r["encoder_flops_128"] / 1e6, r["bleu"]),
+                        textcoords="offset points", xytext=(4, -4), fontsize=7, color="grey")
     ax.set_xlabel("encoder FLOPs at length 128 (M)")
     ax.set_ylabel("BLEU4 (test, beam 5)")
     ax.set_title("GhostBERT vs pruned only, Multi30k DE->EN")
@@ -231,6 +246,9 @@ def main(argv=None):
     parser.add_argument("--work", default=os.path.join(ROOT, "work", "ghost"))
     parser.add_argument("--out", default=os.path.join(ROOT, "results", "ghostbert"))
     parser.add_argument("--widths", default="2/4,1/4", help="width multipliers m, comma-separated")
+    parser.add_argument("--variants", default="pruned,ghost", help="variants trained at every m: " + ", ".join(VARIANTS))
+    parser.add_argument("--extra", default="",
+                        help="further m:variant runs, comma-separated (e.g. 1/4:ghost-no-softmax,4/4:ghost)")
     parser.add_argument("--distill-updates", type=int, default=200)
     parser.add_argument("--finetune-updates", type=int, default=60)
     parser.add_argument("--lr", type=float, default=5e-4)
@@ -253,11 +271,15 @@ def main(argv=None):
         with open(args.out + ".json") as f:
             write_report(json.load(f), args.out)
         return
+    runs = [(m, v) for m in args.widths.split(",") for v in args.variants.split(",")]
+    runs += [tuple(spec.split(":")) for spec in args.extra.split(",") if spec]
+    unknown = [v for _, v in runs if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
     rows = []
-    for m in args.widths.split(","):
-        for variant in VARIANTS:
-            log(f"m = {m}, {variant}")
-            rows.append(train_variant(args, m, variant))
+    for m, variant in runs:
+        log(f"m = {m}, {variant}")
+        rows.append(train_variant(args, m, variant))
     if args.train_only:
         return
     teacher_bleu = bleu_of(args.teacher, args, os.path.join(args.work, "teacher", "generate.log"))

@@ -331,3 +331,21 @@ def test_hf_bert_encoder_prunes_to_the_masked_original_and_distils(tmp_path):
     out = run_cli("fairseq_cli.train", *common, *flags, "--criterion", "ghost_distill", "--teacher-path", teacher,
                   "--finetune-from-model", init, "--max-update", "2", "--save-dir", tmp_path / "distill").stdout
     assert re.search(r"valid on 'valid' subset .*\| l_mha [\d.]+ .*\| accuracy [\d.]+", out), out[-2000:]
+
+
+def test_distillation_of_an_identical_student_is_zero_and_embedding_dropout_is_not_distilled(tiny):
+    import copy
+    model = tiny["model"]
+    student = ghost_student(tiny, 2, 128, "none")  # unpruned, no ghost module: the teacher's function
+    assert load_pruned(student, model, [([0, 1], list(range(128)))]) == []
+    criterion = GhostDistillCriterion.__new__(GhostDistillCriterion)
+    torch.nn.Module.__init__(criterion)
+    criterion.teacher = FrozenTeacher(copy.deepcopy(model), "teacher.pt")
+    criterion.lambda_pred, criterion.lambda_hidden, criterion.lambda_emb, criterion._checked = 0.0, 1.0, 1.0, False
+    sample = tiny["batches"][0]
+    student.eval()
+    _, _, log = criterion(student, sample)
+    assert log["l_emb"] == 0 and log["l_mha"] < 1e-20 and log["l_ffn"] < 1e-20
+    student.train()  # dropout inside the layers changes M_l and F_l, never E (taken before the embedding dropout)
+    _, _, log = criterion(student, sample)
+    assert log["l_emb"] == 0 and log["l_mha"] > 1e-4 and log["l_ffn"] > 1e-4

@@ -8,7 +8,8 @@ depth and hidden size:
     L = lambda_pred * L_pred + lambda_hidden * (l_mha + l_ffn) + lambda_emb * l_emb
     l_emb = MSE(E^m, E),  l_mha = sum_l MSE(M^m_l, M_l),  l_ffn = sum_l MSE(F^m_l, F_l)
 
-E is the embedding output (the input of the first encoder layer), M_l the hidden state after the
+E is the embedding output (token + position embeddings, after the embedding LayerNorm where the
+model has one, before the embedding dropout), M_l the hidden state after the
 MHA sub-layer (after its residual connection and, in post-LN layers, its LayerNorm), F_l the
 layer's output (after the FFN sub-layer).
 
@@ -61,9 +62,12 @@ class GhostDistillConfig(FairseqDataclass):
 
 @contextmanager
 def hidden_states(encoder):
-    """Collect E (input of layer 1), M_l and F_l (T x B x C) of ``encoder``'s next forward."""
+    """Collect E (B x T x C, the embedding output before its dropout), M_l and F_l (T x B x C) of
+    ``encoder``'s next forward."""
     found: Dict[str, List[torch.Tensor]] = {"emb": [], "mha": [], "ffn": []}
-    handles = [encoder.layers[0].register_forward_pre_hook(lambda m, args: found["emb"].append(args[0]))]
+    # E before the embedding dropout: the student's dropped-out E against the teacher's clean one would add an
+    # MSE term whose gradient shrinks the (shared) embeddings, (1 - p) / p * E per position
+    handles = [encoder.dropout_module.register_forward_pre_hook(lambda m, args: found["emb"].append(args[0]))]
     for layer in encoder.layers:
         if layer.normalize_before:  # the residual stream after MHA is the input of the FFN's LayerNorm
             handles.append(layer.final_layer_norm.register_forward_pre_hook(
@@ -135,7 +139,7 @@ class GhostDistillCriterion(FairseqCriterion):
         with torch.no_grad(), hidden_states(teacher_encoder) as target:
             self._encode(teacher, net_input, is_sentence)
         keep = net_input["src_tokens"].ne(encoder.padding_idx).t().unsqueeze(-1).float()
-        l_emb = masked_mse(student["emb"][0], target["emb"][0], keep)
+        l_emb = masked_mse(student["emb"][0].transpose(0, 1), target["emb"][0].transpose(0, 1), keep)
         l_mha = sum(masked_mse(s, t, keep) for s, t in zip(student["mha"], target["mha"]))
         l_ffn = sum(masked_mse(s, t, keep) for s, t in zip(student["ffn"], target["ffn"]))
         loss = self.lambda_emb * l_emb + self.lambda_hidden * (l_mha + l_ffn)
