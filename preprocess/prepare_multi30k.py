@@ -1,6 +1,8 @@
 """Prepare Multi30k (task 1) for fairseq, in either direction: the project's CPU-scale corpus.
 
-Steps (those of the reference teacher in shared/teachers/multi30k.de-en/README.md):
+A thin user of :mod:`preprocess.prepare_parallel` (any aligned text files): the Multi30k file names,
+lowercasing and the reference teacher's BPE settings. Steps (those of the reference teacher,
+checkpoints/multi30k.de-en/README.md):
 1. each line lowercased, then tokenised with sacremoses ``MosesTokenizer(lang).tokenize(line, escape=False)``;
 2. joint subword-nmt BPE (``--bpe-merges``, 8000) learned on train.src + train.tgt, or given codes;
 3. ``fairseq-preprocess --joined-dictionary`` (or a given dictionary, to match a teacher).
@@ -14,15 +16,13 @@ the same options is left alone (``--force`` redoes it).
 """
 import argparse
 import os
-import shutil
-import sys
 
-from .textio import DataError, atomic_directory, main_or_exit, fairseq_preprocess, find_file, is_prepared, log, read_parallel, write_lines
-from .translation_text import apply_bpe, learn_bpe, moses_tokenize
+from . import prepare_parallel
+from .textio import DataError, main_or_exit
 
 EMBEDDED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "multi30k.de-en")
 SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
-LANGS = ("de", "en")
+LANGS = ("de", "en", "fr", "cs")  # the embedded copy holds de and en; fr and cs need --raw-dir (the Multi30k release)
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -45,44 +45,16 @@ def main(argv=None) -> str:
     args = get_parser().parse_args(argv)
     if args.src == args.tgt:
         raise DataError(f"--src and --tgt are both '{args.src}': choose two different languages")
-    for flag, path in (("--bpe-codes", args.bpe_codes), ("--srcdict", args.srcdict)):
-        if path and not os.path.isfile(path):
-            raise DataError(f"{flag} {path}: no such file")
-    config = {k: (os.path.abspath(v) if k in ("raw_dir", "bpe_codes", "srcdict") and v else v)
-              for k, v in vars(args).items() if k not in ("dest", "workers", "force")}
-    if not args.force and is_prepared(args.dest, config):
-        log(f"{args.dest} is already prepared with these options (use --force to redo)")
-        return args.dest
-
-    raw = {}
+    argv = ["-s", args.src, "-t", args.tgt, "--dest", args.dest, "--lowercase", "--bpe-merges", str(args.bpe_merges),
+            "--workers", str(args.workers)]
     for split, stem in SPLITS.items():
-        src, tgt = read_parallel(find_file(args.raw_dir, f"{stem}.{args.src}"), find_file(args.raw_dir, f"{stem}.{args.tgt}"))
-        if split == "train" and args.train_lines:
-            src, tgt = src[: args.train_lines], tgt[: args.train_lines]
-        raw[split] = {args.src: src, args.tgt: tgt}
-        log(f"{split}: {len(src):,} sentence pairs")
-
-    with atomic_directory(args.dest, config) as out:
-        text = os.path.join(out, "text")
-        os.makedirs(text)
-        tok = {split: {lang: moses_tokenize([line.lower() for line in lines], lang, lowercase=False, escape=False,
-                                            what=f"{split}.{lang}")
-                       for lang, lines in raw[split].items()} for split in SPLITS}
-        codes = os.path.join(out, "code")
-        if args.bpe_codes:
-            shutil.copyfile(args.bpe_codes, codes)
-        else:
-            learn_bpe([tok["train"][args.src], tok["train"][args.tgt]], codes, args.bpe_merges)
-        for split in SPLITS:
-            for lang in (args.src, args.tgt):
-                write_lines(os.path.join(text, f"{split}.tok.{lang}"), tok[split][lang])
-                write_lines(os.path.join(text, f"{split}.bpe.{lang}"), apply_bpe(codes, tok[split][lang], f"{split}.{lang}"))
-        write_lines(os.path.join(text, f"test.raw.{args.tgt}"), [line.lower() for line in raw["test"][args.tgt]])
-        prefix = lambda split: os.path.join(text, f"{split}.bpe")  # noqa: E731
-        fairseq_preprocess(out, args.src, args.tgt, prefix("train"), prefix("valid"), prefix("test"),
-                           joined_dictionary=True, srcdict=args.srcdict, tgtdict=args.srcdict, workers=args.workers)
-    log(f"done: {args.dest}")
-    return args.dest
+        argv += [f"--{split}-prefix", os.path.join(args.raw_dir, stem)]
+    for flag, value in (("--bpe-codes", args.bpe_codes), ("--srcdict", args.srcdict), ("--train-lines", args.train_lines)):
+        if value:
+            argv += [flag, str(value)]
+    if args.force:
+        argv.append("--force")
+    return prepare_parallel.main(argv)
 
 
 def cli_main():

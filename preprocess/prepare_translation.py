@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .download import download, extract
 from .iwslt_xml import read_train_tags, read_xml_segments
-from .textio import (DataError, main_or_exit, atomic_directory, fairseq_preprocess, is_prepared, log, read_lines,
+from .textio import (DataError, main_or_exit, atomic_directory, binarise_splits, is_prepared, log, read_lines,
                      write_lines)
 from .translation_text import (apply_bpe, clean_corpus, encode_sentencepiece, learn_bpe, moses_tokenize,
                                train_sentencepiece)
@@ -198,9 +198,7 @@ def main(argv=None) -> str:
             for l, lines in sides.items():
                 write_lines(os.path.join(text, f"{split}.{l}"), lines)
                 write_lines(os.path.join(text, f"{split}.sub.{l}"), segment(lines, f"{split}.{l}"))
-        prefix = lambda split: os.path.join(text, f"{split}.sub")  # noqa: E731
-        fairseq_preprocess(out, src, tgt, prefix("train"), prefix("valid"), prefix("test"),
-                           joined_dictionary=True, workers=args.workers)
+        binarise_splits(out, text, ".sub", src, tgt, workers=args.workers)
     log(f"done: {args.dest}")
     return args.dest
 

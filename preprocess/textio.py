@@ -47,10 +47,18 @@ def find_file(directory: str, stem: str) -> str:
 
 
 def read_lines(path: str, allow_empty: bool = False) -> List[str]:
-    """All lines of ``path`` without their newline; an empty line is an error unless allowed."""
+    """All lines of ``path`` without their newline; an empty line or bytes that are not UTF-8 are an
+    error naming the file and line (the file is decoded line by line so the line is known)."""
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: no such file")
     lines = []
-    with open_text(path) as f:
-        for lineno, line in enumerate(f, start=1):
+    with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{lineno}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                                f"convert the file, e.g. iconv -f latin1 -t utf-8") from None
             line = line.rstrip("\n").rstrip("\r")
             if not allow_empty and not line.strip():
                 raise DataError(f"{path}:{lineno}: empty line (every line must hold one sentence)")
@@ -164,3 +172,9 @@ def fairseq_preprocess(
         cmd.append("--joined-dictionary")
     cmd += list(extra)
     run(cmd, f"fairseq-preprocess -> {dest}")
+
+
+def binarise_splits(out: str, text_dir: str, suffix: str, src: str, tgt: str, **kwargs) -> None:
+    """``fairseq-preprocess --joined-dictionary`` of ``text_dir/{train,valid,test}{suffix}.<lang>`` into ``out``."""
+    fairseq_preprocess(out, src, tgt, *(os.path.join(text_dir, split + suffix) for split in ("train", "valid", "test")),
+                       joined_dictionary=True, **kwargs)

@@ -173,3 +173,107 @@ def test_command_line_reports_bad_input_without_a_traceback(tmp_path):
     proc = run_cli("preprocess.prepare_multi30k", "--src", "en", "--tgt", "en", "--dest", tmp_path / "x", check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().endswith("error: --src and --tgt are both 'en': choose two different languages")
+
+
+# ---------------------------------------------------------------------------------------------
+# any parallel corpus: preprocess.prepare_parallel on plain aligned files laid out unlike Multi30k
+# ---------------------------------------------------------------------------------------------
+def _iwslt_text_corpus(tmp_path):
+    """Real IWSLT'14 sentences (the tokenised valid/test text) as three splits in three folders,
+    named freely: train = 400 pairs of valid, dev = test pairs 1-30, eval = test pairs 31-60."""
+    tok = {(split, lang): read_lines(os.path.join(IWSLT, "tok", f"{split}.{lang}")) for split in ("valid", "test")
+           for lang in ("de", "en")}
+    layout = {"train": (tmp_path / "corpus" / "ted-train", tok["valid", "de"][:400], tok["valid", "en"][:400]),
+              "valid": (tmp_path / "held-out" / "dev", tok["test", "de"][:30], tok["test", "en"][:30]),
+              "test": (tmp_path / "eval.set", tok["test", "de"][30:60], tok["test", "en"][30:60])}
+    for prefix, de, en in layout.values():
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        _write(prefix.parent / f"{prefix.name}.de", de)
+        _write(prefix.parent / f"{prefix.name}.en.gz", en, gz=True)  # one side gzipped: both are read
+    return {split: (str(prefix), {"de": de, "en": en}) for split, (prefix, de, en) in layout.items()}
+
+
+def _prefix_args(corpus):
+    return [arg for split in ("train", "valid", "test") for arg in (f"--{split}-prefix", corpus[split][0])]
+
+
+@needs_shared_data
+def test_any_parallel_corpus_both_directions(tmp_path):
+    import sentencepiece
+    from fairseq.data import Dictionary, data_utils
+
+    from preprocess import prepare_parallel
+    from preprocess.translation_text import moses_tokenize
+
+    corpus = _iwslt_text_corpus(tmp_path)
+    # DE->EN, text tokenised already, joint BPE: every pair binarised and decoded back to the input, each side its own
+    dest = tmp_path / "bin.de-en"
+    argv = [*_prefix_args(corpus), "-s", "de", "-t", "en", "--tokenizer", "none", "--bpe-merges", "300",
+            "--workers", "1", "--dest", str(dest)]
+    prepare_parallel.main(argv)
+    dictionary = Dictionary.load(str(dest / "dict.de.txt"))
+    assert filecmp.cmp(dest / "dict.de.txt", dest / "dict.en.txt", shallow=False)  # joined dictionary
+    for split, n in (("train", 400), ("valid", 30), ("test", 30)):
+        for lang in ("de", "en"):
+            ds = data_utils.load_indexed_dataset(str(dest / f"{split}.de-en.{lang}"), dictionary)
+            assert len(ds) == n
+            for i in (0, n - 1):
+                assert dictionary.string(ds[i], "subword_nmt") == corpus[split][1][lang][i], (split, lang, i)
+    assert read_lines(str(dest / "text" / "test.raw.en")) == corpus["test"][1]["en"]
+    assert any("@@" in line for line in read_lines(str(dest / "text" / "train.bpe.de")))  # BPE did split words
+    # idempotent; a changed input file is noticed and the destination redone
+    assert prepare_parallel.main(argv) == str(dest)
+    stamp = os.stat(dest / "train.de-en.de.bin").st_mtime_ns
+    prepare_parallel.main(argv)
+    assert os.stat(dest / "train.de-en.de.bin").st_mtime_ns == stamp
+    _write(tmp_path / "eval.set.de", corpus["test"][1]["de"][:29] + ["ein neuer satz ."])
+    prepare_parallel.main(argv)
+    ds = data_utils.load_indexed_dataset(str(dest / "test.de-en.de"), dictionary)
+    assert dictionary.string(ds[29], "subword_nmt") == "ein neuer satz ."
+
+    # EN->DE, Moses tokenisation and one joint sentencepiece model
+    dest = tmp_path / "bin.en-de"
+    prepare_parallel.main([*_prefix_args(corpus), "-s", "en", "-t", "de", "--subword", "sentencepiece",
+                           "--spm-vocab", "400", "--workers", "1", "--dest", str(dest)])
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(dest / "spm.model"))
+    dictionary = Dictionary.load(str(dest / "dict.en.txt"))
+    for lang in ("en", "de"):
+        ds = data_utils.load_indexed_dataset(str(dest / f"valid.en-de.{lang}"), dictionary)
+        expected = moses_tokenize(corpus["valid"][1][lang][:3], lang, lowercase=False, escape=False)
+        assert [sp.decode(dictionary.string(ds[i]).split()) for i in range(3)] == expected, lang
+    assert read_lines(str(dest / "text" / "test.raw.de")) == read_lines(str(tmp_path / "eval.set.de"))
+
+
+@needs_shared_data
+def test_any_parallel_corpus_bad_input_names_file_and_line(tmp_path):
+    from preprocess import prepare_parallel
+
+    corpus = _iwslt_text_corpus(tmp_path)
+    dest = tmp_path / "out"
+    run = lambda *extra: prepare_parallel.main([*_prefix_args(corpus), "-s", "de", "-t", "en",  # noqa: E731
+                                                "--dest", str(dest), *extra])
+    dev_de, dev_en = tmp_path / "held-out" / "dev.de", tmp_path / "held-out" / "dev.en.gz"
+    lines = corpus["valid"][1]["de"]
+    # mismatched line counts
+    _write(dev_de, lines[:29])
+    with pytest.raises(DataError, match=r"dev\.de has 29 lines but .*dev\.en\.gz has 30"):
+        run()
+    # an empty line
+    _write(dev_de, lines[:11] + [""] + lines[12:])
+    with pytest.raises(DataError, match=r"dev\.de:12: empty line"):
+        run()
+    # not UTF-8: a Latin-1 line
+    dev_de.write_bytes("".join(line + "\n" for line in lines[:6]).encode() + "für\n".encode("latin-1")
+                       + "".join(line + "\n" for line in lines[7:]).encode())
+    with pytest.raises(DataError, match=r"dev\.de:7: not UTF-8 \(byte 0xfc at column 2\)"):
+        run()
+    # a missing file, and a missing language
+    os.remove(dev_en)
+    with pytest.raises(DataError, match=r"held-out/dev\.en\[\.gz\]: no such file"):
+        run()
+    with pytest.raises(DataError, match=r"ted-train\.fr\[\.gz\]: no such file"):
+        prepare_parallel.main([*_prefix_args(corpus), "-s", "de", "-t", "fr", "--dest", str(dest)])
+    assert not dest.exists()  # nothing half-written
+    proc = run_cli("preprocess.prepare_parallel", *_prefix_args(corpus), "-s", "de", "-t", "en", "--dest", dest,
+                   check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and "dev.en[.gz]: no such file" in proc.stderr
