@@ -211,7 +211,8 @@ def encoder_cost(json_path, data, backbone, plugins, args, generate=0):
                ",".join(plugins), "--length", "128", "--batch-size", "16", "--runs", str(args.cost_runs),
                "--threads", str(args.cost_threads), "--json", json_path + ".tmp"]
         if generate:
-            cmd += ["--generate", str(generate), "--gen-batch-size", "128", "--beam", "5"]
+            cmd += ["--generate", str(generate), "--gen-batch-size", "128", "--beam", "5", "--gen-runs",
+                    str(args.e2e_runs)]
         run(cmd, json_path + ".log", args.cost_threads)
         os.replace(json_path + ".tmp", json_path)
     return json.load(open(json_path))
@@ -706,6 +707,7 @@ def build_parser():
     p.add_argument("--cost-runs", type=int, default=7)
     p.add_argument("--e2e-sentences", type=int, default=1000,
                    help="test sentences translated end to end in the translation part's timing (0: none)")
+    p.add_argument("--e2e-runs", type=int, default=5, help="timed runs of the end-to-end translation")
     p.add_argument("--force-cost", action="store_true", help="re-measure encoder cost")
     p.add_argument("--quick", action="store_true", help="a few updates per stage, a smoke test (not results)")
     p.add_argument("--out", default=os.path.join(ROOT, "results", "variator.md"))
@@ -726,7 +728,7 @@ def main(argv=None):
     args.work = args.work or default_work(args.out)
     if args.quick:
         args.updates = args.glue_pretrain_updates = args.glue_updates = "4"
-        args.cost_runs, args.e2e_sentences = 1, 16
+        args.cost_runs, args.e2e_sentences, args.e2e_runs = 1, 16, 1
         args.work = args.work + "-quick"
         args.out = os.path.join(args.work, "variator.md")
     sys.path.insert(0, ROOT)

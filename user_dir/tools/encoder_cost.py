@@ -140,7 +140,7 @@ def timed(fn):
 
 def measure(path: str, data: str, plugins: str, subset: str, length: int, batch_size: int, runs: int,
             repeats: int, threads: int, generate: int = 0, gen_subset: str = "test", gen_batch_size: int = 64,
-            beam: int = 5, gen_repeats: int = 1) -> dict:
+            beam: int = 5, gen_repeats: int = 1, gen_runs: int = 0) -> dict:
     import user_dir  # noqa: F401
     from fairseq import checkpoint_utils
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -192,13 +192,14 @@ def measure(path: str, data: str, plugins: str, subset: str, length: int, batch_
         end_to_end = None
         if generate:
             passes, n = translation_pass(task, model, gen_subset, generate, gen_batch_size, beam)
+            gen_runs = gen_runs or runs
             end_to_end = {"sentences": n, "subset": gen_subset, "beam": beam, "batch_size": gen_batch_size,
-                          "runs": runs, "repeats": gen_repeats, "rows": {}}
+                          "runs": gen_runs, "repeats": gen_repeats, "rows": {}}
             for k in settings:
                 container.use(k)
                 flops, generated = counted(passes)
                 end_to_end["rows"][k] = {"ratio": k, "profiler_flops": flops, "generated_tokens": generated}
-            gen_timings = alternate(settings, runs, gen_repeats, switched(passes))
+            gen_timings = alternate(settings, gen_runs, gen_repeats, switched(passes))
     backbone_params = sum(p.numel() for n, p in model.named_parameters() if not n.startswith("variator."))
     for k, row in rows.items():
         a0, a = rows[0]["analytic_flops"], row["analytic_flops"]
@@ -258,15 +259,16 @@ def cli_main(argv=None):
     parser.add_argument("--gen-subset", default="test")
     parser.add_argument("--gen-batch-size", type=int, default=64)
     parser.add_argument("--gen-repeats", type=int, default=1, help="translation passes of each of the pair per run")
+    parser.add_argument("--gen-runs", type=int, default=0, help="timed runs of translation (default: --runs)")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--json", help="write the full result here")
     args = parser.parse_args(argv)
-    for flag in ("length", "batch_size", "runs", "repeats", "gen_batch_size", "gen_repeats", "beam"):
+    for flag in ("length", "batch_size", "runs", "repeats", "gen_batch_size", "gen_repeats", "beam"):  # --gen-runs 0: --runs
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be >= 1")
     result = measure(args.path, args.data, args.plugins, args.subset, args.length, args.batch_size, args.runs,
                      args.repeats, args.threads, args.generate, args.gen_subset, args.gen_batch_size, args.beam,
-                     args.gen_repeats)
+                     args.gen_repeats, args.gen_runs)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
