@@ -548,7 +548,7 @@ def write_report(data, out):
                   f"4,096 tokens each), bottleneck r = {s['bottleneck']}. Backbone: {cost['backbone_params']:,} "
                   f"parameters. Encoder timing: {timing_text(cost, t.get('pairing'))}.", "",
                   "| plugin | BLEU | drop | added params (% of backbone) | encoder FFN FLOPs saved | encoder FLOPs saved "
-                  "| encoder FLOP bound | encoder alone, fixed 128-token blocks: speed-up | end-to-end translation: "
+                  f"| encoder FLOP bound | encoder alone, fixed {cost['length']}-token blocks: speed-up | end-to-end translation: "
                   "FLOP bound | end-to-end translation: speed-up | train time |",
                   "|---|---|---|---|---|---|---|---|---|---|---|",
                   f"| none (teacher) | {teacher_bleu:.2f} | - | 0 | - | - | 1.00x | 1.00x | "
@@ -586,14 +586,15 @@ def write_report(data, out):
     glue_parts = data.get("glue") or {}
     if glue_parts:
         current = current_glue_teachers(os.path.join(ROOT, "results", "glue.md"))
+        length = "/".join(sorted({str(p["cost"].get("length", 128)) for p in glue_parts.values()}))
         lines += ["## GLUE: MiniLM-L6 teachers (dev)", "",
                   "Each row names the teacher it was measured on (its training run, learning rate and dev score; the "
                   "'none' row is that teacher without plugins). Plugin pre-training on SST-2's training sentences "
                   "with the pre-trained MiniLM, then adaptation on each fine-tuned teacher; score = accuracy (SST-2, "
                   "RTE) or F1 (MRPC); 'last' = after the last update; 'w/o PA' = the pre-trained plugin used without "
-                  "adaptation. Encoder speed-ups: encoder alone on fixed 128-token blocks.", "",
+                  f"adaptation. Encoder speed-ups: encoder alone on fixed {length}-token blocks.", "",
                   "| task | teacher (run, dev score) | k | score | drop | last | w/o PA | added params (%) | encoder "
-                  "FFN FLOPs saved | encoder FLOPs saved | encoder FLOP bound | encoder alone, fixed 128-token blocks: "
+                  f"FFN FLOPs saved | encoder FLOPs saved | encoder FLOP bound | encoder alone, fixed {length}-token blocks: "
                   "speed-up | adaptation time |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for task, p in glue_parts.items():
             metric, res, teacher = GLUE_TASKS[task][0], p["results"], p["teacher"]
