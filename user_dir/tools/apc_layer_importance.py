@@ -16,6 +16,7 @@ import torch
 from user_dir.apc.activation_sampling import sample_batches
 from user_dir.apc.layer_importance import fisher_information, layer_dropping, weight_imprinting
 from user_dir.tools.apc_init import load_teacher
+from user_dir.tools.measure import machine_description
 
 METRICS = ("layer dropping", "Fisher information", "weight imprinting")
 
@@ -46,7 +47,7 @@ def main(argv=None):
     layers = [k for k in scores["layer dropping"]]
     lines = [f"# Layer importance of `{a.model}` (APC section 2.2, Figure 3; each column sums to 1)", "",
              f"Command: `python -m user_dir.tools.apc_layer_importance {a.model} --data {a.data} --batches {a.batches} "
-             f"--seed {a.seed} --out {a.out}`", "",
+             f"--seed {a.seed} --out {a.out}` (seed {a.seed}; machine: {machine_description()}).", "",
              "| layer | " + " | ".join(METRICS) + " |", "| --- " * (len(METRICS) + 1) + "|"]
     for layer in layers:
         cells = [scores[m].get(layer) for m in METRICS]
