@@ -56,7 +56,7 @@ LABELS = {"teacher": "teacher", "pruned": "pruned only", "ghost": "GhostBERT",
           "ghost-conv1d_s": "GhostBERT, Conv1D_S (Table 5)", "ghost-o": "GhostBERT, after O only (Table 6)",
           "ghost-ffn2": "GhostBERT, after FFN2 only (Table 6)", "ghost-ffn1": "GhostBERT, after FFN1 only (Table 6)"}
 PAPER = ("Paper (BERT-base, GLUE dev average, Table 3): pruned 78.2 vs GhostBERT 80.3 at m = 1/12, 81.8 vs 83.1 "
-         "at m = 3/12, 82.2 vs 83.5 at m = 6/12; ghost modules add 55.3K parameters (0.05%) and 14.2M FLOPs "
+         "at m = 3/12, 82.2 vs 83.5 at m = 6/12; ghost modules add 55.3K parameters and 14.2M FLOPs "
          "to BERT-base (section 3.2.1).")
 
 
@@ -201,6 +201,13 @@ def write_report(result, out):
             f"| {name} | {row['m']} | {row['params']:,} | {row['encoder_params']:,} | {row['ghost_params']:,} | "
             f"{row['encoder_flops_128'] / 1e6:.1f}M ({flops_pct:.1f}%) | {row['speedup']:.2f}x "
             f"[{row['speedup_range'][0]:.2f}-{row['speedup_range'][1]:.2f}] | {untrained} | {row['bleu']:.2f} |")
+    by = {(r["m"], r["variant"]): r for r in rows}
+    diffs = [f"m = {m}: {by[(m, 'ghost')]['bleu'] - by[(m, 'pruned')]['bleu']:+.2f} BLEU "
+             f"({by[(m, 'ghost')]['ghost_params']:,} ghost parameters, "
+             f"{100.0 * by[(m, 'ghost')]['ghost_params'] / by[(m, 'ghost')]['params']:.3f}% of the model)"
+             for m in dict.fromkeys(r["m"] for r in rows) if (m, "ghost") in by and (m, "pruned") in by]
+    if diffs:
+        lines += ["", "GhostBERT minus pruned only, same procedure: " + "; ".join(diffs) + "."]
     lines += ["", f"Encoder speed: forward of {result['time_batch']} sequences x 128 real test tokens, "
               f"{result['runs']} runs of {result['repeats']} alternating teacher/model forwards, "
               f"{result['threads']} thread(s), on a machine shared with other jobs (load average "

@@ -26,6 +26,7 @@ import sys
 import torch
 from fairseq import checkpoint_utils, utils
 from fairseq.criterions.cross_entropy import CrossEntropyCriterion
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 import user_dir  # noqa: F401  registers the ghost_* models
 from user_dir.common.structured_pruning import transformer_encoder
@@ -85,19 +86,25 @@ def batches(task, subset, args, model, use_cuda):
 
 
 def architecture_flags(model_args) -> list:
-    """The command-line flags that make fairseq-train build this model."""
-    flags = ["--arch", model_args.arch]
-    for name in ("encoder_layers", "decoder_layers", "encoder_embed_dim", "decoder_embed_dim",
-                 "encoder_ffn_embed_dim", "decoder_ffn_embed_dim", "encoder_attention_heads",
-                 "decoder_attention_heads", "ghost_heads", "ghost_ffn_dim", "ghost_positions", "ghost_kernel_size",
-                 "ghost_conv", "ghost_features"):
-        value = getattr(model_args, name, None)
-        if value is not None:
-            flags += ["--" + name.replace("_", "-"), str(value)]
-    for name in ("share_all_embeddings", "share_decoder_input_output_embed", "ghost_no_softmax", "ghost_no_relu",
-                 "ghost_unshared"):
-        if getattr(model_args, name, False):
-            flags.append("--" + name.replace("_", "-"))
+    """The command-line flags that make fairseq-train build this model: ``--arch`` and every model flag
+    whose value differs from the architecture's default (widths, ghost settings, and for imported
+    encoders e.g. ``--max-positions``, ``--segment-embeddings``, ``--classification-pooling``)."""
+    arch = model_args.arch
+    parser = argparse.ArgumentParser(add_help=False)
+    ARCH_MODEL_REGISTRY[arch].add_args(parser)
+    defaults = argparse.Namespace(arch=arch)
+    ARCH_CONFIG_REGISTRY[arch](defaults)
+    flags = ["--arch", arch]
+    for action in parser._actions:
+        value, default = getattr(model_args, action.dest, None), getattr(defaults, action.dest, None)
+        if not action.option_strings or value is None or value == default:
+            continue
+        option = max(action.option_strings, key=len)
+        if isinstance(action, argparse._StoreTrueAction):
+            if value:
+                flags.append(option)
+        elif not isinstance(action, (argparse._StoreFalseAction, argparse._StoreConstAction)):
+            flags += [option, str(value)]
     return flags
 
 
