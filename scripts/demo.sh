@@ -1,55 +1,80 @@
 #!/usr/bin/env bash
-# The main demo: set up, prepare the embedded Multi30k DE->EN, train a teacher, compress it with
-# PET (simplified-task warm-up, then word-level KD into a 4+4-logical-layer shared student), and
-# print teacher vs PET through the measurement command: BLEU, non-embedding parameters and
-# compression rate, size on disk, sentences/s, memory.
+# The main demo: compress the shipped Multi30k DE->EN teacher (checkpoints/multi30k.de-en/) with PET
+# for a fixed number of updates (simplified-task warm-up, then word-level KD into a 4+4-logical-layer
+# shared student), print teacher vs PET through the measurement command (BLEU on test_2016_flickr,
+# non-embedding parameters and compression rate, size, sentences/s, memory), then translate a few
+# typed German sentences with both through fairseq-interactive.
 #
-#   bash scripts/demo.sh           # ~30 minutes on 2 CPU cores, set-up included (short trainings)
-#   bash scripts/demo.sh --full    # the full CPU-scale recipes (teacher ~1 h, PET 3+10 epochs ~2 h)
+#   bash scripts/demo.sh                     # PET 200 warm-up + 600 KD updates (time and BLEU: README)
+#   WARMUP_UPDATES=600 KD_UPDATES=3000 bash scripts/demo.sh   # a longer run: better student
+#   SMOKE=1 bash scripts/demo.sh             # end-to-end check in a few minutes (4 + 8 updates on 2,000
+#                                            # training pairs, 2 validation batches, 50 test sentences):
+#                                            # the student's numbers are meaningless
+#   SKIP_SETUP=1 ...                         # use the active Python environment instead of scripts/setup_env.sh
 #
-# Works on a fresh clone: the data it needs ship inside the repository (preprocess/data/).
-# Outputs go to work/demo/ (data-bin, checkpoints, logs) and the table to work/demo/pet/measure.md.
+# Bounded by updates, not minutes, so the numbers it prints are the same on every machine up to float
+# noise. Works on a fresh clone: the teacher, its BPE codes and dictionaries and the data ship inside the
+# repository. Outputs go to work/demo/ (data-bin, checkpoints, logs); the table to work/demo/pet/measure.md.
+# The full-length PET recipe (3 + 20 epochs, ~3 hours on 2 cores) is bash scripts/pet_multi30k.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-FULL=0
-[ "${1:-}" = "--full" ] && FULL=1
+SMOKE="${SMOKE:-0}"
 WORK="${WORK:-$ROOT/work/demo}"
-DEMO_MINUTES="${DEMO_MINUTES:-9}"          # teacher training
-PET_WARMUP_MINUTES="${PET_WARMUP_MINUTES:-2}"  # PET's simplified-task warm-up
-PET_KD_MINUTES="${PET_KD_MINUTES:-7}"          # PET's word-level KD
-say() { printf '\n=== [%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
-
-say "1/4 set-up (cached after the first time)"
-bash scripts/setup_env.sh
-source "${VENV:-$ROOT/.venv}/bin/activate"
-
-say "2/4 data: embedded Multi30k DE->EN -> Moses tokens -> BPE -> fairseq binary"
-python -m preprocess.prepare_multi30k --src de --tgt en --dest "$WORK/data-bin"
-
-rm -rf "$WORK/checkpoints" "$WORK/pet"  # the demo always trains afresh (fairseq would otherwise resume an earlier run)
-if [ "$FULL" = 1 ]; then
-  say "3/4 training the full CPU-scale teacher (about an hour on 2 cores)"
-  DATA="$WORK/data-bin" bash scripts/train_teacher_multi30k.sh "$WORK"
+SHIPPED="$ROOT/checkpoints/multi30k.de-en"
+TEACHER="$SHIPPED/teacher.pt"
+if [ "$SMOKE" = 1 ]; then
+  WARMUP_UPDATES="${WARMUP_UPDATES:-4}"; KD_UPDATES="${KD_UPDATES:-8}"
+  DATA_EXTRA=(--train-lines 2000); TRAIN_EXTRA="--max-valid-steps 2"; MEASURE_EXTRA="--max-sentences 50"; RUNS=1
 else
-  say "3/4 training a teacher for ${DEMO_MINUTES} minutes (bash scripts/demo.sh --full for the full recipe)"
-  # the reference teacher's recipe with 2+2 layers instead of 3+3, bigger batches, a shorter LR
-  # warm-up and a time bound, so that a few minutes on 2 cores give a usable model
-  hours=$(python -c "print(${DEMO_MINUTES} / 60)")
-  DATA="$WORK/data-bin" STOP_HOURS="$hours" MAX_EPOCH=30 EXTRA="--encoder-layers 2 --decoder-layers 2 \
-    --max-tokens 4096 --warmup-updates 200 --lr 1e-3 --log-interval 25" bash scripts/train_teacher_multi30k.sh "$WORK"
+  WARMUP_UPDATES="${WARMUP_UPDATES:-200}"; KD_UPDATES="${KD_UPDATES:-600}"
+  DATA_EXTRA=(); TRAIN_EXTRA=""; MEASURE_EXTRA=""; RUNS=3
 fi
+# minutes on 2 CPU cores, measured with the defaults (README, "Two commands"); scaled for other budgets
+SEC_PER_UPDATE=1.1; SEC_PER_MEASURE=60
+minutes() { python3 -c "print(max(1, round($1 / 60)))"; }
+START=$(date +%s)
+say() { printf '\n=== [%s, %ss in] %s\n' "$(date +%H:%M:%S)" "$(( $(date +%s) - START ))" "$*"; }
 
-say "4/4 compressing the teacher with PET (warm-up ${PET_WARMUP_MINUTES} min, then KD ${PET_KD_MINUTES} min), then teacher vs PET on test_2016_flickr (beam 5, 3 timed runs)"
-TEACHER="$WORK/checkpoints/checkpoint_best.pt"
-# outputs bounded at 1.2 x source length + 10 tokens, as fairseq's IWSLT recipe validates
-if [ "$FULL" = 1 ]; then
-  TEACHER="$TEACHER" DATA="$WORK/data-bin" MEASURE_EXTRA="--max-len-a 1.2 --max-len-b 10" \
-    bash scripts/pet_multi30k.sh "$WORK/pet"
+if [ "${SKIP_SETUP:-0}" = 1 ]; then
+  say "1/4 set-up skipped (SKIP_SETUP=1): using $(command -v python)"
 else
-  # short stages: a shorter LR warm-up so a few hundred updates reach the peak learning rate
-  TEACHER="$TEACHER" DATA="$WORK/data-bin" WARMUP_MINUTES="$PET_WARMUP_MINUTES" KD_MINUTES="$PET_KD_MINUTES" \
-    WARMUP_EPOCHS=3 KD_EPOCHS=30 EXTRA="--warmup-updates 100 --log-interval 25" \
-    MEASURE_EXTRA="--max-len-a 1.2 --max-len-b 10" bash scripts/pet_multi30k.sh "$WORK/pet"
+  say "1/4 set-up (minutes the first time, then cached)"
+  bash scripts/setup_env.sh
+  source "${VENV:-$ROOT/.venv}/bin/activate"
 fi
+[ -f "$TEACHER" ] || { echo "demo.sh: no shipped teacher at $TEACHER" >&2; exit 2; }
+
+say "2/4 data: embedded Multi30k DE->EN -> lowercase, Moses tokens -> the teacher's BPE codes and dictionary -> fairseq binary (about 1 minute)"
+python -m preprocess.prepare_multi30k --src de --tgt en --dest "$WORK/data-bin" --bpe-codes "$SHIPPED/code" \
+  --srcdict "$SHIPPED/dict.de.txt" "${DATA_EXTRA[@]}"
+
+rm -rf "$WORK/pet"  # always afresh (fairseq would otherwise resume an earlier run)
+say "3/4 PET: ${WARMUP_UPDATES} warm-up updates, then ${KD_UPDATES} KD updates from the shipped teacher (about $(minutes "($WARMUP_UPDATES + $KD_UPDATES) * $SEC_PER_UPDATE") min), then teacher vs PET on test_2016_flickr, beam 5, $RUNS timed run(s) (about $(minutes "$RUNS * $SEC_PER_MEASURE") min)"
+# short stages: a shorter LR warm-up so a few hundred updates reach the peak learning rate; outputs
+# bounded at 1.2 x source length + 10 tokens, as fairseq's IWSLT recipe validates
+TEACHER="$TEACHER" DATA="$WORK/data-bin" WARMUP_UPDATES="$WARMUP_UPDATES" KD_UPDATES="$KD_UPDATES" \
+  EXTRA="--warmup-updates 100 --log-interval 25 $TRAIN_EXTRA" RUNS="$RUNS" \
+  MEASURE_EXTRA="--max-len-a 1.2 --max-len-b 10 $MEASURE_EXTRA" bash scripts/pet_multi30k.sh "$WORK/pet"
+
+say "4/4 typed German sentences through fairseq-interactive, lowercased, Moses + the teacher's BPE as the data was made (under a minute)"
+SENTENCES="$WORK/sentences.de"
+cat > "$SENTENCES" <<'EOF'
+Ein Mann fährt mit dem Fahrrad über eine Brücke.
+Zwei Kinder spielen im Schnee vor einem roten Haus.
+Eine Frau in einem blauen Kleid singt auf einer Bühne.
+EOF
+translate() {  # $1 name, $2 checkpoint -> $WORK/translations.$1 (detokenised hypotheses, input order)
+  python -c "import sys; sys.stdout.write(sys.stdin.read().lower())" < "$SENTENCES" |
+    fairseq-interactive "$SHIPPED" --path "$2" --user-dir "$ROOT/user_dir" --source-lang de --target-lang en \
+      --tokenizer moses --moses-no-escape --moses-no-dash-splits --bpe subword_nmt --bpe-codes "$SHIPPED/code" \
+      --beam 5 --max-len-a 1.2 --max-len-b 10 --cpu > "$WORK/interactive.$1.log" 2>&1 ||
+    { tail -20 "$WORK/interactive.$1.log" >&2; exit 1; }
+  grep '^D-' "$WORK/interactive.$1.log" | sort -t- -k2 -n | cut -f3 > "$WORK/translations.$1"
+}
+translate teacher "$TEACHER"
+translate pet "$WORK/pet/kd/checkpoint_best.pt"
+paste -d '\n' "$SENTENCES" <(sed 's/^/  teacher: /' "$WORK/translations.teacher") \
+  <(sed 's/^/  pet:     /' "$WORK/translations.pet")
+
 say "done: the table above is in $WORK/pet/measure.md"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# CPU-scale teacher: Transformer on Multi30k DE->EN, about an hour on 2 CPU cores.
+# CPU-scale teacher: Transformer on Multi30k DE->EN (or any DATA=data-bin), about an hour on 2 CPU cores.
 # The recipe of the project's reference teacher (shared/teachers/multi30k.de-en): same data
 # preparation (byte-identical binarised data), same flags; it trained 8 epochs in 57 minutes.
 #
 #   bash scripts/train_teacher_multi30k.sh [WORK_DIR]        (default WORK_DIR: work/teacher-multi30k)
 #   MAX_EPOCH=30 STOP_HOURS=0.95 bash scripts/train_teacher_multi30k.sh   (the reference's bounds)
-#   EXTRA="--max-update 300" bash scripts/train_teacher_multi30k.sh       (a short run, e.g. the demo)
+#   EXTRA="--max-update 300" bash scripts/train_teacher_multi30k.sh       (a short run)
+#   DATA=data-bin/my.de-en bash scripts/train_teacher_multi30k.sh work/teacher-my   (any translation data-bin)
+# The reference teacher itself ships in checkpoints/multi30k.de-en/ (no need to train one for the demo).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORK="${1:-$ROOT/work/teacher-multi30k}"
@@ -15,7 +17,9 @@ STOP_HOURS="${STOP_HOURS:-0}"
 SEED="${SEED:-1}"
 mkdir -p "$WORK"
 
-python -m preprocess.prepare_multi30k --src de --tgt en --dest "$DATA"
+# DATA=an existing data-bin (e.g. from python -m preprocess.prepare_parallel) is used as it is; the
+# languages are read off its file names by fairseq-train
+ls "$DATA"/dict.*.txt >/dev/null 2>&1 || python -m preprocess.prepare_multi30k --src de --tgt en --dest "$DATA"
 
 start=$(date +%s)
 fairseq-train "$DATA" --user-dir "$ROOT/user_dir" \
