@@ -172,6 +172,22 @@ def measure_costs(paths, args):
     return costs
 
 
+def ghost_costs_at_bert_base():
+    """Parameters and FLOPs (length 128) that each ghost-module setting adds to BERT-base (12 layers,
+    d = 768, 12 heads, modules after O and after FFN2), from our modules' own counts."""
+    from user_dir.ghost.ghost_module import GhostConfig, GhostLinear
+    settings = {"DWConv k=3, F=1, shared (paper default)": GhostConfig(),
+                "DWConv k=5": GhostConfig(kernel_size=5), "DWConv F=4": GhostConfig(features=4),
+                "DWConv unshared per head (M=12)": GhostConfig(shared=False),
+                "Conv1D_S": GhostConfig(conv="conv1d_s"), "Conv2D": GhostConfig(conv="conv2d")}
+    rows = []
+    for name, cfg in settings.items():
+        module = GhostLinear(768, 768, 12, cfg)
+        rows.append({"setting": name, "params": 2 * 12 * module.ghost_parameter_count(),
+                     "flops_128": 2 * 12 * module.ghost_flops(128)})
+    return rows
+
+
 def write_report(result, out):
     rows = result["rows"]
     teacher = rows[0]
@@ -208,6 +224,10 @@ def write_report(result, out):
              for m in dict.fromkeys(r["m"] for r in rows) if (m, "ghost") in by and (m, "pruned") in by]
     if diffs:
         lines += ["", "GhostBERT minus pruned only, same procedure: " + "; ".join(diffs) + "."]
+    lines += ["", "What each ghost-module setting adds to BERT-base (12 layers, d = 768, after O and after FFN2; "
+              "our modules' counts; the paper: 55.3K parameters and 14.2M FLOPs for the default):", "",
+              "| setting | parameters | FLOPs at length 128 |", "| --- | --- | --- |"]
+    lines += [f"| {r['setting']} | {r['params']:,} | {r['flops_128'] / 1e6:.1f}M |" for r in result["bert_base_ghost_costs"]]
     lines += ["", f"Encoder speed: forward of {result['time_batch']} sequences x 128 real test tokens, "
               f"{result['runs']} runs of {result['repeats']} alternating teacher/model forwards, "
               f"{result['threads']} thread(s), on a machine shared with other jobs (load average "
@@ -301,6 +321,7 @@ def main(argv=None):
               "teacher": os.path.relpath(args.teacher, ROOT), "distill_updates": args.distill_updates,
               "finetune_updates": args.finetune_updates, "lr": args.lr, "threads": args.threads, "runs": args.runs,
               "repeats": args.repeats, "time_batch": args.time_batch, "load": round(load, 2),
+              "bert_base_ghost_costs": ghost_costs_at_bert_base(),
               "rows": [{k: (os.path.relpath(v, ROOT) if k in ("init", "final") else v) for k, v in r.items()}
                        for r in rows]}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
