@@ -1,0 +1,293 @@
+#!/usr/bin/env python
+"""The APC benchmark on the reference Multi30k DE->EN teacher (../shared/teachers/multi30k.de-en):
+feed-forward compression (APC paper eq. 12) of every encoder and decoder FFN, 1024 -> cmp^f.
+
+    python scripts/bench_apc.py                 # -> results/apc.md, results/apc.json, results/apc_bleu_vs_params.png
+    python scripts/bench_apc.py --updates 20    # a quicker run (a smoke test), written to --out
+
+Stages, each a stock command (``--user-dir user_dir``), skipped when its output exists (resumable):
+1. ``python -m user_dir.tools.apc_init`` for every initialisation at ``--compare-size`` and the paper's
+   best (neuron-pruning, Table 1) at every ``--sizes``: reconstruction error (eq. 4) on 5,000 sampled
+   validation activations per layer.
+2. ``fairseq-train --arch apc_transformer ... --finetune-from-model init.pt`` for ``--updates`` updates:
+   only U, D, B, b_U, b_D train (Table 3 "Compr. only"), CE loss (the paper's choice, section 4.3),
+   Adam at the paper's step size 1e-4 with linear decay to 0 (section 4.3).
+   At ``--compare-size`` also "All Params" (``--apc-train-original``) with neuron-pruning init.
+3. ``python -m user_dir.tools.apc_finalize``: a stock ``transformer`` checkpoint with FFN width cmp^f.
+4. Neuron pruning (the paper's Table 2 row): the neuron-pruning init finalized (exactly the pruned
+   network, Algorithm 1) then fine-tuned as a stock ``transformer`` with all parameters trainable, the
+   same updates, loss and optimizer -- which is also Table 3's "Finalized" strategy.
+5. ``fc-measure`` (user_dir.tools.measure) on the teacher and every finalized model in one run: BLEU
+   (beam 5) on test_2016_flickr, non-embedding parameters, sentences/s.
+
+Our choices: dropout 0.1 in fine-tuning (the teacher trained with 0.3; the paper does not say),
+max 2,048 tokens per batch, seed 1, one thread per run.
+"""
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
+TEACHER = os.path.join(SHARED, "teachers", "multi30k.de-en", "teacher.pt")
+DATA = os.path.join(SHARED, "teachers", "multi30k.de-en", "data-bin")
+INITS = ("random", "reconstructive-random", "reconstructive-svd", "neuron-pruning", "kmeans")
+PY = sys.executable
+
+
+def log(msg):
+    print(time.strftime("[%H:%M:%S] ") + msg, flush=True)
+
+
+def run(cmd, logfile, threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    log("$ " + " ".join(shlex.quote(str(c)) for c in cmd))
+    with open(logfile, "a") as f:
+        f.write("$ " + " ".join(shlex.quote(str(c)) for c in cmd) + "\n")
+        f.flush()
+        proc = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}); see {logfile}")
+
+
+def train_flags(args):
+    return ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(args.lr),
+            "--lr-scheduler", "polynomial_decay", "--total-num-update", str(args.updates), "--end-learning-rate", "0",
+            "--max-update", str(args.updates), "--max-tokens", "2048", "--dropout", "0.1",
+            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0",
+            "--seed", str(args.seed), "--cpu", "--num-workers", "0", "--no-epoch-checkpoints",
+            "--save-interval-updates", str(max(10, args.updates // 4)), "--keep-interval-updates", "1",
+            "--disable-validation", "--log-format", "simple", "--log-interval", "10", "--no-progress-bar"]
+
+
+def init_stage(args, work, init, size):
+    out = os.path.join(work, f"init_{init}_{size}.pt")
+    if not os.path.exists(out):
+        run([PY, "-m", "user_dir.tools.apc_init", args.teacher, "--data", args.data, "--encoder-ffn-dims", size,
+             "--decoder-ffn-dims", size, "--init", init, "--seed", args.seed, "--out", out],
+            os.path.join(work, "log.txt"), args.threads)
+    with open(os.path.splitext(out)[0] + ".json") as f:
+        return out, json.load(f)
+
+
+def finalize(args, work, src, out):
+    if not os.path.exists(out):
+        run([PY, "-m", "user_dir.tools.apc_finalize", src, "--out", out], os.path.join(work, "log.txt"), args.threads)
+    return out
+
+
+def train(args, work, name, init_ckpt, flags):
+    save_dir = os.path.join(work, name)
+    last = os.path.join(save_dir, "checkpoint_last.pt")
+    done = os.path.join(save_dir, "DONE")
+    running = save_dir + ".running"  # another bench process (e.g. the other --parts) trains it now: wait for it
+    while not os.path.exists(done) and os.path.exists(running) and _alive(int(open(running).read() or 0)):
+        time.sleep(30)
+    if not os.path.exists(done):
+        os.makedirs(save_dir, exist_ok=True)
+        with open(running, "w") as f:
+            f.write(str(os.getpid()))
+        run([PY, "-m", "fairseq_cli.train", args.data, "--user-dir", "user_dir", *flags, *train_flags(args),
+             "--finetune-from-model", init_ckpt, "--save-dir", save_dir], os.path.join(save_dir + ".log"), args.threads)
+        open(done, "w").close()
+        os.remove(running)
+    return last
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return pid > 0
+    except OSError:
+        return False
+
+
+def stock_flags(apc_flags, size):
+    """The init's fairseq flags for the finalized (stock transformer) model of FFN width ``size``."""
+    out, skip = [], False
+    for i, f in enumerate(apc_flags):
+        if skip:
+            skip = False
+            continue
+        if f in ("--apc-encoder-ffn-dims", "--apc-decoder-ffn-dims"):
+            skip = True
+            continue
+        if f == "apc_transformer":
+            f = "transformer"
+        elif i > 0 and apc_flags[i - 1] in ("--encoder-ffn-embed-dim", "--decoder-ffn-embed-dim"):
+            f = str(size)
+        out.append(f)
+    return out
+
+
+def measure(args, work, tag, models):
+    """fc-measure on the teacher and ``models`` [(name, checkpoint)] in one run; cached by the names."""
+    tag = tag + (f"_first{args.max_sentences}" if args.max_sentences else "")
+    out_json = os.path.join(work, f"measure_{tag}.json")
+    names = ["teacher"] + [m[0] for m in models]
+    if os.path.exists(out_json) and [r["name"] for r in json.load(open(out_json))["rows"]] == names:
+        return json.load(open(out_json))
+    run([PY, "-m", "user_dir.tools.measure", args.data, "--path", args.teacher, *[m[1] for m in models],
+         "--names", *names, "--runs", args.runs, "--cpu", "--threads", args.threads,
+         *(["--max-sentences", args.max_sentences] if args.max_sentences else []),
+         "--out", os.path.join(work, f"measure_{tag}.md"), "--json", out_json], os.path.join(work, "log.txt"),
+        args.threads)
+    return json.load(open(out_json))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--teacher", default=TEACHER)
+    p.add_argument("--data", default=DATA)
+    p.add_argument("--work", default=os.path.join(ROOT, "work", "bench-apc"))
+    p.add_argument("--sizes", default="256,128,64", help="cmp^f values (the teacher's FFN width is 1024)")
+    p.add_argument("--all-params", action="store_true",
+                   help="also Table 3's 'All Params' strategy (--apc-train-original) at --compare-size")
+    p.add_argument("--max-sentences", type=int, default=None,
+                   help="measure on the test sentences with id below N only (default: all 1,000)")
+    p.add_argument("--compare-size", default="256", help="cmp^f of the initialisation and strategy comparison")
+    p.add_argument("--updates", type=int, default=30,
+                   help="fine-tuning updates per run (paper: 100 steps; default 30 so the grid fits ~1.5 h on a "
+                        "shared 2-core CPU)")
+    p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (paper: 1e-4, linear decay)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--runs", type=int, default=1, help="timed runs of fc-measure (median)")
+    p.add_argument("--parts", nargs="+", default=["sizes", "inits"], choices=["sizes", "inits"],
+                   help="sizes: APC vs neuron pruning at every --sizes; inits: the initialisation and strategy "
+                        "comparison at --compare-size")
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "apc"), help="results prefix (.md/.json/.png)")
+    args = p.parse_args()
+    work = os.path.join(args.work, f"u{args.updates}_lr{args.lr:g}_s{args.seed}")
+    os.makedirs(work, exist_ok=True)
+    result = {"command": "python scripts/bench_apc.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+              "updates": args.updates, "lr": args.lr, "seed": args.seed, "teacher": args.teacher}
+    if "sizes" in args.parts:
+        models, meta = [], {}
+        for size in args.sizes.split(","):
+            ckpt, info = init_stage(args, work, "neuron-pruning", size)
+            pruned = finalize(args, work, ckpt, os.path.join(work, f"pruned_{size}.pt"))
+            last = train(args, work, f"apc-np_{size}", ckpt, info["fairseq_flags"])
+            apc = finalize(args, work, last, os.path.join(work, f"apc-np_{size}_final.pt"))
+            ft = train(args, work, f"pruning-ft_{size}", pruned, stock_flags(info["fairseq_flags"], size))
+            models += [(f"APC {size}", apc), (f"pruning+FT {size}", ft), (f"pruned {size}", pruned)]
+            meta.update({f"APC {size}": {"cmp_f": int(size), "what": "APC, neuron-pruning init, compression only"},
+                         f"pruning+FT {size}": {"cmp_f": int(size), "what": "neuron pruning, then all parameters "
+                                                "fine-tuned (= APC 'Finalized')"},
+                         f"pruned {size}": {"cmp_f": int(size), "what": "neuron pruning, no training"}})
+        result["sizes"] = {"measure": measure(args, work, "sizes", models), "meta": meta, "updates": args.updates,
+                           "command": result["command"]}
+    if "inits" in args.parts:
+        size = args.compare_size
+        models, recon = [], {}
+        for init in sorted(INITS, key=lambda i: i == "neuron-pruning"):  # its run is shared with --parts sizes
+            ckpt, info = init_stage(args, work, init, size)
+            recon[init] = info["reconstruction_error_valid"]
+            name = "apc-np" if init == "neuron-pruning" else f"apc-{init}"
+            last = train(args, work, f"{name}_{size}", ckpt, info["fairseq_flags"])
+            models.append((f"{init} + {args.updates} updates",
+                           finalize(args, work, last, os.path.join(work, f"{name}_{size}_final.pt"))))
+        ckpt, info = init_stage(args, work, "neuron-pruning", size)
+        if args.all_params:
+            last = train(args, work, f"apc-np-all-params_{size}", ckpt, info["fairseq_flags"] + ["--apc-train-original"])
+            models.append(("neuron-pruning, All Params",
+                           finalize(args, work, last, os.path.join(work, f"apc-np-all_{size}_final.pt"))))
+        pruned = finalize(args, work, ckpt, os.path.join(work, f"pruned_{size}.pt"))
+        models.append(("neuron-pruning, Finalized", train(args, work, f"pruning-ft_{size}", pruned,
+                                                          stock_flags(info["fairseq_flags"], size))))
+        result["inits"] = {"cmp_f": int(size), "reconstruction_error_valid": recon, "updates": args.updates,
+                           "command": result["command"], "measure": measure(args, work, "inits", models)}
+    report(args, result)
+
+
+def _fmt(x, nd=2):
+    return f"{x:.{nd}f}"
+
+
+def report(args, result):
+    from user_dir.tools.measure import machine_description
+    old = {}
+    if os.path.exists(args.out + ".json"):
+        old = json.load(open(args.out + ".json"))
+    for part in ("sizes", "inits"):  # parts not run now keep their earlier record
+        if part not in result and part in old:
+            result[part] = old[part]
+    lines = ["# APC on the reference Multi30k DE->EN teacher (feed-forward compression)", "",
+             f"Commands: " + "; ".join(f"`{result[p]['command']}` ({p})" for p in ("sizes", "inits") if p in result)
+             + f". Seed {result['seed']}; fine-tuning: Adam lr {result['lr']:g} with linear decay to 0 over the run's "
+             "updates, CE loss, max 2,048 tokens, dropout 0.1, one thread.",
+             f"Machine: {machine_description()}. Teacher: `{os.path.relpath(result['teacher'], ROOT)}` "
+             "(3+3 layers, width 256, FFN 1024). BLEU: tokenised BLEU4 as fairseq-generate's, beam 5, "
+             "test_2016_flickr (the number of sentences is given per table), every model finalized (stock `transformer` "
+             "checkpoint). "
+             "Sentences/s: `fc-measure`, batch 128, one run, on a machine shared with other jobs "
+             "(speeds are indicative only).", ""]
+    if "sizes" in result:
+        rows = result["sizes"]["measure"]["rows"]
+        meta = result["sizes"]["meta"]
+        lines += [f"## APC vs neuron pruning at several cmp^f (1024 -> cmp^f in all 6 FFNs), "
+                  f"{result['sizes']['updates']} updates", "", f"BLEU on {rows[0]['sentences']} test sentences.", "",
+                  "| model | cmp^f | what | BLEU (tok) | sacreBLEU | non-emb. params | % of teacher | sent/s |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in rows:
+            m = meta.get(r["name"], {"cmp_f": 1024, "what": "the teacher"})
+            lines.append(f"| {r['name']} | {m['cmp_f']} | {m['what']} | {_fmt(r['bleu_tok'])} | {_fmt(r['sacrebleu'])} | "
+                         f"{r['non_embedding_params']:,} | {_fmt(r['compression_rate'], 1)} | {_fmt(r['sentences_per_s'], 1)} |")
+        lines.append("")
+    if "inits" in result:
+        inits = result["inits"]
+        lines += [f"## Initialisations (Table 1 / Table 5 analogue) and fine-tuning strategies (Table 3), cmp^f = "
+                  f"{inits['cmp_f']}, {inits['updates']} updates", "",
+                  f"BLEU on {inits['measure']['rows'][0]['sentences']} test sentences. "
+                  "Reconstruction error (eq. 4): mean over 5,000 sampled *validation* token positions of "
+                  "||sigma(XW+b) - X~||_2, averaged over the 6 compressed FFNs (U fitted on training activations).", "",
+                  "| initialisation | reconstruction error | BLEU after fine-tuning |",
+                  "| --- | --- | --- |"]
+        by_name = {r["name"]: r for r in inits["measure"]["rows"]}
+        for init in INITS:
+            err = inits["reconstruction_error_valid"][init]
+            mean = sum(err.values()) / len(err)
+            lines.append(f"| {init} | {_fmt(mean, 3)} | "
+                         f"{_fmt(by_name[init + ' + ' + str(inits['updates']) + ' updates']['bleu_tok'])} |")
+        lines += ["", "| strategy (neuron-pruning init) | BLEU (tok) |", "| --- | --- |",
+                  f"| Compr. only (U, D, B, b_U, b_D train) | "
+                  f"{_fmt(by_name['neuron-pruning + ' + str(inits['updates']) + ' updates']['bleu_tok'])} |",
+                  f"| Finalized (the pruned dense model trained) | {_fmt(by_name['neuron-pruning, Finalized']['bleu_tok'])} |",
+                  *([f"| All Params (--apc-train-original) | {_fmt(by_name['neuron-pruning, All Params']['bleu_tok'])} |"]
+                    if "neuron-pruning, All Params" in by_name else []),
+                  "", f"Teacher: {_fmt(by_name['teacher']['bleu_tok'])} BLEU.", ""]
+    for ext, write in ((".json", lambda f: json.dump(result, f, indent=1)), (".md", lambda f: f.write("\n".join(lines)))):
+        with open(args.out + ext + ".tmp", "w") as f:  # whole files only: two --parts may finish together
+            write(f)
+        os.replace(args.out + ext + ".tmp", args.out + ext)
+    if "sizes" in result:
+        plot(args, result)
+    print("\n".join(lines))
+
+
+def plot(args, result):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = result["sizes"]["measure"]["rows"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for prefix, marker in (("APC", "o"), ("pruning+FT", "s"), ("pruned", "x"), ("teacher", "*")):
+        pts = [r for r in rows if r["name"].split(" ")[0] == prefix]
+        ax.plot([r["non_embedding_params"] / 1e6 for r in pts], [r["bleu_tok"] for r in pts], marker=marker,
+                linestyle="-" if len(pts) > 1 else "none", label=prefix)
+    ax.set_xlabel("non-embedding parameters (M)")
+    ax.set_ylabel(f"BLEU (tok), {rows[0]['sentences']} test sentences")
+    ax.set_title(f"APC FFN compression, {result['sizes']['updates']} updates")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.out + "_bleu_vs_params.png", dpi=120)
+
+
+if __name__ == "__main__":
+    main()
