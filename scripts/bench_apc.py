@@ -3,7 +3,7 @@
 feed-forward compression (APC paper eq. 12) of every encoder and decoder FFN, 1024 -> cmp^f.
 
     python scripts/bench_apc.py                 # -> results/apc.md, results/apc.json, results/apc_bleu_vs_params.png
-    python scripts/bench_apc.py --updates 20    # a quicker run (a smoke test), written to --out
+    python scripts/bench_apc.py --parts inits   # only the initialisation comparison at --compare-size
 
 Stages, each a stock command (``--user-dir user_dir``), skipped when its output exists (resumable):
 1. ``python -m user_dir.tools.apc_init`` for every initialisation at ``--compare-size`` and the paper's
@@ -11,14 +11,20 @@ Stages, each a stock command (``--user-dir user_dir``), skipped when its output 
    validation activations per layer.
 2. ``fairseq-train --arch apc_transformer ... --finetune-from-model init.pt`` for ``--updates`` updates:
    only U, D, B, b_U, b_D train (Table 3 "Compr. only"), CE loss (the paper's choice, section 4.3),
-   Adam at the paper's step size 1e-4 with linear decay to 0 (section 4.3).
-   At ``--compare-size`` also "All Params" (``--apc-train-original``) with neuron-pruning init.
+   Adam at the paper's step size 1e-4 with linear decay to 0 (section 4.3); 30 updates by default
+   (the paper trains 100 steps; 30 fit the grid into a shared 2-core CPU's time).
+   At ``--compare-size`` every initialisation, and with ``--all-params`` also Table 3's "All Params"
+   (``--apc-train-original``) with neuron-pruning init.
 3. ``python -m user_dir.tools.apc_finalize``: a stock ``transformer`` checkpoint with FFN width cmp^f.
 4. Neuron pruning (the paper's Table 2 row): the neuron-pruning init finalized (exactly the pruned
    network, Algorithm 1) then fine-tuned as a stock ``transformer`` with all parameters trainable, the
    same updates, loss and optimizer -- which is also Table 3's "Finalized" strategy.
 5. ``fc-measure`` (user_dir.tools.measure) on the teacher and every finalized model in one run: BLEU
    (beam 5) on test_2016_flickr, non-embedding parameters, sentences/s.
+
+``--max-sentences N`` measures on the test sentences with id below N (the committed tables: 500, to fit
+the measurement into a shared 2-core machine's time). Runs of one work folder are shared between the
+two ``--parts`` (a ``.running`` marker makes the second wait for the first).
 
 Our choices: dropout 0.1 in fine-tuning (the teacher trained with 0.3; the paper does not say),
 max 2,048 tokens per batch, seed 1, one thread per run.
