@@ -155,6 +155,17 @@ def _rewritten(path, out, **changes):
     return str(out)
 
 
+def test_a_plugin_criterion_and_its_options_are_replaced(exported, tmp_path):
+    """A word-KD student (``--criterion kd --teacher-path ...``) exports with stock label-smoothed CE."""
+    kd = _rewritten(exported["plain"]["student"], tmp_path / "kd.pt", criterion___name="kd", criterion__kd_alpha=0.5,
+                    model__criterion="kd", model__teacher_path="/somewhere/teacher.pt")
+    export(kd, str(tmp_path / "plain.pt"))
+    cfg = torch.load(tmp_path / "plain.pt", weights_only=True)["cfg"]
+    assert cfg["criterion"]["_name"] == "label_smoothed_cross_entropy" and "kd_alpha" not in cfg["criterion"]
+    assert cfg["model"]["criterion"] == "label_smoothed_cross_entropy" and "teacher_path" not in cfg["model"]
+    assert plugin_references(cfg) == []
+
+
 def test_non_exportable_students_are_refused_with_the_reason(exported, tmp_path):
     student = exported["paper"]["student"]
     can = _rewritten(student, tmp_path / "can.pt", model__arch="can_transformer_iwslt")

@@ -158,6 +158,8 @@ def _fields(config_cls, *sources: dict) -> dict:
     interpolating another group (``${dataset.train_subset}``) is left out when no source has it."""
     instance, out = config_cls(), {}
     for f in dataclasses.fields(config_cls):
+        if f.name == "_name":
+            continue  # the caller names the stock component
         value = next((s[f.name] for s in sources if f.name in s), getattr(instance, f.name))
         if not (isinstance(value, str) and value.startswith("${")):
             out[f.name] = _plain(value)
