@@ -61,7 +61,7 @@ def test_shipped_teacher_reproduces_its_stated_bleu_with_stock_fairseq_generate(
 
 
 @needs_teacher
-def test_shipping_keeps_the_weights_up_to_half_precision(tmp_path):
+def test_shipping_keeps_the_weights_and_the_model_cfg(tmp_path):
     ship = _ship_module()
     out = tmp_path / "t.pt"
     ship.main([TEACHER, str(out), "--dtype", "float32"])
