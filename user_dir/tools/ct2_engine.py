@@ -30,6 +30,7 @@ of the batch) -> ``max_decoding_length``, fairseq's ``--min-len`` 1 -> ``min_dec
     python -m user_dir.tools.ct2_engine generate pet_ct2 DATA --beam 5 > pet_ct2.out
 """
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -87,8 +88,10 @@ def convert(path: str, data: str, out: str, quantization: str = "float32", force
     with tempfile.TemporaryDirectory() as tmp:
         staged = os.path.join(tmp, "model.pt")
         torch.save({"args": args, "cfg": None, "model": model_state}, staged)
+        # (torch's safe_globals context removes the names on exit even where they were allowed before)
+        allowed = argparse.Namespace in torch.serialization.get_safe_globals()
         try:
-            with torch.serialization.safe_globals([argparse.Namespace]):
+            with contextlib.nullcontext() if allowed else torch.serialization.safe_globals([argparse.Namespace]):
                 return FairseqConverter(staged, data).convert(out, quantization=quantization, force=force)
         except (ValueError, NotImplementedError) as e:
             raise CT2Error(f"{path}: CTranslate2's fairseq converter refuses this model: {e}") from e
