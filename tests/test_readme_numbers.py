@@ -29,6 +29,9 @@ CITATION = re.compile(r"(?<![\w/.-])(results/)?([\w.-]+\.(?:md|json))\b")
 # a number not inside a word or a longer number; group 2: decimals, group 3: x or %
 NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(x|%)?(?!\w|\.\d)")
 PAPER_CLAUSE = re.compile(r"\b(paper|published|authors)\b", re.I)
+# a reference to a part of a paper (section 4.1, Table 2, eq. 11, Fig. 3, Appendix B.4) is not a result
+PAPER_REFERENCE = re.compile(r"(?:§\s*|\b(?:sections?|tables?|eqs?\.?|equations?|figs?\.?|figures?|appendix)\s+[A-Z]?)"
+                             r"\d+(?:\.\d+)*", re.I)
 CLAUSE_BREAK = re.compile(r";|\(|\)| -- |(?<=[.!?])\s+(?=[A-Z*])")  # and a sentence's end
 
 
@@ -81,7 +84,7 @@ def citations(unit, results_dir):
 
 def result_numbers(unit):
     """The result numbers a unit states, outside inline code and clauses about the paper."""
-    text = re.sub(r"`[^`]*`", " ", unit)
+    text = PAPER_REFERENCE.sub(" ", re.sub(r"`[^`]*`", " ", unit))
     found = []
     for clause in CLAUSE_BREAK.split(text):
         if PAPER_CLAUSE.search(clause):
@@ -170,6 +173,9 @@ def test_the_check_skips_paper_clauses_code_and_uncited_units_and_refuses_missin
         "20.99 is not in bench.md")
     assert "README.md:9" in problems[0] and "11.11 is not in bench.md" in problems[0]
     assert "README.md:11" in problems[1] and "cites results/nothing.md, which does not exist" in problems[1]
+    # references to a paper's parts are not results; the result beside them still is
+    assert mismatches("Fig. 3, §4.1, section 3.2, eq. 11, Table 2.1 (results/bench.md): 20.99.\n", results_dir) == [
+        "README.md:1 (Fig. 3, §4.1, section 3.2, eq. 11, Table 2.1 (results/bench.md): 20.99....): 20.99 is not in bench.md"]
     # a hand-written account is no source: its numbers must be in a generated file
     assert mismatches("As `results/bench_account.md` says: 99.99.\n", results_dir) == [
         "README.md:1 (As `results/bench_account.md` says: 99.99....): 99.99 is not in only hand-written accounts"]
