@@ -208,3 +208,28 @@ def test_ctranslate2_refusals_name_the_reason(exported, small_test, tmp_path):
         ct2_engine.convert(heads, small_test, str(tmp_path / "x"))
     with pytest.raises(ct2_engine.CT2Error, match=r"plug-in model .* run fc-export on it first"):
         ct2_engine.convert(exported["paper"]["student"], small_test, str(tmp_path / "x"))
+
+
+def test_measure_puts_both_engines_in_one_table(exported, small_test, tmp_path):
+    """fc-measure --engine: a CTranslate2 directory sits beside its fairseq checkpoint, scored alike
+    (float32 weights decode the same sentences, so the BLEU is equal), parameters not counted."""
+    pytest.importorskip("ctranslate2")
+    from user_dir.tools import ct2_engine, measure
+
+    plain = exported["paper"]["plain"]
+    ct2 = ct2_engine.convert(plain, small_test, str(tmp_path / "ct2"), "float32")
+    out, raw = tmp_path / "table.md", tmp_path / "table.json"
+    rows = measure.main([small_test, "--path", plain, ct2, "--names", "fairseq", "ct2", "--runs", "1",
+                         "--threads", "1", "--max-len-b", "8", "--batch-size", "32", "--cpu",
+                         "--out", str(out), "--json", str(raw)])
+    fs, c2 = rows
+    assert (fs["engine"], c2["engine"]) == ("fairseq", "ctranslate2")  # --engine auto, by what each path is
+    assert fs["sentences"] == c2["sentences"] == 60
+    assert c2["bleu_tok"] == pytest.approx(fs["bleu_tok"]) and c2["sacrebleu"] == pytest.approx(fs["sacrebleu"])
+    assert c2["params"] is None and c2["compression_rate"] is None and fs["compression_rate"] == 100.0
+    table = out.read_text()
+    assert "| ct2 | ctranslate2 |" in table and "| - | - | - |" in table
+    with pytest.raises(SystemExit, match="needs a CTranslate2 model directory"):
+        measure.main([small_test, "--path", plain, "--engine", "ctranslate2"])
+    with pytest.raises(SystemExit, match="gives 3 engines for 2"):
+        measure.main([small_test, "--path", plain, ct2, "--engine", "fairseq", "ctranslate2", "auto"])

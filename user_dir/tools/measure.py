@@ -15,9 +15,16 @@ For one or more fairseq checkpoints on one test set, prints and writes (``--out`
 
 Each measurement runs in a fresh worker process, so one model's memory does not count to another's.
 
+Two engines (``--engine``, one per ``--path`` or one for all; default ``auto``): a checkpoint file is
+measured in fairseq, a CTranslate2 model directory (``model.bin``, made by ``fc-ct2 convert``) in
+CTranslate2 (``user_dir/tools/ct2_engine.py``: the same batches, beam settings and scoring, decoding in
+a process that imports only ``ctranslate2``), so both engines sit in one table. A CTranslate2 model has
+no parameter count here (its weights are a converted file): those cells read ``-``.
+
     python -m user_dir.tools.measure data-bin/multi30k.de-en --path teacher.pt student.pt \\
         --names teacher student --raw-reference data-bin/multi30k.de-en/text/test.raw.en \\
         --out results/table.md
+    python -m user_dir.tools.measure DATA --path teacher.pt work/teacher-ct2-int8 --names fairseq ct2-int8
 """
 import argparse
 import json
@@ -214,11 +221,48 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--fp16", action="store_true", help="run the models in half precision")
     p.add_argument("--out", default=None, help="write the Markdown table here")
     p.add_argument("--json", default=None, help="write every figure, per run, as JSON here")
+    p.add_argument("--engine", nargs="+", default=["auto"], choices=ENGINES,
+                   help="inference engine, one for all --path or one per path: fairseq (a checkpoint file), "
+                        "ctranslate2 (a directory converted by fc-ct2 convert), auto (by what the path is; default)")
+    p.add_argument("--ct2-compute-type", default="default",
+                   help="CTranslate2 compute_type of the ctranslate2 rows (default: the type the model was "
+                        "converted to, e.g. int8 or float32)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return p
 
 
+ENGINES = ("auto", "fairseq", "ctranslate2")
+
+
+def resolve_engines(paths: List[str], engines: List[str]) -> List[str]:
+    """The engine of each path: ``--engine`` given once applies to all; ``auto`` reads a directory
+    holding ``model.bin`` as CTranslate2 and a file as a fairseq checkpoint."""
+    if len(engines) not in (1, len(paths)):
+        raise SystemExit(f"--engine gives {len(engines)} engines for {len(paths)} --path models (give one, or one per path)")
+    engines = engines * len(paths) if len(engines) == 1 else engines
+    resolved = []
+    for path, engine in zip(paths, engines):
+        is_ct2 = os.path.isfile(os.path.join(path, "model.bin"))
+        if engine == "auto":
+            engine = "ctranslate2" if is_ct2 else "fairseq"
+        if engine == "ctranslate2" and not is_ct2:
+            raise SystemExit(f"--path {path}: --engine ctranslate2 needs a CTranslate2 model directory (with model.bin; "
+                             "make one with fc-ct2 convert)")
+        if engine == "fairseq" and not os.path.isfile(path):
+            raise SystemExit(f"--path {path}: no such checkpoint" + (" (a CTranslate2 model directory: --engine "
+                                                                      "ctranslate2 or auto)" if is_ct2 else ""))
+        resolved.append(engine)
+    return resolved
+
+
 def _run_worker(spec: dict) -> dict:
+    if spec["engine"] == "ctranslate2":  # ct2_engine decodes in its own fresh process
+        from user_dir.tools.ct2_engine import CT2Error, measure
+
+        try:
+            return dict(measure(spec), params=None, non_embedding_params=None)
+        except CT2Error as e:
+            raise SystemExit(f"measuring {spec['path']}: {e}")
     with tempfile.TemporaryDirectory() as tmp:
         spec_path, out_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "out.json")
         with open(spec_path, "w") as f:
@@ -247,9 +291,13 @@ def main(argv=None) -> List[dict]:
         raise SystemExit(f"--names gives {len(names)} names for {len(args.path)} --path checkpoints")
     if len(set(names)) != len(names):
         raise SystemExit(f"--names must be distinct: {names}")
-    for path in args.path:
-        if not os.path.isfile(path):
-            raise SystemExit(f"--path {path}: no such checkpoint")
+    engines = resolve_engines(args.path, args.engine)
+    if "ctranslate2" in engines:
+        if args.glue_task:
+            raise SystemExit("--engine ctranslate2 measures translation models; --glue-task models run in fairseq")
+        if args.fp16:
+            raise SystemExit("--fp16 applies to fairseq rows; a CTranslate2 model's type is --ct2-compute-type "
+                             "(e.g. float16 on a GPU)")
     if not os.path.isdir(args.data):
         raise SystemExit(f"data folder {args.data}: no such directory")
     for flag, path in (("--raw-reference", args.raw_reference), ("--tokenized-reference", args.tokenized_reference)):
@@ -263,13 +311,14 @@ def main(argv=None) -> List[dict]:
 
     runs = {name: [] for name in names}
     for r in range(args.runs):
-        for name, path in zip(names, args.path):
+        for name, path, engine in zip(names, args.path, engines):
             print(f"[measure] run {r + 1}/{args.runs}: {name}", file=sys.stderr, flush=True)
             spec = {"path": os.path.abspath(path), "data": os.path.abspath(args.data), "subset": args.gen_subset,
                     "beam": args.beam, "lenpen": args.lenpen, "max_len_a": args.max_len_a,
                     "max_len_b": args.max_len_b, "batch_size": args.batch_size, "post_process": args.post_process,
                     "classification_head": args.classification_head, "max_sentences": args.max_sentences,
-                    "threads": args.threads, "cpu": args.cpu, "fp16": args.fp16}
+                    "threads": args.threads, "cpu": args.cpu, "fp16": args.fp16, "engine": engine,
+                    "compute_type": args.ct2_compute_type}
             runs[name].append(_run_worker(spec))
 
     rows = []
@@ -286,7 +335,7 @@ def main(argv=None) -> List[dict]:
                 raise SystemExit("--glue-task is required for sentence-prediction checkpoints")
             quality = glue_score(args.glue_task, first["outputs"], first["references"])
         rows.append({
-            "name": name, "path": args.path[names.index(name)], **quality,
+            "name": name, "path": args.path[names.index(name)], "engine": engines[names.index(name)], **quality,
             "params": first["params"], "non_embedding_params": first["non_embedding_params"],
             "weights_mb": first["weights_bytes"] / 2**20, "checkpoint_mb": first["checkpoint_bytes"] / 2**20,
             "sentences": first["sentences"],
@@ -299,7 +348,8 @@ def main(argv=None) -> List[dict]:
         })
     ref = next(r for r in rows if r["name"] == reference)
     for row in rows:
-        row["compression_rate"] = 100.0 * row["non_embedding_params"] / ref["non_embedding_params"]
+        row["compression_rate"] = (None if row["non_embedding_params"] is None or ref["non_embedding_params"] is None
+                                   else 100.0 * row["non_embedding_params"] / ref["non_embedding_params"])
         row["speedup"] = row["sentences_per_s"] / ref["sentences_per_s"]
 
     table = format_table(rows, args, reference)
@@ -323,13 +373,19 @@ def format_table(rows: List[dict], args, reference: str) -> str:
     translation = "bleu_tok" in rows[0]
     metric_cols = ["BLEU (tok)", "sacreBLEU"] if translation else [m for m in rows[0] if m in
                                                                     ("accuracy", "f1", "mcc", "pearson", "spearman")]
-    head = (["model"] + metric_cols + ["params", "non-emb params", f"compression vs {reference}", "weights MB",
+    engines = sorted({r.get("engine", "fairseq") for r in rows})
+    head = (["model"] + (["engine"] if engines != ["fairseq"] else []) + metric_cols + ["params", "non-emb params", f"compression vs {reference}", "weights MB",
                                        "checkpoint MB", "sent/s", "tok/s", "speed-up", "peak MB"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         metrics = [r["bleu_tok"], r["sacrebleu"]] if translation else [r[m] for m in metric_cols]
-        cells = ([r["name"]] + [f"{m:.2f}" for m in metrics] +
-                 [f"{r['params']:,}", f"{r['non_embedding_params']:,}", f"{r['compression_rate']:.2f}%",
+        def counted(value, form):
+            return "-" if value is None else format(value, form)
+
+        cells = ([r["name"]] + ([r.get("engine", "fairseq")] if engines != ["fairseq"] else []) +
+                 [f"{m:.2f}" for m in metrics] +
+                 [counted(r["params"], ","), counted(r["non_embedding_params"], ","),
+                  counted(r["compression_rate"], ".2f") + ("%" if r["compression_rate"] is not None else ""),
                   f"{r['weights_mb']:.1f}", f"{r['checkpoint_mb']:.1f}", f"{r['sentences_per_s']:.1f}",
                   f"{r['tokens_per_s']:.0f}", f"{r['speedup']:.2f}x", f"{r['peak_memory_mb']:.0f}"])
         lines.append("| " + " | ".join(cells) + " |")
@@ -342,6 +398,11 @@ def format_table(rows: List[dict], args, reference: str) -> str:
         "Parameters count each shared tensor once; non-embedding excludes token/position embeddings and the "
         "vocabulary projection. Weights MB: the state dict as torch.save writes it.",
     ]
+    if "ctranslate2" in engines:
+        notes.append("CTranslate2 rows: the converted model directory (weights MB: model.bin; checkpoint MB: the "
+                     f"directory), compute type `{args.ct2_compute_type}`, decoded in a process importing only "
+                     "ctranslate2 (peak MB is that process's), threads = CTranslate2 intra_threads; parameters are "
+                     "not counted (-).")
     if translation:
         notes.append("BLEU (tok): sacrebleu `tokenize=none` on the tokenised, BPE-removed output (fairseq-generate's "
                      "BLEU4) against " + (f"`{args.tokenized_reference}`" if args.tokenized_reference else
