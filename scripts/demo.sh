@@ -11,6 +11,8 @@
 #                                            # training pairs, 2 validation batches, 50 test sentences):
 #                                            # the student's numbers are meaningless
 #   SKIP_SETUP=1 ...                         # use the active Python environment instead of scripts/setup_env.sh
+#   REPORT=results/demo.md bash scripts/demo.sh   # also write the run as a report (table, translations, each
+#                                            # stage's minutes, machine and load): what README quotes
 #
 # Bounded by updates, not minutes, so the numbers it prints are the same on every machine up to float
 # noise. Works on a fresh clone: the teacher, its BPE codes and dictionaries and the data ship inside the
@@ -34,7 +36,11 @@ fi
 SEC_PER_UPDATE=1.1; SEC_PER_MEASURE=60
 minutes() { python3 -c "print(max(1, round($1 / 60)))"; }
 START=$(date +%s)
-say() { printf '\n=== [%s, %ss in] %s\n' "$(date +%H:%M:%S)" "$(( $(date +%s) - START ))" "$*"; }
+mkdir -p "$WORK"; STAGES_TSV="$WORK/stages.tsv"; : > "$STAGES_TSV"
+LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+# each stage's start (seconds since the demo began) and title, for the report
+say() { printf '\n=== [%s, %ss in] %s\n' "$(date +%H:%M:%S)" "$(( $(date +%s) - START ))" "$*"
+        printf '%s\t%s\n' "$(( $(date +%s) - START ))" "${*%% (*}" >> "$STAGES_TSV"; }
 
 if [ "${SKIP_SETUP:-0}" = 1 ]; then
   say "1/4 set-up skipped (SKIP_SETUP=1): using $(command -v python)"
@@ -55,7 +61,8 @@ say "3/4 PET: ${WARMUP_UPDATES} warm-up updates, then ${KD_UPDATES} KD updates f
 # bounded at 1.2 x source length + 10 tokens, as fairseq's IWSLT recipe validates
 TEACHER="$TEACHER" DATA="$WORK/data-bin" WARMUP_UPDATES="$WARMUP_UPDATES" KD_UPDATES="$KD_UPDATES" \
   EXTRA="--warmup-updates 100 --log-interval 25 $TRAIN_EXTRA" RUNS="$RUNS" \
-  MEASURE_EXTRA="--max-len-a 1.2 --max-len-b 10 $MEASURE_EXTRA" bash scripts/pet_multi30k.sh "$WORK/pet"
+  MEASURE_EXTRA="--max-len-a 1.2 --max-len-b 10 $MEASURE_EXTRA" REPORT="$WORK/pet/pet.md" \
+  bash scripts/pet_multi30k.sh "$WORK/pet"
 
 say "4/4 typed German sentences through fairseq-interactive, lowercased, Moses + the teacher's BPE as the data was made (under a minute)"
 SENTENCES="$WORK/sentences.de"
@@ -78,3 +85,10 @@ paste -d '\n' "$SENTENCES" <(sed 's/^/  teacher: /' "$WORK/translations.teacher"
   <(sed 's/^/  pet:     /' "$WORK/translations.pet")
 
 say "done: the table above is in $WORK/pet/measure.md"
+if [ -n "${REPORT:-}" ]; then
+  COMMAND="bash scripts/demo.sh"
+  for VAR in WARMUP_UPDATES KD_UPDATES; do [ "$SMOKE" = 1 ] || COMMAND="$VAR=${!VAR} $COMMAND"; done
+  [ "$SMOKE" = 1 ] && COMMAND="SMOKE=1 $COMMAND"
+  python scripts/demo_report.py "$WORK" --out "$REPORT" --command "REPORT=$REPORT $COMMAND" \
+    --load-before "$LOAD_BEFORE" --sentences "$SENTENCES"
+fi

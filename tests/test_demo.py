@@ -76,7 +76,8 @@ def test_shipping_keeps_the_weights_and_the_model_cfg(tmp_path):
 def test_demo_end_to_end_on_a_smoke_budget(tmp_path):
     """SMOKE=1: 4 warm-up + 8 KD updates on 2,000 pairs, 50 test sentences; the table and translations appear."""
     env = clean_env()
-    env.update(SMOKE="1", SKIP_SETUP="1", WORK=str(tmp_path / "demo"), OMP_NUM_THREADS="1")
+    env.update(SMOKE="1", SKIP_SETUP="1", WORK=str(tmp_path / "demo"), OMP_NUM_THREADS="1",
+               REPORT=str(tmp_path / "demo.md"))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]  # fairseq-train etc. of this Python
     proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "demo.sh")], capture_output=True, text=True,
                           env=env, timeout=900)
@@ -98,3 +99,12 @@ def test_demo_end_to_end_on_a_smoke_budget(tmp_path):
         lines = open(tmp_path / "demo" / f"translations.{name}").read().splitlines()
         assert len(lines) == 3 and all(line.strip() for line in lines), (name, lines)
     assert "Ein Mann fährt mit dem Fahrrad" in out and out.count("  teacher: ") == 3 and out.count("  pet:     ") == 3
+    # REPORT=...: the run as a report, its numbers those of the measurement, a row per stage
+    report = open(tmp_path / "demo.md").read()
+    assert f"| BLEU (tok) | {rows['teacher']['bleu_tok']:.2f} | {rows['pet']['bleu_tok']:.2f} |" in report
+    assert "`REPORT=" in report and "SMOKE=1 bash scripts/demo.sh`" in report
+    stage_rows = re.findall(r"^\| ([1-4])/4 [^|]* \| ([\d.]+) \|$", report, re.M)
+    assert [n for n, _ in stage_rows] == ["1", "2", "3", "4"], report
+    total = float(re.search(r"^\| total \| ([\d.]+) \|$", report, re.M).group(1))
+    assert total == pytest.approx(sum(float(m) for _, m in stage_rows), abs=0.25)
+    assert json.load(open(tmp_path / "demo.json"))["rows"] == json.load(open(tmp_path / "demo" / "pet" / "measure.json"))["rows"]
