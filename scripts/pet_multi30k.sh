@@ -24,6 +24,8 @@
 #   Re-running the same command resumes an interrupted run (fairseq's checkpoint_last.pt; logs are appended).
 #   REPORT=results/pet_multi30k.md bash scripts/pet_multi30k.sh work/pet-full   (where scripts/pet_report.py's report goes;
 #                                                                               default WORK_DIR/pet.md)
+#   MEASURE_ALSO="name=path ..." ...                 (more checkpoints in the same measurement table, e.g. the
+#                                                       shipped full-recipe student beside a short run's, as the demo does)
 #   DEVICE_FLAGS= bash scripts/pet_multi30k.sh ...     (train on the GPU fairseq finds; default --cpu. The recipe is
 #                                                       otherwise the same: fp32, --max-tokens 2048)
 #
@@ -78,7 +80,13 @@ fi
 fairseq-train "$DATA" "${STUDENT[@]}" --criterion kd --label-smoothing 0.1 --kd-alpha 0.5 --kd-temperature 1 \
   $KD_BOUND "${START_FROM[@]}" --save-dir "$WORK/kd" 2>&1 | tee -a "$WORK/kd.log"
 
-python -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$WORK/kd/checkpoint_best.pt" --names teacher pet \
+ALSO_PATHS=(); ALSO_NAMES=()
+for ITEM in ${MEASURE_ALSO:-}; do
+  [ -f "${ITEM#*=}" ] || { echo "pet_multi30k.sh: MEASURE_ALSO item $ITEM: no checkpoint ${ITEM#*=}" >&2; exit 2; }
+  ALSO_NAMES+=("${ITEM%%=*}"); ALSO_PATHS+=("${ITEM#*=}")
+done
+python -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$WORK/kd/checkpoint_best.pt" "${ALSO_PATHS[@]}" \
+  --names teacher pet "${ALSO_NAMES[@]}" \
   "${RAW_REFERENCE[@]}" --beam 5 --batch-size 128 --runs "${RUNS:-3}" ${MEASURE_EXTRA:-} \
   --out "$WORK/measure.md" --json "$WORK/measure.json"
 

@@ -17,6 +17,13 @@ environment switch:
     python scripts/ship_checkpoint.py ../shared/teachers/multi30k.de-en/teacher.pt \\
         checkpoints/multi30k.de-en/teacher.pt --dtype float16 --slice-json checkpoints/multi30k.de-en/slice_bleu.json
 
+A plug-in model (a PET student, ``--arch pet_transformer_iwslt``) is shipped the same way, except
+that its ``cfg["model"]`` stays the ``argparse.Namespace`` fairseq wrote: fairseq rebuilds a legacy
+model's extra options (PET's ``--layer-pairing`` ...) only from a Namespace (``TransformerConfig.
+from_namespace`` drops unknown keys of a dict), and the ``--user-dir user_dir`` such a model needs anyway
+allow-lists Namespace for torch's weights-only loading. The copy names no path of the machine that
+trained it (``common.user_dir`` and the KD criterion's ``teacher_path`` are cleared).
+
 ``--slice-json`` also scores the input and the copy with stock ``fairseq-generate`` (no ``--user-dir``) on
 the first ``--slice-lines`` sentences of Multi30k's test_2016_flickr, prepared with the copy's own BPE
 codes and dictionary (``DIR/code``, ``DIR/dict.*.txt``), and writes both BLEU scores: the number the
@@ -59,15 +66,37 @@ def cast_shared(tensors: dict, dtype: torch.dtype) -> dict:
     return out
 
 
+def is_plugin_model(cfg: dict) -> bool:
+    """Whether the checkpoint's architecture is one the plug-in registers (it then loads with --user-dir)."""
+    sys.path.insert(0, ROOT)
+    import user_dir  # noqa: F401  (registers the plug-in's architectures)
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    from user_dir.tools.export import _from_plugin
+
+    model = cfg.get("model") or {}
+    arch = model.get("_name") or model.get("arch")
+    return arch in ARCH_MODEL_REGISTRY and _from_plugin(ARCH_MODEL_REGISTRY[arch])
+
+
 def shrink(state: dict, dtype: torch.dtype) -> dict:
     if state.get("cfg") is None:
         raise SystemExit("error: the checkpoint has no cfg (a pre-hydra fairseq checkpoint): load and re-save it "
                          "with fairseq >= 0.10 first")
     history = (state.get("optimizer_history") or [{}])[-1]
     iterator = (state.get("extra_state") or {}).get("train_iterator") or {}
+    model_args = state["cfg"].get("model")
+    cfg = plain(state["cfg"])
+    if isinstance(model_args, argparse.Namespace) and is_plugin_model(cfg):
+        cfg["model"] = model_args  # see the docstring: a plug-in model's options survive only as a Namespace
+    # no path of the training machine in a shipped file (a plug-in model is loaded with the user's --user-dir)
+    if isinstance(cfg.get("common"), dict):
+        cfg["common"]["user_dir"] = None
+    if isinstance(cfg.get("criterion"), dict) and "teacher_path" in cfg["criterion"]:
+        cfg["criterion"]["teacher_path"] = None
     return {
         "args": None,
-        "cfg": plain(state["cfg"]),
+        "cfg": cfg,
         "model": cast_shared(state["model"], dtype),
         "optimizer_history": [{"criterion_name": history.get("criterion_name", "CrossEntropyCriterion"),
                                "optimizer_name": history.get("optimizer_name", "FairseqAdam"),
@@ -134,6 +163,7 @@ def main(argv=None) -> None:
         raise SystemExit(f"error: {args.checkpoint}: no such file")
     state = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
     small = shrink(state, DTYPES[args.dtype])
+    plugin = is_plugin_model(plain(small["cfg"]))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     torch.save(small, args.out)
     torch.load(args.out, map_location="cpu", weights_only=True)  # fails here, not at the user's, if a global slipped in
@@ -143,9 +173,10 @@ def main(argv=None) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             vocab = os.path.dirname(os.path.abspath(args.out))  # the copy's codes and dictionaries, for both
             scores = {"input_bleu": slice_bleu(args.checkpoint, args.slice_lines, tmp, vocab, plugin=True),
-                      "shipped_bleu": slice_bleu(args.out, args.slice_lines, tmp, vocab)}
+                      "shipped_bleu": slice_bleu(args.out, args.slice_lines, tmp, vocab, plugin=plugin)}
         record = {"slice": f"first {args.slice_lines} sentences of test_2016_flickr", "beam": 5, **scores,
                   "input": os.path.basename(args.checkpoint), "dtype": args.dtype, "sha256": sha256(args.out),
+                  "needs_user_dir": plugin,
                   "command": "python scripts/ship_checkpoint.py " + " ".join(argv if argv is not None else sys.argv[1:])}
         with open(args.slice_json, "w") as f:
             json.dump(record, f, indent=1)
