@@ -305,6 +305,17 @@ def _hypotheses(stdout):
     return out
 
 
+def run_cli_code(code, *args):
+    """``python -c code args`` in a user's shell environment (no plug-in import, no TORCH_FORCE_* switch)."""
+    import subprocess
+    import sys
+    from conftest import clean_env
+    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                          env=clean_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 def assert_same_translations(a, b, n):
     """String for string the same hypotheses; scores equal up to float rounding of the folded weights."""
     assert len(a) == n and sorted(a) == sorted(b)
@@ -340,17 +351,14 @@ def test_init_train_resume_finalize_and_stock_generate(tmp_path):
     gen = ["fairseq_cli.generate", data, "--gen-subset", "test", "--beam", "5", "--batch-size", "16", "--cpu",
            "--remove-bpe"]
     apc_out = run_cli(*gen, "--user-dir", USER_DIR, "--path", os.path.join(save, "checkpoint_last.pt")).stdout
-    # stock fairseq, no plug-in: only torch >= 2.6's weights-only switch is needed to unpickle the file
-    import subprocess
-    import sys
-    from conftest import clean_env
-    env = clean_env()
-    env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
-    stock = subprocess.run([sys.executable, "-m", *gen, "--path", final], capture_output=True, text=True, env=env)
-    assert stock.returncode == 0, stock.stderr[-3000:]
-    assert_same_translations(_hypotheses(apc_out), _hypotheses(stock.stdout), 40)
-    final_state = torch.load(final, weights_only=False)
-    assert final_state["cfg"]["model"].arch == "transformer" and final_state["cfg"]["model"].encoder_ffn_embed_dim == 128
+    # stock fairseq, no plug-in, no environment variable: torch's default weights-only loading opens it
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(final) == []
+    check = ("import sys, torch; s = torch.load(sys.argv[1], weights_only=True); m = s['cfg']['model']; "
+             "from fairseq import checkpoint_utils; c = checkpoint_utils.load_checkpoint_to_cpu(sys.argv[1]); "
+             "print(m['arch'], m['encoder_ffn_embed_dim'], c['cfg'].model.decoder_ffn_embed_dim)")
+    assert run_cli_code(check, final).stdout.split() == ["transformer", "128", "128"]
+    stock = run_cli(*gen, "--path", final).stdout  # run_cli's environment has no TORCH_FORCE_* switch
+    assert_same_translations(_hypotheses(apc_out), _hypotheses(stock), 40)
     # per-layer sizes that a stock arch cannot express: stays apc_transformer (--apc-finalized), same output
     mixed = str(tmp_path / "mixed.pt")
     run_cli("user_dir.tools.apc_init", TEACHER, "--data", DATA, "--decoder-ffn-dims", "1:96", "--init", "kmeans",

@@ -6,14 +6,16 @@ section 4.4 "finalize the model by replacing all W, b with W~, b~").
 Works on the state dict alone (no data needed). When every layer of a side has one FFN width (all
 compressed to the same ``cmp^f``, or that side left alone) and no attention is compressed, the result is a checkpoint of the stock
 ``transformer`` architecture with ``--encoder-ffn-embed-dim`` / ``--decoder-ffn-embed-dim`` set to
-those widths: stock ``fairseq-generate`` loads it without ``--user-dir`` (torch < 2.6; with torch >=
-2.6 the plug-in's checkpoint allow-list, or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, is needed to
-unpickle any fairseq checkpoint). Otherwise it stays ``apc_transformer`` with ``--apc-finalized``
+those widths, written by fc-export's writer (tools/export.py: its cfg is plain Python, its
+task ``translation``, its criterion ``label_smoothed_cross_entropy``, and the stock model's output
+is checked against the folded one before writing): stock ``fairseq-generate`` loads it without
+``--user-dir`` and with torch's default weights-only loading, no environment variable. Otherwise it stays ``apc_transformer`` with ``--apc-finalized``
 (dense layers of the per-layer widths; needs ``--user-dir user_dir``). Optimizer state is dropped.
 """
 import argparse
 import os
 import re
+import tempfile
 
 import torch
 
@@ -90,6 +92,26 @@ def finalize_checkpoint(state: dict) -> dict:
     return state
 
 
+def write_stock_checkpoint(state: dict, out: str) -> dict:
+    """Write a finalized state whose model is stock ``transformer`` through fc-export (tools/export.py),
+    so its cfg holds only plain values (weights-only loadable); returns fc-export's summary."""
+    from user_dir.tools.export import ExportError, export
+
+    folder = os.path.dirname(os.path.abspath(out))
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        staged = os.path.join(tmp, "finalized.pt")
+        torch.save(state, staged)
+        try:
+            summary = export(staged, out + ".tmp")
+        except ExportError as err:
+            if os.path.exists(out + ".tmp"):
+                os.remove(out + ".tmp")
+            raise SystemExit(f"apc_finalize: {err}")
+    os.replace(out + ".tmp", out)
+    return summary
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="an apc_transformer checkpoint (fairseq-train or apc_init output)")
@@ -98,10 +120,13 @@ def main(argv=None):
     if not os.path.isfile(a.checkpoint):
         p.error(f"{a.checkpoint}: no such checkpoint file")
     state = finalize_checkpoint(torch.load(a.checkpoint, map_location="cpu"))
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    torch.save(state, a.out + ".tmp")
-    os.replace(a.out + ".tmp", a.out)
     info = state["extra_state"]["apc_finalized"]
+    if info["stock_transformer"]:
+        write_stock_checkpoint(state, a.out)
+    else:  # the plug-in's arch: loaded with --user-dir, whose allow-list opens its cfg weights-only
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        torch.save(state, a.out + ".tmp")
+        os.replace(a.out + ".tmp", a.out)
     kind = "stock transformer" if info["stock_transformer"] else "apc_transformer --apc-finalized"
     print(f"wrote {a.out}: {kind}, FFN widths encoder {info['ffn_widths']['encoder']} "
           f"decoder {info['ffn_widths']['decoder']}")
