@@ -88,9 +88,9 @@ def teacher_setup():
     return {"teacher": teacher, "cfg": cfg, "task": task, "X": X, "sample": sample}
 
 
-def _apc_model(setup, enc="256", dec="256", attn=None):
+def _apc_model(setup, enc="256", dec="256", attn=None, dec_attn=None, cross_attn=None):
     from user_dir.tools.apc_init import build_apc_model
-    model, _ = build_apc_model(setup["teacher"], setup["cfg"], setup["task"], enc, dec, attn)
+    model, _ = build_apc_model(setup["teacher"], setup["cfg"], setup["task"], enc, dec, attn, dec_attn, cross_attn)
     return model.eval()
 
 
@@ -101,7 +101,8 @@ def _out(model, sample):
 
 @needs_teacher
 def test_finalized_model_equals_unfolded_on_a_real_batch(teacher_setup):
-    model = _apc_model(teacher_setup, enc="0:256,2:64", dec="128", attn="1:128,2:64")
+    model = _apc_model(teacher_setup, enc="0:256,2:64", dec="128", attn="1:128,2:64", dec_attn="0:64,2:128",
+                       cross_attn="1:32")
     torch.manual_seed(1)
     with torch.no_grad():  # move every APC tensor far from its init so the folding is really exercised
         for name, p in model.named_parameters():
@@ -111,10 +112,13 @@ def test_finalized_model_equals_unfolded_on_a_real_batch(teacher_setup):
     model.finalize_()
     assert model.encoder.layers[2].fc1.out_features == 64 and type(model.encoder.layers[1].fc1) is torch.nn.Linear
     assert model.encoder.layers[2].self_attn.q_proj.out_features == 64
+    assert model.decoder.layers[0].self_attn.k_proj.out_features == 64
+    assert model.decoder.layers[1].encoder_attn.v_proj.out_features == 32
     torch.testing.assert_close(_out(model, teacher_setup["sample"]), unfolded, atol=1e-4, rtol=1e-4)
     # and the state-dict-only folding of apc_finalize gives the same model
     from user_dir.tools.apc_finalize import finalize_state_dict
-    model2 = _apc_model(teacher_setup, enc="0:256,2:64", dec="128", attn="1:128,2:64")
+    model2 = _apc_model(teacher_setup, enc="0:256,2:64", dec="128", attn="1:128,2:64", dec_attn="0:64,2:128",
+                        cross_attn="1:32")
     torch.manual_seed(1)
     with torch.no_grad():
         for name, p in model2.named_parameters():
@@ -127,8 +131,10 @@ def test_finalized_model_equals_unfolded_on_a_real_batch(teacher_setup):
 
 @needs_teacher
 def test_attention_compression_at_full_width_with_identities_is_the_teacher(teacher_setup):
-    """cmp^a = embed, D^Q = D^K = D^V = I (block diagonal), U^O = I: exactly fairseq's own attention."""
-    model = _apc_model(teacher_setup, enc="", dec="", attn="256")
+    """cmp^a = embed, D^Q = D^K = D^V = I (block diagonal), U^O = I: exactly fairseq's own attention, for
+    every attention of encoder and decoder."""
+    model = _apc_model(teacher_setup, enc="", dec="", attn="256", dec_attn="256", cross_attn="256")
+    assert len(model.apc_attention_layers()) == 9
     with torch.no_grad():
         for _, attn in model.apc_attention_layers():
             for m in (attn.q_proj, attn.k_proj, attn.v_proj):
@@ -143,20 +149,111 @@ def test_attention_compression_at_full_width_with_identities_is_the_teacher(teac
 
 
 @needs_teacher
-def test_attention_svd_init_beats_random_in_translation_quality_proxy(teacher_setup):
-    """With eq. 11 / eq. 9 initialisation the compressed encoder stays far closer to the teacher's
-    output distribution than with the random one (KL on a real batch)."""
+@pytest.mark.parametrize("which", ["attn", "dec_attn", "cross_attn"])
+def test_attention_svd_init_beats_random_in_translation_quality_proxy(teacher_setup, which):
+    """With eq. 11 / eq. 9 initialisation the compressed encoder self-attention, decoder self-attention
+    (causal head outputs) or encoder-decoder attention stays far closer to the teacher's output
+    distribution than with the random one (KL on a real batch)."""
     from user_dir.tools.apc_init import init_attention
     teacher, task, sample = teacher_setup["teacher"], teacher_setup["task"], teacher_setup["sample"]
     ref = torch.log_softmax(_out(teacher, sample), -1)
     kls = {}
     for method in ("random", "svd"):
-        model = _apc_model(teacher_setup, enc="", dec="", attn="128")
+        model = _apc_model(teacher_setup, enc="", dec="", **{which: "128"})
         if method == "svd":
             init_attention(model, teacher, task, 1000, 1, 2048)
         lp = torch.log_softmax(_out(model, sample), -1)
         kls[method] = (ref.exp() * (ref - lp)).sum(-1).mean().item()
     assert kls["svd"] < 0.5 * kls["random"]
+
+
+@needs_teacher
+def test_compressed_decoder_beam_search_equals_teacher_forcing(teacher_setup):
+    """Every attention compressed (decoder self-attention with cmp^a/H-wide key/value caches, encoder-decoder
+    attention with static compressed keys): each best beam hypothesis scores as a teacher-forced pass over
+    it, before and after finalizing."""
+    from fairseq.dataclass.configs import GenerationConfig
+    from user_dir.tools.apc_init import init_attention
+    teacher, task, sample = teacher_setup["teacher"], teacher_setup["task"], teacher_setup["sample"]
+    model = _apc_model(teacher_setup, enc="128", dec="0:64,2:128", attn="128", dec_attn="0:64,1:128,2:32",
+                       cross_attn="64")
+    init_attention(model, teacher, task, 600, 1, 2048)
+    caches = {}
+    attn = model.decoder.layers[2].self_attn
+    def keep_cache(module, args, kwargs, output):
+        if kwargs.get("incremental_state") is not None:
+            caches["k"] = module._get_input_buffer(kwargs["incremental_state"])["prev_key"]
+    hook = attn.register_forward_hook(keep_cache, with_kwargs=True)
+    generator = task.build_generator([model], GenerationConfig(beam=5, max_len_b=20))
+
+    def check():
+        with torch.no_grad():
+            hypos = task.inference_step(generator, [model], sample)
+            for i, nbest in enumerate(hypos[:8]):
+                best = nbest[0]
+                tokens = best["tokens"]
+                prev = torch.cat([tokens.new_tensor([task.target_dictionary.eos()]), tokens[:-1]]).unsqueeze(0)
+                src = sample["net_input"]["src_tokens"][i: i + 1]
+                src = src[:, src.ne(task.source_dictionary.pad())[0]]  # drop left padding
+                lprobs = torch.log_softmax(model(src, src.new_tensor([src.size(1)]), prev)[0].float(), -1)[0]
+                forced = lprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+                torch.testing.assert_close(forced, best["positional_scores"], atol=1e-4, rtol=1e-4)
+        return [h[0]["tokens"].tolist() for h in hypos]
+
+    before = check()
+    hook.remove()
+    # (batch*beam, heads, steps, cmp^a/H = 32/4): the cache of the last decoding step is compressed
+    assert caches["k"].shape[1] == 4 and caches["k"].shape[3] == 8 and caches["k"].shape[2] > 1
+    model.finalize_()
+    assert type(model.decoder.layers[1].encoder_attn.k_proj) is torch.nn.Linear
+    assert check() == before
+
+
+@needs_teacher
+def test_eq11_for_encoder_decoder_attention_reaches_the_appendix_b_optimum(teacher_setup):
+    """Decoder queries (target positions) against encoder keys (source positions): n1 != n2, and the
+    closed form still attains the best rank-cmp error of A1 A2^T (Appendix B)."""
+    from user_dir.apc.activation_sampling import collect_attention_inputs, sample_batches
+    from user_dir.apc.attention_compression import qk_objective, qk_svd_solution
+    teacher, task = teacher_setup["teacher"], teacher_setup["task"]
+    name = "decoder.layers.1.encoder_attn"
+    queries, keys = collect_attention_inputs(teacher, sample_batches(task, "valid", 1024, 1), 300,
+                                             task.source_dictionary.pad(), [name])[name]
+    assert len(queries) == len(keys) and all(q.size(1) == 256 for q in queries)
+    attn = teacher.decoder.layers[1].encoder_attn
+    with torch.no_grad():
+        A1 = attn.q_proj(torch.cat(queries))[:, 64:128]  # head 1
+        A2 = attn.k_proj(torch.cat(keys))[:, 64:128]
+    assert A1.size(0) != A2.size(0)
+    DQ, DK = qk_svd_solution(A1, A2, 8)
+    s = torch.linalg.svdvals(A1.double() @ A2.double().t())
+    assert abs(qk_objective(A1, A2, DQ, DK) - s[8:].square().sum().sqrt().item()) < 1e-6 * s[0].item()
+
+
+@needs_teacher
+def test_decoder_attention_finalize_pads_to_a_stock_transformer(teacher_setup, tmp_path):
+    """apc_finalize --pad-attention: compressed decoder self- and encoder-decoder attention zero-padded back
+    to full heads is a stock transformer that stock fairseq-generate (no --user-dir, weights-only loading)
+    decodes exactly as the compressed model; without the flag the model stays apc_transformer."""
+    from user_dir.tools.apc_finalize import main as finalize
+    from user_dir.tools.apc_init import build_apc_model, init_attention, save_apc_checkpoint
+    teacher, task = teacher_setup["teacher"], teacher_setup["task"]
+    model, args = build_apc_model(teacher, teacher_setup["cfg"], task, "128", None, None, "64", "1:32")
+    init_attention(model, teacher, task, 600, 1, 2048)
+    ckpt = str(tmp_path / "apc.pt")
+    save_apc_checkpoint(TEACHER, model, args, ckpt, {})
+    finalize([ckpt, "--out", str(tmp_path / "padded.pt"), "--pad-attention"])
+    finalize([ckpt, "--out", str(tmp_path / "narrow.pt")])
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(str(tmp_path / "padded.pt")) == []
+    narrow = torch.load(str(tmp_path / "narrow.pt"), weights_only=False)
+    assert narrow["cfg"]["model"].arch == "apc_transformer" and narrow["cfg"]["model"].apc_cross_attn_dims == "1:32"
+    assert narrow["model"]["decoder.layers.0.self_attn.q_proj.weight"].shape == (64, 256)
+    data = _test_slice(str(tmp_path / "slice"), n=24)
+    gen = ["fairseq_cli.generate", data, "--gen-subset", "test", "--beam", "5", "--batch-size", "24", "--cpu",
+           "--remove-bpe"]
+    apc_out = run_cli(*gen, "--user-dir", USER_DIR, "--path", ckpt).stdout
+    stock = run_cli(*gen, "--path", str(tmp_path / "padded.pt")).stdout
+    assert_same_translations(_hypotheses(apc_out), _hypotheses(stock), 24)
 
 
 @needs_teacher
@@ -262,18 +359,22 @@ def test_activation_kd_loss_is_the_pruned_neurons_activation(teacher_setup):
 def test_bad_flag_through_the_model_builder_names_it(teacher_setup):
     from user_dir.apc.apc_transformer import APCTransformerModel
     from user_dir.tools.apc_init import apc_args
-    args = apc_args(teacher_setup["cfg"].model, "2048", None)
-    with pytest.raises(APCConfigError, match="--apc-encoder-ffn-dims '2048'.*larger than the original FFN width 1024"):
-        APCTransformerModel.build_model(args, teacher_setup["task"])
-    args = apc_args(teacher_setup["cfg"].model, None, "7:64")
-    with pytest.raises(APCConfigError, match="--apc-decoder-ffn-dims '7:64': layer index 7 is out of range"):
-        APCTransformerModel.build_model(args, teacher_setup["task"])
-    args = apc_args(teacher_setup["cfg"].model, None, None, encoder_attn_dims="1:130")
-    with pytest.raises(APCConfigError, match=r"--apc-encoder-attn-dims \(layer 1\): cmp\^a=130 must be a multiple of the 4"):
-        APCTransformerModel.build_model(args, teacher_setup["task"])
-    args = apc_args(teacher_setup["cfg"].model, None, None, encoder_attn_dims="512")
-    with pytest.raises(APCConfigError, match="larger than the original attention width"):
-        APCTransformerModel.build_model(args, teacher_setup["task"])
+    cases = [  # (apc_args arguments, extra option, the message)
+        (("2048", None), {}, "--apc-encoder-ffn-dims '2048'.*larger than the original FFN width 1024"),
+        ((None, "7:64"), {}, "--apc-decoder-ffn-dims '7:64': layer index 7 is out of range"),
+        ((None, None), {"encoder_attn_dims": "1:130"},
+         r"--apc-encoder-attn-dims \(layer 1\): cmp\^a=130 must be a multiple of the 4"),
+        ((None, None), {"encoder_attn_dims": "512"}, "larger than the original attention width"),
+        ((None, None), {"decoder_attn_dims": "2:66"}, r"--apc-decoder-attn-dims \(layer 2\): cmp\^a=66 must be a multiple"),
+        ((None, None), {"cross_attn_dims": "3:64"}, "--apc-cross-attn-dims '3:64': layer index 3 is out of range"),
+        (("128", None), {"embed": "128"}, "--apc-decoder-embed-dims: APC's embedding compression .* not implemented"),
+    ]
+    for dims, options, message in cases:
+        embed = options.pop("embed", None)
+        args = apc_args(teacher_setup["cfg"].model, *dims, **options)
+        args.apc_decoder_embed_dims = embed
+        with pytest.raises(APCConfigError, match=message):
+            APCTransformerModel.build_model(args, teacher_setup["task"])
 
 
 # ---------------------------------------------------------------- stock commands end to end
@@ -362,11 +463,13 @@ def test_init_train_resume_finalize_and_stock_generate(tmp_path):
     # per-layer sizes that a stock arch cannot express: stays apc_transformer (--apc-finalized), same output
     mixed = str(tmp_path / "mixed.pt")
     run_cli("user_dir.tools.apc_init", TEACHER, "--data", DATA, "--decoder-ffn-dims", "1:96", "--init", "kmeans",
-            "--encoder-attn-dims", "0:128", "--samples", "300", "--out", mixed)
+            "--encoder-attn-dims", "0:128", "--decoder-attn-dims", "0:64", "--cross-attn-dims", "2:128",
+            "--samples", "300", "--out", mixed)
     run_cli("user_dir.tools.apc_finalize", mixed, "--out", mixed + ".final")
     margs = torch.load(mixed + ".final", weights_only=False)["cfg"]["model"]
     assert margs.arch == "apc_transformer" and margs.apc_finalized and margs.apc_decoder_ffn_dims == "1:96"
-    assert margs.apc_encoder_attn_dims == "0:128"
+    assert margs.apc_encoder_attn_dims == "0:128" and margs.apc_decoder_attn_dims == "0:64"
+    assert margs.apc_cross_attn_dims == "2:128"
     a = run_cli(*gen, "--user-dir", USER_DIR, "--path", mixed).stdout
     b = run_cli(*gen, "--user-dir", USER_DIR, "--path", mixed + ".final").stdout
     assert_same_translations(_hypotheses(a), _hypotheses(b), 40)

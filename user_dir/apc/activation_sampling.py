@@ -11,7 +11,7 @@ uniformly without replacement from the non-padding positions of shuffled trainin
 layer of a side sees the same positions; the activations are those of the uncompressed network (each
 layer is initialised on its own, not on the outputs of already-compressed earlier layers).
 """
-from typing import Dict, Iterator, List
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -67,33 +67,46 @@ def collect_ffn_inputs(model, batches, n: int, pad: int, seed: int = 1) -> Dict[
 
 
 @torch.no_grad()
-def collect_attention_inputs(model, batches, n: int, pad: int) -> Dict[str, List[torch.Tensor]]:
-    """``{"encoder.layers.i": [X_s (T_s x embed), ...]}``: the input of every encoder self-attention, one
-    tensor of non-padding positions per sentence, from whole sentences until at least ``n`` positions."""
+def collect_attention_inputs(model, batches, n: int, pad: int, names: List[str]
+                             ) -> Dict[str, Tuple[List[torch.Tensor], Optional[List[torch.Tensor]]]]:
+    """``{name: (queries, keys)}`` for every attention module of ``model`` in ``names`` (e.g.
+    ``"encoder.layers.0.self_attn"``, ``"decoder.layers.1.encoder_attn"``): ``queries`` holds its query
+    input, one tensor of non-padding positions per sentence (source positions for the encoder, target
+    positions for the decoder); ``keys`` the matching source positions of its key input for
+    encoder-decoder attention, ``None`` for self-attention. Whole batches are drawn until both sides
+    hold at least ``n`` positions (teacher-forced, eval mode)."""
     model.eval()
-    layers = {f"encoder.layers.{i}": layer for i, layer in enumerate(model.encoder.layers)}
-    out: Dict[str, List[torch.Tensor]] = {name: [] for name in layers}
+    modules = dict(model.named_modules())
+    missing = [name for name in names if name not in modules]
+    if missing:
+        raise ValueError(f"no attention {missing} in the model")
+    out = {name: ([], [] if name.endswith("encoder_attn") else None) for name in names}
     current = {}
 
     def hook(name):
         def capture(module, args, kwargs):
-            current[name] = kwargs["query"] if "query" in kwargs else args[0]
+            current[name] = (kwargs["query"] if "query" in kwargs else args[0],
+                             kwargs["key"] if "key" in kwargs else args[1])
         return capture
-    hooks = [layer.self_attn.register_forward_pre_hook(hook(name), with_kwargs=True) for name, layer in layers.items()]
-    count = 0
+    hooks = [modules[name].register_forward_pre_hook(hook(name), with_kwargs=True) for name in names]
+    counts = {"encoder": 0, "decoder": 0}
     try:
         for sample in batches:
             current.clear()
             model(**sample["net_input"])
-            keep = sample["net_input"]["src_tokens"].ne(pad)  # (B, T)
-            for name, x in current.items():
-                out[name] += [x[keep[b], b].float().cpu() for b in range(keep.size(0))]
-            count += int(keep.sum())
-            if count >= n:
+            masks = {side: m.t() for side, m in _pad_masks(sample, pad).items()}  # (B, T)
+            for name, (query, key) in current.items():
+                side = name.split(".")[0]
+                out[name][0].extend(query[masks[side][b], b].float().cpu() for b in range(query.size(1)))
+                if out[name][1] is not None:
+                    out[name][1].extend(key[masks["encoder"][b], b].float().cpu() for b in range(key.size(1)))
+            for side in counts:
+                counts[side] += int(masks[side].sum())
+            if min(counts.values()) >= n:
                 break
     finally:
         for h in hooks:
             h.remove()
-    if count < n:
-        raise ValueError(f"the data hold only {count} non-padding source positions; {n} were asked for")
+    if min(counts.values()) < n:
+        raise ValueError(f"the data hold only {counts} non-padding positions; {n} were asked for")
     return out

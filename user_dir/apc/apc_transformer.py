@@ -1,10 +1,15 @@
-"""``--arch apc_transformer``: a stock fairseq ``transformer`` whose FFNs are APC-compressed
-(APC paper, section 3.2, eq. 12; per-layer sizes as in section 4.1 / Table 4).
+"""``--arch apc_transformer``: a stock fairseq ``transformer`` whose FFNs (APC paper, section 3.2, eq. 12)
+and multi-head attentions (section 3.2, eqs 5-9) are APC-compressed, with per-layer sizes as in
+section 4.1 / Table 4.
 
 The encoder and decoder are fairseq's own; after they are built, the FFN of every layer named by
-``--apc-encoder-ffn-dims`` / ``--apc-decoder-ffn-dims`` is reparameterised (ffn_compression.py).
-Everything else (attention, embeddings, layer norms) is the stock module, so a teacher's state dict
-loads into it with only ``fc1.weight -> fc1.linear.weight`` renamed (:meth:`load_uncompressed_state`).
+``--apc-encoder-ffn-dims`` / ``--apc-decoder-ffn-dims`` is reparameterised (ffn_compression.py), and the
+encoder self-attention, decoder self-attention and encoder-decoder attention of the layers named by
+``--apc-encoder-attn-dims`` / ``--apc-decoder-attn-dims`` / ``--apc-cross-attn-dims``
+(attention_compression.py). Everything else (embeddings, layer norms) is the stock module, so a
+teacher's state dict loads into it with only ``fc1.weight -> fc1.linear.weight`` (and the like)
+renamed (:meth:`load_uncompressed_state`). Embedding compression (Appendix A) is not built: its flags
+are refused (``--apc-encoder-embed-dims`` / ``--apc-decoder-embed-dims``).
 
 Training modes (Table 3 of the paper, "fine-tuning strategies"):
 
@@ -22,7 +27,7 @@ from fairseq.models.transformer import TransformerModel, base_architecture, tran
 from fairseq.models.transformer.transformer_decoder import TransformerDecoder
 from fairseq.models.transformer.transformer_encoder import TransformerEncoder
 
-from .attention_compression import CompressedSelfAttention
+from .attention_compression import CompressedAttention
 from .ffn_compression import (APCConfigError, compress_ffn, finalize_ffn, is_compressed, parse_layer_dims,
                               reconstruction_pair, set_recording, shrink_ffn)
 from .reparameterised_linear import APCLinear
@@ -42,25 +47,40 @@ def _apply_ffn_compression(module, args, side: str) -> None:
             compress_ffn(layer, cmp, train_original=getattr(args, "apc_train_original", False))
 
 
-def _apply_attention_compression(module, args) -> None:
-    flag = "--apc-encoder-attn-dims"
-    dims = parse_layer_dims(getattr(args, "apc_encoder_attn_dims", None), len(module.layers), args.encoder_embed_dim,
-                            flag, what="attention width (--encoder-embed-dim)")
-    for idx, cmp in dims.items():
-        layer = module.layers[idx]
-        try:
-            layer.self_attn = CompressedSelfAttention(
-                layer.self_attn, cmp, train_original=getattr(args, "apc_train_original", False),
-                finalized=getattr(args, "apc_finalized", False), flag=f"{flag} (layer {idx})")
-        except ValueError as err:
-            raise APCConfigError(str(err)) from None
+# (flag, side, attribute of the layer): every multi-head attention of a Transformer (section 3.2)
+ATTENTION_FLAGS = (("--apc-encoder-attn-dims", "encoder", "self_attn"),
+                   ("--apc-decoder-attn-dims", "decoder", "self_attn"),
+                   ("--apc-cross-attn-dims", "decoder", "encoder_attn"))
+
+
+def _apply_attention_compression(module, args, side: str) -> None:
+    for flag, flag_side, attr in ATTENTION_FLAGS:
+        if flag_side != side:
+            continue
+        spec = getattr(args, flag[2:].replace("-", "_"), None)
+        dims = parse_layer_dims(spec, len(module.layers), getattr(args, f"{side}_embed_dim"), flag,
+                                what=f"attention width (--{side}-embed-dim)")
+        if dims and side == "decoder" and getattr(args, "cross_self_attention", False):
+            raise APCConfigError(f"{flag} is not supported with --cross-self-attention")
+        if dims and side == "decoder" and getattr(args, "scale_heads", False):
+            raise APCConfigError(f"{flag} is not supported with --scale-heads (it scales heads of the full head size)")
+        for idx, cmp in dims.items():
+            layer = module.layers[idx]
+            if getattr(layer, attr, None) is None:
+                raise APCConfigError(f"{flag}: layer {idx} has no {attr} (--no-cross-attention?)")
+            try:
+                setattr(layer, attr, CompressedAttention(
+                    getattr(layer, attr), cmp, train_original=getattr(args, "apc_train_original", False),
+                    finalized=getattr(args, "apc_finalized", False), flag=f"{flag} (layer {idx})"))
+            except ValueError as err:
+                raise APCConfigError(str(err)) from None
 
 
 class APCTransformerEncoder(TransformerEncoder):
     def __init__(self, args, dictionary, embed_tokens, return_fc=False):
         super().__init__(args, dictionary, embed_tokens, return_fc=return_fc)
         _apply_ffn_compression(self, args, "encoder")
-        _apply_attention_compression(self, args)
+        _apply_attention_compression(self, args, "encoder")
 
 
 class APCTransformerDecoder(TransformerDecoder):
@@ -68,6 +88,7 @@ class APCTransformerDecoder(TransformerDecoder):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
                          output_projection=output_projection)
         _apply_ffn_compression(self, args, "decoder")
+        _apply_attention_compression(self, args, "decoder")
 
 
 @register_model("apc_transformer")
@@ -85,9 +106,21 @@ class APCTransformerModel(TransformerModel):
         parser.add_argument("--apc-decoder-ffn-dims", type=str, metavar="SPEC", default=None,
                             help="APC cmp^f of the decoder FFNs, as --apc-encoder-ffn-dims (default: none)")
         parser.add_argument("--apc-encoder-attn-dims", type=str, metavar="SPEC", default=None,
-                            help="APC cmp^a of the encoder self-attentions (eqs 5-9; per-head size cmp^a/heads, "
-                                 "block-diagonal D^Q, D^K, D^V), as --apc-encoder-ffn-dims; decoder attention is "
-                                 "not compressed. The paper has no default (Table 4's searched sizes); default: none")
+                            help="APC cmp^a of the encoder self-attentions (section 3.2, eqs 5-9: per-head size "
+                                 "cmp^a/heads, block-diagonal D^Q, D^K, D^V, full U^O), as --apc-encoder-ffn-dims. "
+                                 "The paper has no default (Table 4's searched sizes); default: none")
+        parser.add_argument("--apc-decoder-attn-dims", type=str, metavar="SPEC", default=None,
+                            help="APC cmp^a of the decoder self-attentions (section 3.2, eqs 5-9, applied to the "
+                                 "decoder's causal self-attention; beam search keeps cmp^a/heads-wide key/value "
+                                 "caches), as --apc-encoder-ffn-dims; default: none")
+        parser.add_argument("--apc-cross-attn-dims", type=str, metavar="SPEC", default=None,
+                            help="APC cmp^a of the decoder's encoder-decoder attentions (section 3.2, eqs 5-9; "
+                                 "D^K, D^V act on the encoder output), as --apc-encoder-ffn-dims; default: none")
+        for side in ("encoder", "decoder"):
+            parser.add_argument(f"--apc-{side}-embed-dims", type=str, metavar="SPEC", default=None,
+                                help=f"APC cmp^e of the {side} blocks (section 3.2 'Embedding Compression', pre/post "
+                                     "scaling D^PS/U^PS paired as in Appendix A): NOT IMPLEMENTED, any value is "
+                                     "refused; default: none (the paper has no default)")
         parser.add_argument("--apc-train-original", action="store_true", default=False,
                             help="train the original weights too (Table 3 'All Params'); default: only APC's "
                                  "U, D, B, b_U, b_D train (Table 3 'Compr. only', the paper's compression stage)")
@@ -101,6 +134,12 @@ class APCTransformerModel(TransformerModel):
             raise APCConfigError("--quant-noise-pq is not supported with --arch apc_transformer")
         if getattr(args, "checkpoint_activations", False):
             raise APCConfigError("--checkpoint-activations is not supported with --arch apc_transformer")
+        for side in ("encoder", "decoder"):
+            if getattr(args, f"apc_{side}_embed_dims", None):
+                raise APCConfigError(
+                    f"--apc-{side}-embed-dims: APC's embedding compression (section 3.2, pre/post scaling D^PS/U^PS "
+                    "with the pairings of Appendix A) is not implemented; compress the FFNs (--apc-*-ffn-dims) "
+                    "and attentions (--apc-*-attn-dims) instead")
         if getattr(args, "apc_finalized", False) and getattr(args, "apc_train_original", False):
             raise APCConfigError("--apc-train-original has no meaning with --apc-finalized (all parameters of a "
                                  "finalized model train)")
@@ -109,8 +148,9 @@ class APCTransformerModel(TransformerModel):
             compression = {id(p) for m in model.modules() if isinstance(m, APCLinear)
                            for p in m.compression_parameters()}
             if not compression:
-                raise APCConfigError("no layer is compressed: give --apc-encoder-ffn-dims, --apc-decoder-ffn-dims "
-                                     "and/or --apc-encoder-attn-dims (or --apc-train-original to train a plain model)")
+                raise APCConfigError("no layer is compressed: give --apc-encoder-ffn-dims, --apc-decoder-ffn-dims, "
+                                     "--apc-encoder-attn-dims, --apc-decoder-attn-dims and/or --apc-cross-attn-dims "
+                                     "(or --apc-train-original to train a plain model)")
             for p in model.parameters():
                 p.requires_grad_(id(p) in compression)
         return model
@@ -143,9 +183,9 @@ class APCTransformerModel(TransformerModel):
         return [(name.split(".")[0], *reconstruction_pair(layer)) for name, layer in self.apc_layers()]
 
     def apc_attention_layers(self):
-        """``[(name, CompressedSelfAttention)]`` of every compressed encoder self-attention."""
-        return [(f"encoder.layers.{i}", layer.self_attn) for i, layer in enumerate(self.encoder.layers)
-                if isinstance(layer.self_attn, CompressedSelfAttention)]
+        """``[(name, CompressedAttention)]`` of every compressed attention, named as its module, e.g.
+        ``("decoder.layers.1.encoder_attn", attn)``."""
+        return [(name, m) for name, m in self.named_modules() if isinstance(m, CompressedAttention)]
 
     def finalize_(self) -> None:
         """Fold every compressed FFN and attention into dense layers (eqs 1-2), in place."""

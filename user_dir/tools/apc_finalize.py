@@ -1,16 +1,23 @@
-"""Finalize an APC checkpoint: fold every compressed FFN into dense layers (APC paper, eqs 1-2;
-section 4.4 "finalize the model by replacing all W, b with W~, b~").
+"""Finalize an APC checkpoint: fold every compressed FFN and attention into dense layers (APC paper,
+eqs 1-2; section 4.4 "finalize the model by replacing all W, b with W~, b~").
 
     python -m user_dir.tools.apc_finalize checkpoints/apc/checkpoint_best.pt --out apc_final.pt
 
 Works on the state dict alone (no data needed). When every layer of a side has one FFN width (all
-compressed to the same ``cmp^f``, or that side left alone) and no attention is compressed, the result is a checkpoint of the stock
-``transformer`` architecture with ``--encoder-ffn-embed-dim`` / ``--decoder-ffn-embed-dim`` set to
-those widths, written by fc-export's writer (tools/export.py: its cfg is plain Python, its
-task ``translation``, its criterion ``label_smoothed_cross_entropy``, and the stock model's output
-is checked against the folded one before writing): stock ``fairseq-generate`` loads it without
-``--user-dir`` and with torch's default weights-only loading, no environment variable. Otherwise it stays ``apc_transformer`` with ``--apc-finalized``
-(dense layers of the per-layer widths; needs ``--user-dir user_dir``). Optimizer state is dropped.
+compressed to the same ``cmp^f``, or that side left alone) and no attention is compressed, the result
+is a checkpoint of the stock ``transformer`` architecture with ``--encoder-ffn-embed-dim`` /
+``--decoder-ffn-embed-dim`` set to those widths. Compressed attentions (of any of the three kinds) are
+narrower than any stock fairseq attention: by default the model stays ``apc_transformer
+--apc-finalized`` (dense layers of the per-layer widths; needs ``--user-dir user_dir``), as it does
+for per-layer FFN widths. ``--pad-attention`` instead zero-pads every compressed head back to the
+original head size (attention_compression.pad_attention_state: the same function, since eq. 8 keeps
+the original ``sqrt(d_K)``), so that with uniform FFN widths the model is a stock ``transformer``:
+portable (stock fairseq, CTranslate2) but with the original attention's parameters and FLOPs.
+
+A stock result is written by fc-export's writer (tools/export.py: its cfg is plain Python, its task
+``translation``, its criterion ``label_smoothed_cross_entropy``, and the stock model's output is checked
+against the folded one before writing): stock ``fairseq-generate`` loads it without ``--user-dir`` and
+with torch's default weights-only loading, no environment variable. Optimizer state is dropped.
 """
 import argparse
 import os
@@ -25,19 +32,33 @@ from user_dir.apc.reparameterised_linear import fold_linear
 _APC_KEYS = ("U", "b_U", "D", "b_D", "B")
 
 
-def finalize_state_dict(sd: dict, heads: int = None) -> dict:
+_ATTENTION = re.compile(r"^(encoder|decoder)\.layers\.\d+\.(self_attn|encoder_attn)")
+# (side, attention module, the apc_transformer option of its per-layer sizes)
+ATTENTIONS = (("encoder", "self_attn", "apc_encoder_attn_dims"), ("decoder", "self_attn", "apc_decoder_attn_dims"),
+              ("decoder", "encoder_attn", "apc_cross_attn_dims"))
+
+
+def _heads_of(heads, prefix: str) -> int:
+    """``heads`` is one count for every attention or ``{"encoder": n, "decoder": m}``."""
+    n = heads.get(prefix.split(".")[0]) if isinstance(heads, dict) else heads
+    if not n:
+        raise ValueError(f"{prefix}: a compressed attention projection needs the number of heads")
+    return n
+
+
+def finalize_state_dict(sd: dict, heads=None) -> dict:
     """Fold every ``*.linear.weight`` + APC parameters into ``*.weight/bias``. The ``D`` of a compressed
-    ``self_attn.{q,k,v}_proj`` is block diagonal: its block mask (``heads`` blocks) is applied first."""
+    attention's ``{q,k,v}_proj`` is block diagonal: its block mask (``heads`` blocks; an int, or a count
+    per side) is applied first."""
     out = {}
     prefixes = sorted({k[: -len(".linear.weight")] for k in sd if k.endswith(".linear.weight")})
     consumed = set()
     for prefix in prefixes:
         parts = {name: sd.get(f"{prefix}.{name}") for name in _APC_KEYS}
-        if re.search(r"self_attn\.[qkv]_proj$", prefix) and parts["D"] is not None:
-            if not heads:
-                raise ValueError(f"{prefix}: a compressed attention projection needs the number of heads")
+        if _ATTENTION.match(prefix) and re.search(r"\.[qkv]_proj$", prefix) and parts["D"] is not None:
+            n = _heads_of(heads, prefix)
             D = parts["D"]
-            mask = torch.block_diag(*[torch.ones(D.size(0) // heads, D.size(1) // heads)] * heads).to(D)
+            mask = torch.block_diag(*[torch.ones(D.size(0) // n, D.size(1) // n)] * n).to(D)
             parts["D"] = D * mask
         weight, bias = sd[f"{prefix}.linear.weight"], sd.get(f"{prefix}.linear.bias")
         w, b = fold_linear(weight.float(), None if bias is None else bias.float(),
@@ -59,15 +80,24 @@ def ffn_widths(sd: dict, side: str, module: str = "fc1") -> list:
     return [widths[i] for i in sorted(widths)]
 
 
-def finalize_checkpoint(state: dict) -> dict:
+def finalize_checkpoint(state: dict, pad_attention: bool = False) -> dict:
     model_args = state["cfg"]["model"] if state.get("cfg") else state["args"]
     if getattr(model_args, "arch", None) is None or not str(model_args._name).startswith("apc_transformer"):
         raise SystemExit(f"apc_finalize: the checkpoint's model is {getattr(model_args, '_name', '?')}, "
                          "not apc_transformer")
-    sd = finalize_state_dict(state["model"], heads=getattr(model_args, "encoder_attention_heads", None))
+    heads = {side: getattr(model_args, f"{side}_attention_heads", None) for side in ("encoder", "decoder")}
+    sd = finalize_state_dict(state["model"], heads=heads)
     widths = {side: ffn_widths(sd, side) for side in ("encoder", "decoder")}
-    attn = ffn_widths(sd, "encoder", "self_attn.q_proj")
-    stock = all(len(set(w)) == 1 for w in widths.values()) and all(n == model_args.encoder_embed_dim for n in attn)
+    attn = {option: ffn_widths(sd, side, f"{module}.q_proj") for side, module, option in ATTENTIONS}
+    full = {option: getattr(model_args, f"{side}_embed_dim") for side, _, option in ATTENTIONS}
+    if pad_attention:
+        from user_dir.apc.attention_compression import pad_attention_state
+        for side, module, option in ATTENTIONS:
+            for i, n in enumerate(attn[option]):
+                if n != full[option]:
+                    pad_attention_state(sd, f"{side}.layers.{i}.{module}", heads[side], full[option] // heads[side])
+    attention_stock = pad_attention or all(n == full[o] for o, w in attn.items() for n in w)
+    stock = all(len(set(w)) == 1 for w in widths.values()) and attention_stock
     if stock:
         for side, w in widths.items():
             setattr(model_args, f"{side}_ffn_embed_dim", w[0])
@@ -79,16 +109,18 @@ def finalize_checkpoint(state: dict) -> dict:
             original = getattr(model_args, f"{side}_ffn_embed_dim")
             spec = ",".join(f"{i}:{n}" for i, n in enumerate(w) if n != original)
             setattr(model_args, f"apc_{side}_ffn_dims", spec or None)
-        spec = ",".join(f"{i}:{n}" for i, n in enumerate(attn) if n != model_args.encoder_embed_dim)
-        model_args.apc_encoder_attn_dims = spec or None
+        for option, w in attn.items():
+            spec = "" if pad_attention else ",".join(f"{i}:{n}" for i, n in enumerate(w) if n != full[option])
+            setattr(model_args, option, spec or None)
         model_args.apc_finalized, model_args.apc_train_original = True, False
     state["model"] = sd
     if state.get("cfg"):
         state["cfg"]["model"] = model_args
     state["args"] = None
     state["last_optimizer_state"] = None
-    state.setdefault("extra_state", {})["apc_finalized"] = {"stock_transformer": stock, "ffn_widths": widths,
-                                                            "encoder_attention_widths": attn}
+    state.setdefault("extra_state", {})["apc_finalized"] = {
+        "stock_transformer": stock, "ffn_widths": widths, "attention_widths": attn,
+        "attention_padded": pad_attention}
     return state
 
 
@@ -116,10 +148,14 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="an apc_transformer checkpoint (fairseq-train or apc_init output)")
     p.add_argument("--out", required=True, help="where to write the finalized checkpoint")
+    p.add_argument("--pad-attention", action="store_true",
+                   help="zero-pad compressed attention heads back to the original head size: the same function "
+                        "(eq. 8 keeps sqrt(d_K)) as a stock transformer when FFN widths are uniform, but with the "
+                        "original attention's size; default: keep the compressed widths (apc_transformer)")
     a = p.parse_args(argv)
     if not os.path.isfile(a.checkpoint):
         p.error(f"{a.checkpoint}: no such checkpoint file")
-    state = finalize_checkpoint(torch.load(a.checkpoint, map_location="cpu"))
+    state = finalize_checkpoint(torch.load(a.checkpoint, map_location="cpu"), pad_attention=a.pad_attention)
     info = state["extra_state"]["apc_finalized"]
     if info["stock_transformer"]:
         write_stock_checkpoint(state, a.out)
@@ -128,8 +164,10 @@ def main(argv=None):
         torch.save(state, a.out + ".tmp")
         os.replace(a.out + ".tmp", a.out)
     kind = "stock transformer" if info["stock_transformer"] else "apc_transformer --apc-finalized"
+    attention = {k: v for k, v in info["attention_widths"].items() if v}
     print(f"wrote {a.out}: {kind}, FFN widths encoder {info['ffn_widths']['encoder']} "
-          f"decoder {info['ffn_widths']['decoder']}")
+          f"decoder {info['ffn_widths']['decoder']}, attention widths {attention}"
+          + (" (zero-padded to full heads)" if info["attention_padded"] else ""))
 
 
 if __name__ == "__main__":

@@ -58,11 +58,13 @@ def load_teacher(path: str, data: str):
     return teacher, cfg, task
 
 
-def apc_args(teacher_args, encoder_ffn_dims, decoder_ffn_dims, train_original=False, encoder_attn_dims=None):
+def apc_args(teacher_args, encoder_ffn_dims, decoder_ffn_dims, train_original=False, encoder_attn_dims=None,
+             decoder_attn_dims=None, cross_attn_dims=None):
     args = copy.deepcopy(teacher_args)
     args.arch = args._name = "apc_transformer"
     args.apc_encoder_ffn_dims, args.apc_decoder_ffn_dims = encoder_ffn_dims, decoder_ffn_dims
     args.apc_encoder_attn_dims = encoder_attn_dims
+    args.apc_decoder_attn_dims, args.apc_cross_attn_dims = decoder_attn_dims, cross_attn_dims
     args.apc_train_original, args.apc_finalized = train_original, False
     return args
 
@@ -74,7 +76,7 @@ def fairseq_flags(args) -> list:
         if getattr(args, f, None) is not None:
             flags += ["--" + f.replace("_", "-"), str(getattr(args, f))]
     flags += ["--" + f.replace("_", "-") for f in _BOOL_FIELDS if getattr(args, f, False)]
-    for name in ("encoder_ffn_dims", "decoder_ffn_dims", "encoder_attn_dims"):
+    for name in ("encoder_ffn_dims", "decoder_ffn_dims", "encoder_attn_dims", "decoder_attn_dims", "cross_attn_dims"):
         spec = getattr(args, f"apc_{name}", None)
         if spec:
             flags += ["--apc-" + name.replace("_", "-"), str(spec)]
@@ -125,18 +127,22 @@ def reconstruction_errors(model, X) -> dict:
 
 
 def init_attention(model, teacher, task, samples: int, seed: int, max_tokens: int) -> None:
-    """Eq. 11 / eq. 9 initialisation of every compressed encoder self-attention (attention_compression.py)."""
+    """Eq. 11 / eq. 9 initialisation of every compressed attention (attention_compression.py): encoder and
+    decoder self-attention, encoder-decoder attention, on the teacher's inputs to them."""
     layers = model.apc_attention_layers()
     if not layers:
         return
     inputs = collect_attention_inputs(teacher, sample_batches(task, "train", max_tokens, seed), samples,
-                                      task.source_dictionary.pad())
+                                      task.source_dictionary.pad(), [name for name, _ in layers])
     for name, attn in layers:
-        init_attention_svd(attn, inputs[name])
+        queries, keys = inputs[name]
+        init_attention_svd(attn, queries, keys, causal=name.startswith("decoder.") and name.endswith("self_attn"))
 
 
-def build_apc_model(teacher, cfg, task, encoder_ffn_dims, decoder_ffn_dims, encoder_attn_dims=None):
-    args = apc_args(cfg.model, encoder_ffn_dims, decoder_ffn_dims, encoder_attn_dims=encoder_attn_dims)
+def build_apc_model(teacher, cfg, task, encoder_ffn_dims, decoder_ffn_dims, encoder_attn_dims=None,
+                    decoder_attn_dims=None, cross_attn_dims=None):
+    args = apc_args(cfg.model, encoder_ffn_dims, decoder_ffn_dims, encoder_attn_dims=encoder_attn_dims,
+                    decoder_attn_dims=decoder_attn_dims, cross_attn_dims=cross_attn_dims)
     model = APCTransformerModel.build_model(args, task)
     model.load_uncompressed_state(teacher.state_dict())
     return model, args
@@ -163,6 +169,10 @@ def add_common_args(p):
     p.add_argument("--decoder-ffn-dims", default=None, help="cmp^f of the decoder FFNs (as --apc-decoder-ffn-dims)")
     p.add_argument("--encoder-attn-dims", default=None, help="cmp^a of the encoder self-attentions (as "
                    "--apc-encoder-attn-dims); initialised by eq. 11 (D^Q, D^K) and eq. 9 (D^V, U^O)")
+    p.add_argument("--decoder-attn-dims", default=None, help="cmp^a of the decoder self-attentions (as "
+                   "--apc-decoder-attn-dims); initialised as --encoder-attn-dims, head outputs with the causal mask")
+    p.add_argument("--cross-attn-dims", default=None, help="cmp^a of the decoder's encoder-decoder attentions (as "
+                   "--apc-cross-attn-dims); eq. 11 on decoder queries and encoder keys")
     p.add_argument("--samples", type=int, default=5000,
                    help="token activations for the least-squares U (paper section 4.2: 5000)")
     p.add_argument("--importance-batches", type=int, default=20,
@@ -181,11 +191,13 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.samples <= 0:
         p.error(f"--samples {a.samples}: must be > 0")
-    if not a.encoder_ffn_dims and not a.decoder_ffn_dims and not a.encoder_attn_dims:
-        p.error("give --encoder-ffn-dims, --decoder-ffn-dims and/or --encoder-attn-dims: nothing would be compressed")
+    dims = (a.encoder_ffn_dims, a.decoder_ffn_dims, a.encoder_attn_dims, a.decoder_attn_dims, a.cross_attn_dims)
+    if not any(dims):
+        p.error("give --encoder-ffn-dims, --decoder-ffn-dims, --encoder-attn-dims, --decoder-attn-dims and/or "
+                "--cross-attn-dims: nothing would be compressed")
     torch.manual_seed(a.seed)
     teacher, cfg, task = load_teacher(a.teacher, a.data)
-    model, args = build_apc_model(teacher, cfg, task, a.encoder_ffn_dims, a.decoder_ffn_dims, a.encoder_attn_dims)
+    model, args = build_apc_model(teacher, cfg, task, *dims)
     set_D_U(model, initial_D_U(model, teacher, task, a.init, a.samples, a.seed, a.importance_batches, a.max_tokens))
     init_attention(model, teacher, task, a.samples, a.seed, a.max_tokens)
     X_valid = sample_activations(teacher, task, "valid", a.samples, a.seed, a.max_tokens)
