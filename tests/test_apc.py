@@ -202,6 +202,14 @@ def test_compressed_decoder_beam_search_equals_teacher_forcing(teacher_setup):
 
     before = check()
     hook.remove()
+    # training through fairseq's forward: gradients reach the compression parameters, inside the blocks only
+    model.train()
+    model(**sample["net_input"])[0].float().log_softmax(-1).mean().backward()
+    cross = model.decoder.layers[1].encoder_attn
+    assert cross.k_proj.linear.weight.grad is None and cross.out_proj.U.grad.abs().sum() > 0
+    grad = cross.k_proj.D.grad
+    assert grad[:64, :16].abs().sum() > 0 and grad[:64, 16:].abs().sum() == 0  # head 0's block, nothing else
+    model.eval()
     # (batch*beam, heads, steps, cmp^a/H = 32/4): the cache of the last decoding step is compressed
     assert caches["k"].shape[1] == 4 and caches["k"].shape[3] == 8 and caches["k"].shape[2] > 1
     model.finalize_()
