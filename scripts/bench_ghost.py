@@ -48,12 +48,16 @@ TEACHER_DIR = os.path.join(SHARED, "teachers", "multi30k.de-en")
 VARIANTS = {"pruned": ["--ghost-positions", "none"], "ghost": ["--ghost-positions", "o,ffn2"],
             "ghost-no-softmax": ["--ghost-no-softmax"], "ghost-no-relu": ["--ghost-no-relu"],
             "ghost-k5": ["--ghost-kernel-size", "5"], "ghost-conv2d": ["--ghost-conv", "conv2d"],
-            "ghost-conv1d_s": ["--ghost-conv", "conv1d_s"], "ghost-o": ["--ghost-positions", "o"],
-            "ghost-ffn2": ["--ghost-positions", "ffn2"], "ghost-ffn1": ["--ghost-positions", "ffn1"]}
+            "ghost-conv1d_s": ["--ghost-conv", "conv1d_s"], "ghost-conv1d_f": ["--ghost-conv", "conv1d_f"],
+            "ghost-o": ["--ghost-positions", "o"], "ghost-ffn2": ["--ghost-positions", "ffn2"],
+            "ghost-ffn1": ["--ghost-positions", "ffn1"], "ghost-qk": ["--ghost-positions", "qk"],
+            "ghost-v": ["--ghost-positions", "v"]}
 LABELS = {"teacher": "teacher", "teacher-ce": "teacher + the fine-tuning stage (control)", "pruned": "pruned only", "ghost": "GhostBERT",
           "ghost-no-softmax": "GhostBERT - softmax (Table 4)", "ghost-no-relu": "GhostBERT - ReLU (Table 4)",
           "ghost-k5": "GhostBERT, kernel 5 (Table 9)", "ghost-conv2d": "GhostBERT, Conv2D (Table 5)",
-          "ghost-conv1d_s": "GhostBERT, Conv1D_S (Table 5)", "ghost-o": "GhostBERT, after O only (Table 6)",
+          "ghost-conv1d_s": "GhostBERT, Conv1D_S (Table 5)", "ghost-conv1d_f": "GhostBERT, Conv1D_F (Table 5)",
+          "ghost-qk": "GhostBERT, after QK only (Conv2D; V, O unpruned; Table 6)",
+          "ghost-v": "GhostBERT, after V only (O unpruned; Table 6)", "ghost-o": "GhostBERT, after O only (Table 6)",
           "ghost-ffn2": "GhostBERT, after FFN2 only (Table 6)", "ghost-ffn1": "GhostBERT, after FFN1 only (Table 6)"}
 PAPER = ("Paper (BERT-base, GLUE dev average, Table 3): pruned 78.2 vs GhostBERT 80.3 at m = 1/12, 81.8 vs 83.1 "
          "at m = 3/12, 82.2 vs 83.5 at m = 6/12; ghost modules add 55.3K parameters and 14.2M FLOPs "
@@ -191,17 +195,36 @@ def measure_costs(paths, args):
 
 def ghost_costs_at_bert_base():
     """Parameters and FLOPs (length 128) that each ghost-module setting adds to BERT-base (12 layers,
-    d = 768, 12 heads, modules after O and after FFN2), from our modules' own counts."""
-    from user_dir.ghost.ghost_module import GhostConfig, GhostLinear
+    d = 768, 12 heads, modules after O and after FFN2; after QK / after V at m = 1/12 as in Table 6,
+    with what their unpruned V and O add), from our modules' own counts."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from user_dir.common.structured_pruning import PrunedMultiheadAttention
+    from user_dir.ghost.ghost_attention import GhostAttention
+    from user_dir.ghost.ghost_module import GhostConfig, GhostLinear, flops_outside_torch_counter
     settings = {"DWConv k=3, F=1, shared (paper default)": GhostConfig(),
                 "DWConv k=5": GhostConfig(kernel_size=5), "DWConv F=4": GhostConfig(features=4),
                 "DWConv unshared per head (M=12)": GhostConfig(shared=False),
-                "Conv1D_S": GhostConfig(conv="conv1d_s"), "Conv2D": GhostConfig(conv="conv2d")}
+                "Conv1D_S": GhostConfig(conv="conv1d_s"), "Conv1D_F (n = 128)": GhostConfig(conv="conv1d_f"),
+                "Conv2D": GhostConfig(conv="conv2d")}
     rows = []
     for name, cfg in settings.items():
         module = GhostLinear(768, 768, 12, cfg)
         rows.append({"setting": name, "params": 2 * 12 * module.ghost_parameter_count(),
                      "flops_128": 2 * 12 * module.ghost_flops(128)})
+
+    def cost(attention):
+        x = torch.zeros(128, 1, 768)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            attention(x, x, x)
+        return (sum(p.numel() for p in attention.parameters()),
+                counter.get_total_flops() + flops_outside_torch_counter(attention, 128))
+    pruned = cost(PrunedMultiheadAttention(768, 12, 1))
+    for position, label in (("qk", "after QK, Conv2D (m = 1/12; with V and O unpruned)"),
+                            ("v", "after V, DWConv (m = 1/12; with O unpruned)")):
+        params, flops = cost(GhostAttention(768, 12, 1, position, GhostConfig()))
+        rows.append({"setting": label, "params": 12 * (params - pruned[0]), "flops_128": 12 * (flops - pruned[1])})
     return rows
 
 
@@ -243,8 +266,10 @@ def write_report(result, out):
              for m in dict.fromkeys(r["m"] for r in rows) if (m, "ghost") in by and (m, "pruned") in by]
     if diffs:
         lines += ["", "GhostBERT minus pruned only, same procedure: " + "; ".join(diffs) + "."]
-    lines += ["", "What each ghost-module setting adds to BERT-base (12 layers, d = 768, after O and after FFN2; "
-              "our modules' counts; the paper: 55.3K parameters and 14.2M FLOPs for the default):", "",
+    lines += ["", "What each ghost-module setting adds to BERT-base (12 layers, d = 768, after O and after FFN2 unless "
+              "the row says otherwise; our modules' counts; the paper: 55.3K parameters and 14.2M FLOPs for the "
+              "default; Table 5: Conv1D_F +1M / +1.8G over DWConv at m = 3/12; Table 6: after QK +13M / +3.4G, "
+              "after V +7M / +1.6G over after O at m = 1/12, rounded):", "",
               "| setting | parameters | FLOPs at length 128 |", "| --- | --- | --- |"]
     lines += [f"| {r['setting']} | {r['params']:,} | {r['flops_128'] / 1e6:.1f}M |" for r in result["bert_base_ghost_costs"]]
     lines += ["", f"Encoder speed: forward of {result['time_batch']} sequences x 128 real test tokens, "

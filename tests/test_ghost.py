@@ -15,7 +15,8 @@ import user_dir  # noqa: F401  (registers the plug-in)
 from user_dir.common.structured_pruning import transformer_encoder
 from user_dir.common.teacher import FrozenTeacher, TeacherConfigError
 from user_dir.ghost.distillation_criterion import GhostDistillCriterion
-from user_dir.ghost.ghost_model import ghost_config, ghost_defaults, ghost_model_args, kept_widths
+from user_dir.ghost.ghost_attention import GhostAttention
+from user_dir.ghost.ghost_model import ghost_config, ghost_defaults, ghost_model_args, kept_widths, parse_positions
 from user_dir.ghost.ghost_module import (GhostConfig, GhostConfigError, GhostConv, GhostLinear, depthwise_conv_time,
                                          flops_outside_torch_counter)
 from user_dir.ghost.importance import ImportanceMasks, accumulate_importance
@@ -103,11 +104,11 @@ def test_relu_ablation_lets_negative_ghost_features_through():
     assert (linear(x) - base).min() < 0
 
 
-@pytest.mark.parametrize("conv", ["dwconv", "conv1d_s", "conv2d"])
+@pytest.mark.parametrize("conv", ["dwconv", "conv1d_s", "conv1d_f", "conv2d"])
 def test_padding_never_reaches_real_tokens_and_ghost_flops_match_torch_counter(conv):
     torch.manual_seed(0)
     T, B, d = 7, 3, 6
-    layer = randomise(GhostLinear(d, d, 2, GhostConfig(conv=conv)))
+    layer = randomise(GhostLinear(d, d, 2, GhostConfig(conv=conv, conv1d_f_length=9)))
     lengths = [7, 5, 2]
     mask = padding(lengths, T)
     x = torch.randn(T, B, d)
@@ -132,6 +133,127 @@ def test_padding_never_reaches_real_tokens_and_ghost_flops_match_torch_counter(c
     assert flops_outside_torch_counter(layer, T) == (layer.ghost_flops(T) if conv == "dwconv" else 0)
 
 
+def test_conv1d_f_is_the_papers_equation_on_each_sentences_own_positions():
+    """Section 4.1: O[i, c] = sum_j sum_m W[i, j, m] X[j, c - k//2 + m], W in R^{n x n x k} (softmax over
+    each output channel's n x k weights), channel i = the i-th real token whatever the padding."""
+    torch.manual_seed(0)
+    n, k, C, T = 6, 3, 5, 4
+    conv = randomise(GhostConv(C, 1, GhostConfig(conv="conv1d_f", conv1d_f_length=n)).double())
+    assert conv.parameter_count() == n * n * k and conv.flops(n) == 2 * n * n * k * C
+    x = torch.randn(T, C, dtype=torch.float64)
+    W = torch.softmax(conv.weight[0].reshape(n, -1), -1).view(n, n, k)
+    X = torch.nn.functional.pad(torch.cat([x, x.new_zeros(n - T, C)]), (k // 2, k // 2))  # padded to n, and in c
+    expected = torch.stack([torch.stack([sum(W[i, j, m] * X[j, c + m] for j in range(n) for m in range(k))
+                                         for c in range(C)]) for i in range(T)])
+    alone = conv(x[:, None, None])[:, 0, 0]
+    assert torch.allclose(alone, expected, atol=1e-12)
+    # inside a batch, left- or right-padded with garbage-free zeros (the caller zeroes padding), the same
+    for left in (True, False):
+        mask = padding([T, T + 2], T + 2, left=left)
+        batch = torch.zeros(T + 2, 2, 1, C, dtype=torch.float64)
+        batch[~mask[0], 0, 0] = x
+        batch[:, 1, 0] = torch.randn(T + 2, C, dtype=torch.float64)
+        y = conv(batch, mask)[:, :, 0]
+        assert torch.allclose(y[~mask[0], 0], expected, atol=1e-12)
+    with pytest.raises(GhostConfigError, match="--ghost-conv1d-f-length 6"):
+        conv(torch.zeros(n + 1, 1, 1, C, dtype=torch.float64))
+    with pytest.raises(GhostConfigError, match="--ghost-conv1d-f-length"):
+        GhostConfig(conv1d_f_length=0)
+
+
+def fairseq_attention_with_copied_heads(ours, copies_of):
+    """fairseq's own MultiheadAttention of all N_H heads whose projections named in ``copies_of`` are
+    copies of our single kept head's, the others ours."""
+    from fairseq.modules import MultiheadAttention
+    H, dh = ours.total_heads, ours.head_dim
+    ref = MultiheadAttention(ours.q_proj.in_features, H, self_attention=True).double().eval()
+    with torch.no_grad():
+        for name in ("q_proj", "k_proj", "v_proj"):
+            src = getattr(ours, name)
+            if name[0] in copies_of:
+                getattr(ref, name).weight.copy_(src.weight.repeat(H, 1))
+                getattr(ref, name).bias.copy_(src.bias.repeat(H))
+            else:
+                getattr(ref, name).load_state_dict(src.state_dict())
+        ref.out_proj.load_state_dict(ours.out_proj.state_dict())
+    return ref
+
+
+@pytest.mark.parametrize("position", ["qk", "v"])
+def test_attention_positions_match_fairseq_attention_counts_and_padding(position):
+    """After QK / after V (section 4.2): with kernel size 1 (softmax -> the identity kernel), M = 1 and no
+    ReLU, every ghost head's map (qk) / context (v) equals the kept head's, so the layer equals fairseq's
+    MultiheadAttention with all heads copies of the kept one; parameter and FLOP counts equal closed forms;
+    padding never reaches real tokens."""
+    torch.manual_seed(0)
+    d, H, T = 8, 4, 6
+    dh = d // H
+    x = torch.randn(T, 3, d, dtype=torch.float64)
+    mask = padding([6, 4, 2], T, left=True)
+    ours = randomise(GhostAttention(d, H, 1, position, GhostConfig(kernel_size=1, relu=False)).double().eval())
+    ref = fairseq_attention_with_copied_heads(ours, "qk" if position == "qk" else "qkv")
+    out, _ = ours(x, x, x, key_padding_mask=mask, need_weights=False)
+    expected, _ = ref(x, x, x, key_padding_mask=mask, need_weights=False)
+    real = ~mask.t()
+    assert torch.allclose(out[real], expected[real], atol=1e-12)
+
+    for M in (1, 3):
+        k = 3
+        layer = randomise(GhostAttention(d, H, M, position, GhostConfig(kernel_size=k)).double().eval(), seed=M)
+        F_ = H - M
+        ghost = F_ * M * k * k if position == "qk" else F_ * M * dh * k
+        assert layer.ghost_parameter_count() == ghost
+        shapes = {n: tuple(p.shape) for n, p in layer.named_parameters()}
+        assert shapes["q_proj.weight"] == shapes["k_proj.weight"] == (M * dh, d)
+        assert shapes["v_proj.weight"] == ((H if position == "qk" else M) * dh, d) and shapes["out_proj.weight"] == (d, H * dh)
+        # FLOPs of one sequence: torch's counter + the DWConv counted analytically = the closed form
+        one = x[:, :1]
+        with FlopCounterMode(display=False) as counter:
+            layer(one, one, one)
+        v_heads = H if position == "qk" else M
+        ghost_flops = 2 * F_ * M * k * k * T * T if position == "qk" else 2 * T * F_ * M * dh * k
+        closed = (2 * T * d * dh * (2 * M + v_heads) + 2 * M * T * T * dh + 2 * v_heads * T * T * dh
+                  + 2 * T * H * dh * d + ghost_flops)  # projections Q, K, V; scores; contexts; O (all H heads); ghost
+        assert counter.get_total_flops() + flops_outside_torch_counter(layer, T) == closed
+        assert layer.ghost_flops(T) == ghost_flops
+        # padding: garbage at padding positions changes nothing on real tokens, and a sentence alone
+        # gives what it gives in the padded batch
+        noisy = x.clone()
+        noisy[mask.t()] = 1e3
+        y, _ = layer(x, x, x, key_padding_mask=mask)
+        y_noisy, _ = layer(noisy, noisy, noisy, key_padding_mask=mask)
+        assert torch.allclose(y[real], y_noisy[real], atol=1e-10)
+        alone_in = x[-2:, 2:3]
+        alone, _ = layer(alone_in, alone_in, alone_in)
+        assert torch.allclose(alone[:, 0], y[-2:, 2], atol=1e-12)
+        # the ghost heads matter
+        with torch.no_grad():
+            layer.out_proj.weight[:, M * dh:] = 0
+        assert not torch.allclose(layer(x, x, x, key_padding_mask=mask)[0][real], y[real], atol=1e-6)
+    with pytest.raises(GhostConfigError, match="--ghost-heads"):
+        GhostAttention(d, H, H, position, GhostConfig())
+
+
+def test_bert_base_costs_of_conv1d_f_and_the_attention_positions_are_the_closed_forms_and_the_papers():
+    """At BERT-base (L = 12, d = 768, N_H = 12, n = 128, k = 3): Conv1D_F adds n^2 k parameters and 2 n^2 k d
+    FLOPs per module (Table 5: 47M / 7.6G against DWConv's 46M / 5.8G at m = 3/12, two modules a layer);
+    after QK / after V at m = 1/12 add the unpruned V and O (O) and their ghost modules (Table 6: 45M and
+    39M against 32M after O)."""
+    from user_dir.common.structured_pruning import PrunedMultiheadAttention
+    L, d, H, n, k, M = 12, 768, 12, 128, 3, 1
+    dh, G = d // H, H - M
+    conv1d_f = GhostLinear(d, d, H, GhostConfig(conv="conv1d_f"))
+    assert conv1d_f.ghost_parameter_count() == n * n * k and conv1d_f.ghost_flops(n) == 2 * n * n * k * d
+    assert round(2 * L * n * n * k / 1e6) == 47 - 46
+    assert abs(2 * L * conv1d_f.ghost_flops(n) / 1e9 - (7.6 - 5.8)) < 0.05
+    pruned = sum(p.numel() for p in PrunedMultiheadAttention(d, H, M).parameters())
+    qk = sum(p.numel() for p in GhostAttention(d, H, M, "qk", GhostConfig()).parameters()) - pruned
+    v = sum(p.numel() for p in GhostAttention(d, H, M, "v", GhostConfig()).parameters()) - pruned
+    assert qk == 2 * G * dh * d + G * dh + G * M * k * k  # V rows + V bias + O columns, Conv2D kernels
+    assert v == G * dh * d + G * M * dh * k  # O columns, DWConv kernels
+    assert round(L * qk / 1e6) == 45 - 32 and round(L * v / 1e6) == 39 - 32
+
+
 def test_bad_ghost_settings_name_their_flag():
     for k in (0, 2, -3):
         with pytest.raises(GhostConfigError, match="--ghost-kernel-size"):
@@ -152,6 +274,11 @@ def test_bad_ghost_settings_name_their_flag():
     args = Args()
     ghost_defaults(args)
     assert ghost_config(args) == GhostConfig()
+    with pytest.raises(GhostConfigError, match="--ghost-positions"):
+        parse_positions("qk,v")
+    with pytest.raises(GhostConfigError, match="--ghost-positions"):
+        parse_positions("o,after_v")
+    assert parse_positions("qk,ffn2") == ("qk", "ffn2")
 
 
 # ---- on a real trained model ------------------------------------------------------------------------
@@ -196,10 +323,14 @@ def test_importance_matches_finite_differences(tiny):
     assert torch.allclose(h2, heads + h_b)
 
 
-def ghost_student(tiny, kept_heads, kept_ffn, positions):
+def ghost_student(tiny, kept_heads, kept_ffn, positions, **flags):
     args = ghost_model_args(tiny["cfg"].model, ghost_heads=kept_heads, ghost_ffn_dim=kept_ffn,
-                            ghost_positions=positions)
+                            ghost_positions=positions, **flags)
     return tiny["task"].build_model(args).double().eval()
+
+
+# the Table 6 positions and Table 5's Conv1D_F, beside the paper's default
+VARIANTS = {"o,ffn2": {}, "qk": {}, "v,ffn2": {}, "o,ffn1 conv1d_f": {"ghost_conv": "conv1d_f"}}
 
 
 def test_pruning_keeps_the_top_units_and_equals_the_masked_original(tiny):
@@ -229,8 +360,9 @@ def test_pruning_keeps_the_top_units_and_equals_the_masked_original(tiny):
     assert not torch.allclose(pruned, full, atol=1e-3)
 
 
-def test_ghost_encoder_output_does_not_depend_on_padding(tiny):
-    student = ghost_student(tiny, 1, 64, "o,ffn2")
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_ghost_encoder_output_does_not_depend_on_padding(tiny, variant):
+    student = ghost_student(tiny, 1, 64, variant.split()[0], **VARIANTS[variant])
     randomise(student, seed=3, scale=0.2)
     encoder = transformer_encoder(student)
     src = tiny["batches"][0]["net_input"]["src_tokens"]
@@ -243,6 +375,53 @@ def test_ghost_encoder_output_does_not_depend_on_padding(tiny):
         alone_out = encoder(alone, src_lengths=lengths[short:short + 1])["encoder_out"][0]
     assert src.size(1) > n
     assert torch.allclose(batch_out[-n:, short], alone_out[:, 0], atol=1e-9)
+
+
+@pytest.mark.parametrize("variant", ["qk", "v,ffn2", "o,ffn1 conv1d_f"])
+def test_new_positions_and_conv1d_f_load_the_pruned_teacher_and_train(tiny, variant):
+    """After QK / after V keep V and O (O) unpruned, kept heads first: with the ghost heads' O columns
+    zeroed the student is the pruned-only model; one training step reaches the ghost parameters."""
+    model = tiny["model"]
+    plan = prune_plan(*accumulate_importance(model, nll, tiny["batches"][:1]), 1, 64)
+    student = ghost_student(tiny, 1, 64, variant.split()[0], **VARIANTS[variant])
+    fresh = load_pruned(student, model, plan)
+    assert fresh and all(".ghost." in k for k in fresh)
+    attn = transformer_encoder(student).layers[0].self_attn
+    teacher_attn = transformer_encoder(model).layers[0].self_attn
+    order = torch.cat([torch.arange(h * 32, (h + 1) * 32) for h in plan[0][0] + [1 - plan[0][0][0]]])
+    if variant == "qk":
+        assert torch.equal(attn.v_proj.weight, teacher_attn.v_proj.weight[order])
+    if variant != "o,ffn1 conv1d_f":
+        assert torch.equal(attn.out_proj.weight, teacher_attn.out_proj.weight[:, order])
+        pruned = ghost_student(tiny, 1, 64, "ffn2" if variant == "v,ffn2" else "none")
+        load_pruned(pruned, model, plan)
+        pruned.load_state_dict({k: v for k, v in student.state_dict().items() if k in pruned.state_dict()
+                                and v.shape == pruned.state_dict()[k].shape}, strict=False)
+        batch = tiny["batches"][0]
+        with torch.no_grad():
+            with_ghost = student(**batch["net_input"])[0]
+            attn.out_proj.weight[:, 32:] = 0
+            assert not torch.allclose(student(**batch["net_input"])[0], with_ghost, atol=1e-6)
+            assert torch.allclose(student(**batch["net_input"])[0], pruned(**batch["net_input"])[0], atol=1e-10)
+    student = ghost_student(tiny, 1, 64, variant.split()[0], **VARIANTS[variant])
+    load_pruned(student, model, plan)
+    student.train()
+    ghosts = {n: p for n, p in student.named_parameters() if ".ghost." in n}
+    before = {n: p.detach().clone() for n, p in ghosts.items()}
+    optimizer = torch.optim.SGD(student.parameters(), lr=1.0)
+    nll(student, tiny["batches"][0]).backward()
+    assert all(p.grad is not None and p.grad.abs().max() > 0 for p in ghosts.values()), variant
+    optimizer.step()
+    assert all(not torch.equal(p, before[n]) for n, p in ghosts.items())
+
+
+def test_attention_positions_refuse_what_they_cannot_build(tiny):
+    with pytest.raises(GhostConfigError, match="--ghost-heads"):  # unpruned: no pruned head to generate
+        ghost_student(tiny, 2, 128, "qk")
+    for flags in ({"ghost_conv": "conv1d_s"}, {"ghost_features": 2}, {"ghost_unshared": True}):
+        with pytest.raises(GhostConfigError, match="--ghost-conv / --ghost-features / --ghost-unshared"):
+            ghost_student(tiny, 1, 64, "v", **flags)
+    ghost_student(tiny, 1, 64, "v,o", ghost_features=2)  # they configure the module after O
 
 
 def test_a_teacher_of_another_shape_is_refused(tiny):
@@ -285,6 +464,33 @@ def test_prune_distill_resume_finetune_and_generate_through_the_stock_clis(tiny,
         gen = run_cli("fairseq_cli.generate", data, "--user-dir", USER_DIR, "--path", path, "--gen-subset", "valid",
                       "--beam", "2", "--max-len-b", "5", "--batch-size", "256", "--cpu").stdout
         assert "BLEU4" in gen.splitlines()[-1] or "BLEU" in gen
+
+
+@pytest.mark.parametrize("positions,extra", [("qk,ffn2", ["--ghost-conv", "conv1d_f", "--ghost-conv1d-f-length", "64"]),
+                                             ("v", [])])
+def test_new_positions_save_train_and_generate_through_the_stock_clis(tiny, tmp_path, positions, extra):
+    data, teacher = tiny["data"], tiny["path"]
+    init = tmp_path / "init.pt"
+    run_cli("user_dir.tools.ghost_prune", data, "--path", teacher, "--width-mult", "1/2", "--out", init,
+            "--ghost-positions", positions, *extra, "--max-batches", "2", "--cpu")
+    flags = open(str(init) + ".flags").read().split()
+    assert "--ghost-positions" in flags and all(f in flags for f in extra)
+    final = init
+    if positions.startswith("qk"):
+        save = tmp_path / "distill"
+        run_cli("fairseq_cli.train", data, "--user-dir", USER_DIR, *flags, "--optimizer", "adam", "--lr", "1e-4",
+                "--max-tokens", "1024", "--no-progress-bar", "--num-workers", "0", "--cpu", "--seed", "1",
+                "--criterion", "ghost_distill", "--teacher-path", teacher, "--finetune-from-model", init,
+                "--save-dir", save, "--max-update", "1", "--no-epoch-checkpoints", "--disable-validation")
+        final = save / "checkpoint_last.pt"
+        trained = torch.load(final, map_location="cpu", weights_only=True)["model"]
+        start = torch.load(init, map_location="cpu", weights_only=True)["model"]
+        key = "encoder.layers.0.self_attn.ghost.weight"
+        assert trained[key].shape == (1, 1, 3, 3) and not torch.equal(trained[key], start[key])
+        assert trained["encoder.layers.0.fc2.ghost.weight"].shape == (1, 64, 64, 3)
+    gen = run_cli("fairseq_cli.generate", data, "--user-dir", USER_DIR, "--path", final, "--gen-subset", "valid",
+                  "--beam", "2", "--max-len-b", "5", "--batch-size", "256", "--cpu").stdout
+    assert "BLEU" in gen.splitlines()[-1]
 
 
 # ---- the GLUE encoders (hf_bert) -------------------------------------------------------------------

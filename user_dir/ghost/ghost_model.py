@@ -1,6 +1,7 @@
 """GhostBERT models (Huang et al., section 2.1, Figure 2): a fairseq encoder whose layers keep M
 heads and a narrower FFN (a genuinely smaller dense model), with ghost modules after O and after
-FFN2 (eqs 3 and 5).
+FFN2 (eqs 3 and 5), or at the other positions of Table 6 (after FFN1; after QK / after V inside the
+attention, ghost_attention.py, which leave V and O / O unpruned as section 4.2 says).
 
 * ``--arch ghost_transformer`` / ``ghost_transformer_iwslt_de_en``: fairseq's translation
   ``transformer`` with such an encoder (the decoder is unchanged);
@@ -28,7 +29,8 @@ from fairseq.models.transformer.transformer_legacy import base_architecture, tra
 
 from ..bert.hf_bert_model import HFBertModel, hf_bert, hf_minilm_l6
 from ..common.structured_pruning import PrunedMultiheadAttention, resize_encoder_layer, transformer_encoder
-from .ghost_module import CONV_TYPES, POSITIONS, GhostConfig, GhostConfigError, GhostLinear
+from .ghost_attention import GhostAttention
+from .ghost_module import ATTENTION_POSITIONS, CONV_TYPES, POSITIONS, GhostConfig, GhostConfigError, GhostLinear
 
 
 # the ghost_* architecture that prunes each supported model type
@@ -62,12 +64,18 @@ def add_ghost_args(parser) -> None:
                              "(section 2.1.2; default: all of --encoder-ffn-embed-dim)")
     parser.add_argument("--ghost-positions", type=str, metavar="LIST",
                         help="where ghost modules go, comma-separated from " + ", ".join(POSITIONS)
-                             + " (after O / after FFN1 / after FFN2, Table 6); 'none' = pruned only "
-                               "(Table 3); paper: o,ffn2")
+                             + " (after QK: Conv2D on the kept heads' attention maps, V and O unpruned / "
+                               "after V: DWConv from the M kept to the N_H - M pruned heads' contexts, O "
+                               "unpruned / after O / after FFN1 / after FFN2; section 4.2, Table 6; qk and v "
+                               "exclude each other); 'none' = pruned only (Table 3); paper: o,ffn2")
     parser.add_argument("--ghost-kernel-size", type=int, metavar="K",
                         help="convolution kernel size, odd (section 3.1, Figure 3 / Table 9; paper: 3)")
     parser.add_argument("--ghost-conv", choices=CONV_TYPES,
-                        help="convolution type (section 4.1, Table 5; paper: dwconv)")
+                        help="convolution type of the modules after O / FFN1 / FFN2 (section 4.1, Table 5; "
+                             "after QK is always Conv2D and after V DWConv, Table 6; paper: dwconv)")
+    parser.add_argument("--ghost-conv1d-f-length", type=int, metavar="N",
+                        help="--ghost-conv conv1d_f: its n input/output channels, one per token position, the "
+                             "longest sentence it takes (section 4.1; paper: 128, its padded length)")
     parser.add_argument("--ghost-no-softmax", action="store_true", default=None,
                         help="do not softmax-normalise the kernels (Table 4 '- Softmax'; paper: normalised)")
     parser.add_argument("--ghost-no-relu", action="store_true", default=None,
@@ -86,6 +94,7 @@ def ghost_defaults(args) -> None:
     args.ghost_positions = getattr(args, "ghost_positions", None) or "o,ffn2"
     args.ghost_kernel_size = getattr(args, "ghost_kernel_size", None) or 3
     args.ghost_conv = getattr(args, "ghost_conv", None) or "dwconv"
+    args.ghost_conv1d_f_length = getattr(args, "ghost_conv1d_f_length", None) or 128
     args.ghost_no_softmax = bool(getattr(args, "ghost_no_softmax", False))
     args.ghost_no_relu = bool(getattr(args, "ghost_no_relu", False))
     args.ghost_features = getattr(args, "ghost_features", None) or 1
@@ -100,12 +109,15 @@ def parse_positions(spec: str) -> tuple:
     if bad or not positions:
         raise GhostConfigError(f"--ghost-positions {spec!r}: give 'none' or a comma-separated list of "
                                f"{', '.join(POSITIONS)}")
+    if all(p in positions for p in ATTENTION_POSITIONS):
+        raise GhostConfigError(f"--ghost-positions {spec!r}: qk and v both generate the pruned heads; give one")
     return positions
 
 
 def ghost_config(args) -> GhostConfig:
     return GhostConfig(kernel_size=args.ghost_kernel_size, conv=args.ghost_conv, softmax=not args.ghost_no_softmax,
-                       relu=not args.ghost_no_relu, features=args.ghost_features, shared=not args.ghost_unshared)
+                       relu=not args.ghost_no_relu, features=args.ghost_features, shared=not args.ghost_unshared,
+                       conv1d_f_length=args.ghost_conv1d_f_length)
 
 
 def kept_widths(args, heads: int, ffn: int) -> tuple:
@@ -126,12 +138,18 @@ def ghost_encoder_layer(layer: nn.Module, kept_heads: int, kept_ffn: int, positi
     if (kept_heads, kept_ffn) != (heads, ffn):
         resize_encoder_layer(layer, kept_heads, kept_ffn)
     ghosts = []
+    inside = [p for p in positions if p in ATTENTION_POSITIONS]
+    if inside:  # after QK / after V: the attention computes N_H heads from M (ghost_attention.py)
+        layer.self_attn = GhostAttention(layer.embed_dim, heads, kept_heads, inside[0], cfg,
+                                         dropout=layer.self_attn.dropout_module.p)
     if "o" in positions:
         attn = layer.self_attn
         if not isinstance(attn, PrunedMultiheadAttention):  # the fused fast path would bypass out_proj
             resize_encoder_layer(layer, kept_heads, kept_ffn)
             attn = layer.self_attn
-        attn.out_proj = GhostLinear(attn.out_proj.in_features, layer.embed_dim, kept_heads, cfg)
+        # O's input: M heads, or all N_H after QK / after V
+        attn.out_proj = GhostLinear(attn.out_proj.in_features, layer.embed_dim,
+                                    attn.out_proj.in_features // attn.head_dim, cfg)
         ghosts.append(attn.out_proj)
     if "ffn2" in positions:
         layer.fc2 = GhostLinear(kept_ffn, layer.embed_dim, kept_heads, cfg)  # M folds of kept_ffn / M neurons
@@ -156,6 +174,11 @@ def build_ghost_encoder(model: nn.Module, args) -> None:
     layer0 = encoder.layers[0]
     kept_heads, kept_ffn = kept_widths(args, layer0.self_attn.num_heads, layer0.fc1.out_features)
     positions, cfg = parse_positions(args.ghost_positions), ghost_config(args)
+    if positions and all(p in ATTENTION_POSITIONS for p in positions) and (
+            cfg.conv != "dwconv" or cfg.features != 1 or not cfg.shared):
+        raise GhostConfigError(f"--ghost-conv / --ghost-features / --ghost-unshared configure the modules after O, "
+                               f"FFN1 and FFN2; --ghost-positions {args.ghost_positions} has none (after QK is "
+                               "Conv2D and after V DWConv, Table 6)")
     if not cfg.shared and kept_ffn % kept_heads and "ffn2" in positions:
         raise GhostConfigError(f"--ghost-unshared: --ghost-ffn-dim {kept_ffn} does not split into "
                                f"{kept_heads} folds")

@@ -11,6 +11,9 @@ padding, kernel size k (3), each channel's kernel softmax-normalised over its k 
 2.2.2), no bias (the paper omits biases, and its count of 55.3K extra parameters for BERT-base is
 exactly 2 modules x 12 layers x 768 channels x 3 taps).
 
+This module is the ghost module after O, after FFN1 or after FFN2 (Table 6; ``--ghost-positions``);
+the positions inside the attention (after QK, after V) are in ``ghost_attention.py``.
+
 Forms:
 * **shared, the default** (section 2.3: F = 1, all G_{f,h} share one set of parameters): by
   linearity sum_h conv(H_h) = conv(sum_h H_h), one convolution of the sub-layer output. This is
@@ -31,11 +34,20 @@ Choices the paper leaves open, and ours:
   the paper's source for the softmax-normalised DWConv).
 * Even kernel sizes have no centred "same" padding (the paper's index i - ceil((k+1)/2) + m is
   asymmetric for even k); we refuse them, naming ``--ghost-kernel-size``. Figure 3 uses odd sizes.
-* Convolution types of Table 5: ``dwconv`` (ours), ``conv1d_s`` (a full d -> d convolution over
-  the sequence; softmax over each output channel's d x k weights), ``conv2d`` (one 1 -> 1 channel
-  k x k kernel over the (sequence, feature) map; softmax over its k*k taps). Conv1D_F (over the
-  feature direction with n = sequence-length channels) needs a fixed sequence length and is not
-  implemented.
+* Convolution types of Table 5 (section 4.1): ``dwconv`` (ours), ``conv1d_s`` (a full d -> d
+  convolution over the sequence; softmax over each output channel's d x k weights), ``conv2d`` (one
+  1 -> 1 channel k x k kernel over the (sequence, feature) map; softmax over its k*k taps), and
+  ``conv1d_f``: a full convolution over the *feature* direction whose n input and n output channels
+  are the sequence positions, ``O[i, c] = sum_j sum_m W[i, j, m] X[j, c - k//2 + m]``, W in
+  R^{n x n x k} (section 4.1's equation). The paper's n is the fixed padded length of its inputs
+  (128: Table 5's 47M parameters at m = 3/12 are 46M + 2 x 12 x 128^2 x 3); ours is
+  ``--ghost-conv1d-f-length`` (default 128). Choices, ours: channel i is the i-th *real* token of the
+  sentence (tokens are counted from the first non-padding position, so left or right padding, and
+  how much of it, change nothing: tested); a sentence longer than n is refused naming the flag;
+  the softmax runs over each output channel's n x k weights (as for Conv1D_S) and the
+  convolution is computed on the first L rows/columns of W only, L the batch's longest sentence
+  (positions beyond a sentence hold zeros, so this equals the padded-to-n convolution on every
+  real token and costs 2 F L^2 k d FLOPs, the paper's count at L = n).
 * ``--ghost-no-softmax`` uses the raw kernel (Table 4 "- Softmax"), ``--ghost-no-relu`` the
   identity as the nonlinearity (Table 4 "- ReLU").
 """
@@ -46,8 +58,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-CONV_TYPES = ("dwconv", "conv1d_s", "conv2d")
-POSITIONS = ("o", "ffn1", "ffn2")
+CONV_TYPES = ("dwconv", "conv1d_s", "conv1d_f", "conv2d")
+# Table 6 (section 4.2, Figure 4): after QK / after V (ghost_attention.py), after O / FFN1 / FFN2 (GhostLinear)
+POSITIONS = ("qk", "v", "o", "ffn1", "ffn2")
+ATTENTION_POSITIONS = ("qk", "v")
 
 
 class GhostConfigError(ValueError):
@@ -62,6 +76,7 @@ class GhostConfig:
     relu: bool = True
     features: int = 1
     shared: bool = True
+    conv1d_f_length: int = 128
 
     def __post_init__(self):
         if self.kernel_size < 1 or self.kernel_size % 2 == 0:
@@ -71,6 +86,8 @@ class GhostConfig:
             raise GhostConfigError(f"--ghost-conv {self.conv!r}: expected one of {', '.join(CONV_TYPES)}")
         if self.features < 1:
             raise GhostConfigError(f"--ghost-features {self.features}: must be >= 1 (paper: 1)")
+        if self.conv1d_f_length < 1:
+            raise GhostConfigError(f"--ghost-conv1d-f-length {self.conv1d_f_length}: must be >= 1 (paper: 128)")
         if not self.shared and self.conv != "dwconv":
             raise GhostConfigError(f"--ghost-unshared is implemented for --ghost-conv dwconv only, not {self.conv}")
 
@@ -124,12 +141,17 @@ class GhostConv(nn.Module):
             self.weight = nn.Parameter(torch.empty(units, f, channels, k))
         elif cfg.conv == "conv1d_s":
             self.weight = nn.Parameter(torch.empty(f, channels, channels, k))
+        elif cfg.conv == "conv1d_f":
+            n = cfg.conv1d_f_length
+            self.weight = nn.Parameter(torch.empty(f, n, n, k))
         else:  # conv2d
             self.weight = nn.Parameter(torch.empty(f, 1, k, k))
         # fairseq's LightweightConv initialisation (the paper gives none)
         nn.init.xavier_uniform_(self.weight.view(-1, 1, k) if cfg.conv == "dwconv" else self.weight)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``x`` zero at padding; ``padding_mask`` (B x T, True at padding) is read by Conv1D_F only,
+        whose channels are token positions."""
         T, B, U, C = x.shape
         cfg, k = self.cfg, self.cfg.kernel_size
         if cfg.conv == "dwconv":
@@ -141,9 +163,32 @@ class GhostConv(nn.Module):
             kernel = normalised_kernel(self.weight, cfg.softmax, dims=2)  # F x C_out x C_in x k
             y = F.conv1d(x.permute(1, 2, 0), kernel.reshape(-1, C, k).to(x.dtype), padding=k // 2)
             return y.view(B, cfg.features, C, T).permute(3, 0, 1, 2)
+        if cfg.conv == "conv1d_f":
+            return self._conv1d_f(x, padding_mask)
         kernel = normalised_kernel(self.weight, cfg.softmax, dims=2)  # F x 1 x k x k
         y = F.conv2d(x.permute(1, 0, 2).unsqueeze(1), kernel.to(x.dtype), padding=k // 2)  # B x F x T x C
         return y.permute(2, 0, 1, 3)
+
+    def _conv1d_f(self, x: torch.Tensor, padding_mask: Optional[torch.Tensor]) -> torch.Tensor:
+        """Conv1D_F of the time-first ``x`` (T x B x C, zero at padding): tokens are gathered into
+        positions 0..L-1 counted from each sentence's first real token, convolved over the feature
+        direction with W[:, :L, :L] (softmax taken over all n x k inputs of an output channel) and
+        put back; output T x B x F x C."""
+        T, B, C = x.shape
+        cfg, k, n = self.cfg, self.cfg.kernel_size, self.cfg.conv1d_f_length
+        real = torch.ones(B, T, dtype=torch.bool, device=x.device) if padding_mask is None else ~padding_mask
+        position = real.long().cumsum(1) - 1  # the i-th real token of its sentence
+        L = int(real.sum(1).max())
+        if L > n:
+            raise GhostConfigError(f"--ghost-conv1d-f-length {n}: a sentence of {L} tokens is longer than the "
+                                   "Conv1D_F channels (section 4.1: n input and output channels, one per position)")
+        index = torch.where(real, position, L).unsqueeze(-1).expand(B, T, C)  # padding -> a dropped row L
+        aligned = x.new_zeros(B, L + 1, C).scatter(1, index, x.transpose(0, 1))[:, :L]  # B x L x C
+        kernel = normalised_kernel(self.weight, cfg.softmax, dims=2)[:, :L, :L]  # F x L x L x k
+        y = F.conv1d(aligned, kernel.reshape(-1, L, k).to(x.dtype), padding=k // 2)  # B x (F L) x C
+        y = y.view(B, cfg.features, L, C)
+        back = position.clamp(min=0)[:, None, :, None].expand(B, cfg.features, T, C)
+        return y.gather(2, back).permute(2, 0, 1, 3)  # T x B x F x C (padding rows: masked by the caller)
 
     def parameter_count(self) -> int:
         return self.weight.numel()
@@ -151,7 +196,8 @@ class GhostConv(nn.Module):
     def flops(self, length: int) -> int:
         """FLOPs (2 x multiply-adds) on one sequence of ``length`` tokens (Appendix A.3 convention)."""
         cfg, k, C = self.cfg, self.cfg.kernel_size, self.channels
-        per_token = {"dwconv": self.units * C * k, "conv1d_s": C * C * k, "conv2d": C * k * k}[cfg.conv]
+        per_token = {"dwconv": self.units * C * k, "conv1d_s": C * C * k, "conv2d": C * k * k,
+                     "conv1d_f": length * C * k}[cfg.conv]  # Conv1D_F: every token reads all L tokens' windows
         return 2 * length * per_token * cfg.features
 
 
@@ -191,9 +237,9 @@ class GhostLinear(nn.Linear):
             heads = heads + self.bias / M
         ghost_in = self._masked(heads)
         if self.cfg.shared:  # the same conv for every head: apply it per head, then sum
-            conv = torch.stack([self.ghost(ghost_in[:, :, h: h + 1]) for h in range(M)]).sum(0)
+            conv = torch.stack([self.ghost(ghost_in[:, :, h: h + 1], self.padding_mask) for h in range(M)]).sum(0)
         else:
-            conv = self.ghost(ghost_in)
+            conv = self.ghost(ghost_in, self.padding_mask)
         return heads.sum(2) + self._ghost(conv)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -202,7 +248,7 @@ class GhostLinear(nn.Linear):
         if not self.cfg.shared:
             return self.per_head_output(x)
         y = super().forward(x)
-        return y + self._ghost(self.ghost(self._masked(y).unsqueeze(2)))
+        return y + self._ghost(self.ghost(self._masked(y).unsqueeze(2), self.padding_mask))
 
     def ghost_parameter_count(self) -> int:
         return self.ghost.parameter_count()
@@ -212,9 +258,8 @@ class GhostLinear(nn.Linear):
 
 
 def flops_outside_torch_counter(model: nn.Module, length: int) -> int:
-    """FLOPs of the DWConv ghost modules of ``model`` on one sequence of ``length`` tokens: computed
-    as shifted multiply-adds (:func:`depthwise_conv_time`), which ``torch.utils.flop_counter``
-    does not count (it counts matrix products and convolutions: the other conv types). Add it to the
-    counter's total for the model's FLOPs."""
-    return sum(m.ghost_flops(length) for m in model.modules()
-               if isinstance(m, GhostLinear) and m.cfg.conv == "dwconv")
+    """FLOPs of the DWConv ghost modules of ``model`` (after O / FFN1 / FFN2 and after V) on one
+    sequence of ``length`` tokens: computed as shifted multiply-adds (:func:`depthwise_conv_time`),
+    which ``torch.utils.flop_counter`` does not count (it counts matrix products and convolutions:
+    the other conv types). Add it to the counter's total for the model's FLOPs."""
+    return sum(m.flops(length) for m in model.modules() if isinstance(m, GhostConv) and m.cfg.conv == "dwconv")
