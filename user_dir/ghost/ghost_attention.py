@@ -108,7 +108,7 @@ class GhostAttention(PrunedMultiheadAttention):
         if not 1 <= kept_heads < num_heads:
             raise GhostConfigError(f"--ghost-positions {position}: the ghost module generates the N_H - M pruned "
                                    f"heads, so --ghost-heads must be below the layer's {num_heads} heads "
-                                   f"(got {kept_heads})")
+                                   f"(got {kept_heads}; ghost_prune: a --width-mult below 1)")
         super().__init__(embed_dim, num_heads, kept_heads, dropout=dropout)
         self.position, self.total_heads = position, num_heads
         full = num_heads * self.head_dim
