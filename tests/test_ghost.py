@@ -555,3 +555,60 @@ def test_distillation_of_an_identical_student_is_zero_and_embedding_dropout_is_n
     student.train()  # dropout inside the layers changes M_l and F_l, never E (taken before the embedding dropout)
     _, _, log = criterion(student, sample)
     assert log["l_emb"] == 0 and log["l_mha"] > 1e-4 and log["l_ffn"] > 1e-4
+
+
+# ---- scripts/bench_ghost.py: the GLUE part beside the translation part ------------------------------
+def test_bench_ghost_glue_part_keeps_the_translation_part_and_labels_its_rows(tmp_path, monkeypatch):
+    """A GLUE run of the benchmark keeps the translation part of a translation-only JSON (the layout before
+    GLUE rows), names its teacher and puts the paper's Table 1/10 numbers beside its rows; a task without a
+    teacher, or no GLUE task, is refused naming the flag."""
+    import argparse
+    import importlib.util
+    import json
+
+    from conftest import REPO
+    spec = importlib.util.spec_from_file_location("bench_ghost", os.path.join(REPO, "scripts", "bench_ghost.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cost = {"params": 1000, "encoder_params": 800, "ghost_params": 0, "encoder_flops_128": 4e6, "speedup": 1.0,
+            "speedup_range": [1.0, 1.0]}
+    translation = {"command": "python scripts/bench_ghost.py", "machine": "m", "date": "d", "seed": 1,
+                   "teacher": "t.pt", "distill_updates": 2, "finetune_updates": 1, "lr": 5e-4, "threads": 1,
+                   "runs": 1, "repeats": 1, "time_batch": 2, "load": 0.5,
+                   "rows": [dict(cost, m="4/4", variant="teacher", bleu=36.29),
+                            dict(cost, m="2/4", variant="pruned", bleu=35.5, bleu_init=30.0)]}
+    out = tmp_path / "ghostbert"
+    (tmp_path / "ghostbert.json").write_text(json.dumps(translation))  # the translation-only layout
+
+    def glue_part(args, task, runs, header):
+        assert runs == [("12/12", "pruned"), ("12/12", "ghost"), ("3/12", "pruned"), ("3/12", "ghost")]
+        scores = {"accuracy": 60.0, "examples": 277}
+        rows = [dict(cost, m="12/12", variant="teacher", scores=scores)]
+        rows += [dict(cost, m=m, variant=v, scores={"accuracy": a, "examples": 277}, scores_init=scores,
+                      scores_last=scores, ghost_params=g, encoder_flops_128=f, train_seconds=120)
+                 for m, v, a, g, f in (("12/12", "pruned", 61.0, 0, 4e6), ("12/12", "ghost", 62.0, 10, 4.1e6),
+                                       ("3/12", "pruned", 55.0, 0, 1e6), ("3/12", "ghost", 57.5, 10, 1.1e6))]
+        return dict(header, load=0.1, teacher={"run": "lr5e-5", "checkpoint": "work/glue/RTE/x.pt", "lr": 5e-5,
+                                               "updates": 780, "metric": "accuracy", "score": 60.0,
+                                               "sha256": "ab" * 32},
+                    metric="accuracy", rows=rows,
+                    settings={"distill_updates": 5, "finetune_updates": 6, "lr": 5e-5, "lr_source": "the teacher's",
+                              "batch_size": 32, "validations": 2, "best_metric": "accuracy",
+                              "importance_subset": "valid", "work": "w"})
+    monkeypatch.setattr(bench, "glue_part", glue_part)
+    bench.main(["--glue-task", "RTE", "--widths", "12/12,3/12", "--out", str(out), "--work", str(tmp_path / "w")])
+    data = json.loads((tmp_path / "ghostbert.json").read_text())
+    assert data["version"] == 2 and data["translation"] == translation and list(data["glue"]) == ["RTE"]
+    assert data["glue"]["RTE"]["command"].startswith("python scripts/bench_ghost.py --glue-task RTE")
+    report = (tmp_path / "ghostbert.md").read_text()
+    assert "| pruned only | 2/4 |" in report and "| 30.00 | 35.50 |" in report  # the translation rows, kept
+    assert "run lr5e-5, lr 5e-05, 780 updates, dev acc 60.00" in report
+    assert "| teacher + ghost modules (unpruned, Table 1's GhostBERT m = 12/12) | 12/12 |" in report
+    assert "| acc 62.00 | acc 60.00 | 2 min | 71.8 (Table 1, GhostBERT m = 12/12) |" in report
+    assert "| acc 55.00 | acc 60.00 | 2 min | 68.6 (Table 10) |" in report  # pruned only, 3/12: RTE of Table 10
+    assert "same procedure: m = 12/12: +1.00 (10 ghost parameters" in report and "m = 3/12: +2.50" in report
+    assert "| 1.1M (27.5%) |" in report  # FLOPs against the GLUE teacher's
+    with pytest.raises(SystemExit, match="--glue-task XYZ"):
+        bench.glue_setup(argparse.Namespace(glue_work=str(tmp_path)), "XYZ")
+    with pytest.raises(SystemExit, match=r"--glue-task MRPC: no teacher .*TASKS=MRPC bash scripts/glue_teachers.sh"):
+        bench.glue_setup(argparse.Namespace(glue_work=str(tmp_path)), "MRPC")
