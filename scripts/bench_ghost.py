@@ -370,6 +370,21 @@ def glue_part(args, task, runs, header):
 
 
 
+def _cpu_sdpa_flops(query, key, value, *args, **kwargs):
+    from torch.utils.flop_counter import sdpa_flop_count
+    return sdpa_flop_count(query, key, value)  # shapes (FlopCounterMode passes a custom formula shapes)
+
+
+def _cpu_sdpa_mapping():
+    """torch's FlopCounterMode counts the CUDA kernels of scaled_dot_product_attention but not the CPU one,
+    which fairseq's MultiheadAttention calls when no attention weights are asked for (the stock encoder
+    layers): without this, an unpruned encoder's QK^T and AV products (2 x 2 n^2 d per layer) went uncounted
+    while the pruned layers' explicit products were counted."""
+    import torch
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    return {op: _cpu_sdpa_flops} if op is not None else {}
+
+
 def measure_costs(paths, args, data, subset):
     """Parameters, FLOPs at length 128 and alternating encoder timings of ``paths`` (first: teacher), timed
     on 128-token blocks of ``data``'s ``subset`` sentences."""
@@ -383,6 +398,7 @@ def measure_costs(paths, args, data, subset):
     from user_dir.ghost.ghost_module import flops_outside_torch_counter
     from user_dir.tools.encoder_cost import real_batch
 
+    cpu_sdpa = _cpu_sdpa_mapping()
     torch.set_num_threads(args.threads)
     models, task = [], None
     for path in paths:
@@ -393,7 +409,7 @@ def measure_costs(paths, args, data, subset):
     costs = []
     for model in models:
         encoder = transformer_encoder(model)
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=cpu_sdpa) as counter:
             encoder(one, src_lengths=torch.tensor([one.size(1)]))
         ghost = sum(p.numel() for n, p in model.named_parameters() if ".ghost." in n)
         costs.append({"params": count_parameters(model).total, "encoder_params": sum(
@@ -594,6 +610,8 @@ def write_report(data, out):
 
 def plot(parts, png):
     try:
+        import logging
+        logging.getLogger("matplotlib").setLevel(logging.WARNING)
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
