@@ -256,7 +256,7 @@ def resolve_engines(paths: List[str], engines: List[str]) -> List[str]:
 
 
 def _run_worker(spec: dict) -> dict:
-    if spec["engine"] == "ctranslate2":  # ct2_engine decodes in its own fresh process
+    if spec.get("engine") == "ctranslate2":  # ct2_engine decodes in its own fresh process
         from user_dir.tools.ct2_engine import CT2Error, measure
 
         try:
