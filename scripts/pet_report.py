@@ -28,15 +28,16 @@ def valid_nll_per_epoch(log_path):
     return dict(sorted(nll.items()))
 
 
-def report(work, command, recipe):
+def report(work, command, recipe, train_log=None):
     with open(os.path.join(work, "measure.json")) as f:
         rows = {r["name"]: r for r in json.load(f)["rows"]}
     with open(os.path.join(work, "measure.md")) as f:
         measure_md = f.read()
     t, s = rows["teacher"], rows["pet"]
     paper_compression, paper_bleu = PAPER["pet"]
-    nll = valid_nll_per_epoch(os.path.join(work, "kd.log"))
-    trend = ", ".join(f"{v:.2f}" for v in nll.values()) or "(no kd.log)"
+    train_log = train_log or os.path.join(work, "kd.log")
+    nll = valid_nll_per_epoch(train_log)
+    trend = ", ".join(f"{v:.2f}" for v in nll.values()) or f"(no {train_log})"
     return "\n".join([
         "# PET on the CPU: `scripts/pet_multi30k.sh` (Multi30k DE->EN)", "",
         f"Made by `{command}` ({recipe}). Test: test_2016_flickr, beam 5.", "",
@@ -48,7 +49,7 @@ def report(work, command, recipe):
         f"({s['compression_rate']:.2f}%) | {paper_compression}% |",
         f"| sentences/s (measured in turn) | {t['sentences_per_s']:.1f} | {s['sentences_per_s']:.1f} "
         f"({s['speedup']:.2f}x) | - |", "",
-        f"Validation NLL after each KD epoch ({os.path.join(os.path.basename(work), 'kd.log')}): {trend}.", "",
+        f"Validation NLL after each KD epoch ({os.path.relpath(train_log)}): {trend}.", "",
         "## The measurement command's table", "", measure_md])
 
 
@@ -57,11 +58,12 @@ def main(argv=None):
     p.add_argument("work", help="the WORK_DIR of scripts/pet_multi30k.sh (measure.json, measure.md, kd.log)")
     p.add_argument("--command", required=True, help="the command that made the run, quoted in the report")
     p.add_argument("--recipe", default="", help="one line on the recipe's settings, quoted in the report")
+    p.add_argument("--train-log", default=None, help="the KD stage's fairseq-train log (default: WORK/kd.log)")
     p.add_argument("--out", required=True, help="Markdown file to write (the measurement's JSON is copied beside it)")
     args = p.parse_args(argv)
     if not os.path.isfile(os.path.join(args.work, "measure.json")):
         raise SystemExit(f"pet_report: {args.work}/measure.json missing (run scripts/pet_multi30k.sh {args.work} first)")
-    text = report(args.work, args.command, args.recipe)
+    text = report(args.work, args.command, args.recipe, args.train_log)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)
