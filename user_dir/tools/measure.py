@@ -142,6 +142,7 @@ def _worker(spec: dict) -> dict:
         else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         "memory_kind": "CUDA peak allocated" if use_cuda else "peak RSS of the process",
         "device": torch.cuda.get_device_name() if use_cuda else "cpu",
+        "threads": torch.get_num_threads(),
         "is_translation": is_translation,
         "target_lang": getattr(getattr(task, "cfg", None), "target_lang", None),
     })
@@ -343,7 +344,7 @@ def main(argv=None) -> List[dict]:
             "tokens_per_s": statistics.median(r["tokens"] / r["seconds"] for r in runs[name]),
             "sentences_per_s_runs": [r["sentences"] / r["seconds"] for r in runs[name]],
             "peak_memory_mb": statistics.median(r["peak_memory_mb"] for r in runs[name]),
-            "memory_kind": first["memory_kind"], "device": first["device"],
+            "memory_kind": first["memory_kind"], "device": first["device"], "threads": first.get("threads"),
             "outputs_identical_across_runs": all(r["outputs"] == first["outputs"] for r in runs[name]),
         })
     ref = next(r for r in rows if r["name"] == reference)
@@ -410,7 +411,12 @@ def format_table(rows: List[dict], args, reference: str) -> str:
                      + (f"`{args.raw_reference}`." if args.raw_reference else "the detokenised references."))
     if not all(r["outputs_identical_across_runs"] for r in rows):
         notes.append("WARNING: some model's outputs differed between runs.")
-    notes += ["", f"Machine: {machine_description()}; device: {rows[0]['device']}.",
+    threads = sorted({r.get("threads") for r in rows if r.get("threads")})
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    notes += ["", f"Machine: {machine_description()}; device: {rows[0]['device']}"
+              + (f"; {'/'.join(map(str, threads))} torch thread(s) per fairseq worker" if threads else "")
+              + (f"; load average (1, 5, 15 min) at the end: {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}" if load else "")
+              + ".",
               f"Date: {time.strftime('%Y-%m-%d')}.", "", "Command:", "```", _command(), "```", ""]
     return "\n".join(lines + notes)
 
