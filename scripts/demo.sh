@@ -3,7 +3,7 @@
 # for a fixed number of updates (simplified-task warm-up, then word-level KD into a 4+4-logical-layer
 # shared student), print teacher vs PET through the measurement command (BLEU on test_2016_flickr,
 # non-embedding parameters and compression rate, size, sentences/s, memory), then translate a few
-# typed German sentences with both through fairseq-interactive.
+# typed German sentences with the teacher and the students through fairseq-interactive.
 #
 #   bash scripts/demo.sh                     # PET 200 warm-up + 600 KD updates (time and BLEU: README)
 #   WARMUP_UPDATES=600 KD_UPDATES=3000 bash scripts/demo.sh   # a longer run: better student
@@ -25,6 +25,7 @@ SMOKE="${SMOKE:-0}"
 WORK="${WORK:-$ROOT/work/demo}"
 SHIPPED="$ROOT/checkpoints/multi30k.de-en"
 TEACHER="$SHIPPED/teacher.pt"
+SHIPPED_PET="$SHIPPED/pet_student.pt"  # the full-recipe PET student (scripts/pet_multi30k.sh), measured beside the demo's
 if [ "$SMOKE" = 1 ]; then
   WARMUP_UPDATES="${WARMUP_UPDATES:-4}"; KD_UPDATES="${KD_UPDATES:-8}"
   DATA_EXTRA=(--train-lines 2000); TRAIN_EXTRA="--max-valid-steps 2"; MEASURE_EXTRA="--max-sentences 50"; RUNS=1
@@ -59,7 +60,8 @@ rm -rf "$WORK/pet"  # always afresh (fairseq would otherwise resume an earlier r
 say "3/4 PET: ${WARMUP_UPDATES} warm-up updates, then ${KD_UPDATES} KD updates from the shipped teacher (about $(minutes "($WARMUP_UPDATES + $KD_UPDATES) * $SEC_PER_UPDATE") min), then teacher vs PET on test_2016_flickr, beam 5, $RUNS timed run(s) (about $(minutes "$RUNS * $SEC_PER_MEASURE") min)"
 # short stages: a shorter LR warm-up so a few hundred updates reach the peak learning rate; outputs
 # bounded at 1.2 x source length + 10 tokens, as fairseq's IWSLT recipe validates
-TEACHER="$TEACHER" DATA="$WORK/data-bin" WARMUP_UPDATES="$WARMUP_UPDATES" KD_UPDATES="$KD_UPDATES" \
+ALSO=""; [ -f "$SHIPPED_PET" ] && ALSO="pet-full-recipe=$SHIPPED_PET"
+MEASURE_ALSO="$ALSO" TEACHER="$TEACHER" DATA="$WORK/data-bin" WARMUP_UPDATES="$WARMUP_UPDATES" KD_UPDATES="$KD_UPDATES" \
   EXTRA="--warmup-updates 100 --log-interval 25 $TRAIN_EXTRA" RUNS="$RUNS" \
   MEASURE_EXTRA="--max-len-a 1.2 --max-len-b 10 $MEASURE_EXTRA" REPORT="$WORK/pet/pet.md" \
   bash scripts/pet_multi30k.sh "$WORK/pet"
@@ -81,8 +83,15 @@ translate() {  # $1 name, $2 checkpoint -> $WORK/translations.$1 (detokenised hy
 }
 translate teacher "$TEACHER"
 translate pet "$WORK/pet/kd/checkpoint_best.pt"
-paste -d '\n' "$SENTENCES" <(sed 's/^/  teacher: /' "$WORK/translations.teacher") \
-  <(sed 's/^/  pet:     /' "$WORK/translations.pet")
+sed 's/^/  teacher:  /' "$WORK/translations.teacher" > "$WORK/shown.teacher"
+sed 's/^/  pet:      /' "$WORK/translations.pet" > "$WORK/shown.pet"
+SHOWN=("$WORK/shown.teacher" "$WORK/shown.pet")
+if [ -f "$SHIPPED_PET" ]; then
+  translate pet-full-recipe "$SHIPPED_PET"
+  sed 's/^/  pet-full: /' "$WORK/translations.pet-full-recipe" > "$WORK/shown.pet-full-recipe"
+  SHOWN+=("$WORK/shown.pet-full-recipe")
+fi
+paste -d '\n' "$SENTENCES" "${SHOWN[@]}"
 
 say "done: the table above is in $WORK/pet/measure.md"
 if [ -n "${REPORT:-}" ]; then

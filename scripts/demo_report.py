@@ -49,6 +49,7 @@ def main(argv=None):
         measured = json.load(f)
     rows = {r["name"]: r for r in measured["rows"]}
     t, s = rows["teacher"], rows["pet"]
+    full = rows.get("pet-full-recipe")  # the shipped full-recipe student, when the repository has it
     with open(os.path.join(args.work, "stages.tsv")) as f:
         last_start = int(f.read().splitlines()[-1].split("\t")[0])
     timeline = stages(os.path.join(args.work, "stages.tsv"), last_start)
@@ -56,7 +57,7 @@ def main(argv=None):
     with open(args.sentences, encoding="utf-8") as f:
         german = f.read().splitlines()
     translations = {}
-    for name in ("teacher", "pet"):
+    for name in ("teacher", "pet") + (("pet-full-recipe",) if full else ()):
         with open(os.path.join(args.work, f"translations.{name}"), encoding="utf-8") as f:
             translations[name] = f.read().splitlines()
     with open(os.path.join(args.work, "pet", "measure.md")) as f:
@@ -65,21 +66,28 @@ def main(argv=None):
     lines = [
         "# The demo: the shipped teacher compressed with PET for a fixed number of updates", "",
         f"Made by `{args.command}`, which wrote this file (scripts/demo_report.py).", "",
-        "| | teacher | PET (demo budget) |", "|---|---|---|",
-        f"| BLEU (tok) | {t['bleu_tok']:.2f} | {s['bleu_tok']:.2f} |",
-        f"| sacreBLEU | {t['sacrebleu']:.2f} | {s['sacrebleu']:.2f} |",
-        f"| non-embedding parameters | {t['non_embedding_params']:,} | {s['non_embedding_params']:,} "
-        f"({s['compression_rate']:.2f}%) |",
-        f"| sentences/s | {t['sentences_per_s']:.1f} | {s['sentences_per_s']:.1f} ({s['speedup']:.2f}x) |", "",
+        "| | teacher | PET (demo budget) |" + (" PET (shipped, full recipe) |" if full else ""),
+        "|---|---|---|" + ("---|" if full else ""),
+        *[f"| {label} | " + " | ".join(cell(r) for r in [t, s] + ([full] if full else [])) + " |"
+          for label, cell in [
+              ("BLEU (tok)", lambda r: f"{r['bleu_tok']:.2f}"),
+              ("sacreBLEU", lambda r: f"{r['sacrebleu']:.2f}"),
+              ("non-embedding parameters", lambda r: f"{r['non_embedding_params']:,}" + (
+                  "" if r is t else f" ({r['compression_rate']:.2f}%)")),
+              ("sentences/s", lambda r: f"{r['sentences_per_s']:.1f}" + ("" if r is t else f" ({r['speedup']:.2f}x)"))]],
+        "",
         "Time per stage on this machine (wall clock):", "",
         "| stage | minutes |", "|---|---|",
         *[f"| {title} | {sec / 60:.1f} |" for title, sec in timeline],
         f"| total | {total / 60:.1f} |", "",
-        f"Machine: {machine_description()}. Load average (1, 5, 15 min) at the start: {args.load_before}; "
+        f"Machine: {machine_description()}. Threads: "
+        + (f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}" if os.environ.get("OMP_NUM_THREADS")
+           else "torch's default") + f". Load average (1, 5, 15 min) at the start: {args.load_before}; "
         f"at the end: {load_after}.", "",
         "Typed sentences (fairseq-interactive, beam 5):", "",
-        *[f"- {de}\n  - teacher: {te}\n  - PET: {pe}" for de, te, pe in
-          zip(german, translations["teacher"], translations["pet"])], "",
+        *[f"- {de}\n  - teacher: {te}\n  - PET (demo budget): {pe}" + (f"\n  - PET (shipped): {fu}" if full else "")
+          for de, te, pe, fu in zip(german, translations["teacher"], translations["pet"],
+                                    translations.get("pet-full-recipe", [""] * len(german)))], "",
         "## The measurement command's table", "", measure_md]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
