@@ -61,6 +61,42 @@ def test_shipped_teacher_reproduces_its_stated_bleu_with_stock_fairseq_generate(
         assert ship.slice_bleu(TEACHER, int(stated["slice"].split()[1]), str(tmp_path), SHIPPED, plugin=True) == stated["input_bleu"]
 
 
+SHIPPED_PET = os.path.join(SHIPPED, "pet_student.pt")
+
+
+def _stated_pet():
+    with open(os.path.join(SHIPPED, "pet_slice_bleu.json")) as f:
+        return json.load(f)
+
+
+def test_shipped_pet_student_is_small_portable_and_as_documented():
+    """The full-recipe PET student ships beside the teacher: its SHA-256 as stated, no optimizer state,
+    no path of the machine that trained it, weights-only loadable once the plug-in is imported."""
+    stated = _stated_pet()
+    digest = hashlib.sha256(open(SHIPPED_PET, "rb").read()).hexdigest()
+    assert digest == stated["sha256"] and stated["needs_user_dir"] is True
+    with open(os.path.join(SHIPPED, "README.md")) as f:
+        assert digest in f.read()
+    import user_dir  # noqa: F401  (the plug-in allow-lists the Namespace of a plug-in model's options)
+
+    state = torch.load(SHIPPED_PET, map_location="cpu")
+    assert state["last_optimizer_state"] is None
+    assert state["cfg"]["common"]["user_dir"] is None and state["cfg"]["criterion"].get("teacher_path") is None
+    assert vars(state["cfg"]["model"])["arch"] == "pet_transformer_iwslt"
+    dtype = getattr(torch, stated["dtype"])
+    assert {v.dtype for v in state["model"].values() if v.is_floating_point()} == {dtype}
+
+
+def test_shipped_pet_student_reproduces_its_stated_bleu(tmp_path):
+    """fairseq-generate --user-dir on the first 200 test sentences: the stated BLEU of the shipped file,
+    within 0.05 of the trained checkpoint it was made from."""
+    stated = _stated_pet()
+    ship = _ship_module()
+    bleu = ship.slice_bleu(SHIPPED_PET, int(stated["slice"].split()[1]), str(tmp_path), SHIPPED, plugin=True)
+    assert abs(bleu - stated["shipped_bleu"]) <= 0.05, (bleu, stated)
+    assert abs(stated["shipped_bleu"] - stated["input_bleu"]) <= 0.05
+
+
 @needs_teacher
 def test_shipping_keeps_the_weights_and_the_model_cfg(tmp_path):
     ship = _ship_module()
@@ -89,7 +125,7 @@ def test_demo_end_to_end_on_a_smoke_budget(tmp_path):
     kd_log = open(tmp_path / "demo" / "pet" / "kd.log").read()
     assert re.search(r"num_updates 8\b", kd_log) and not re.search(r"num_updates 9\b", kd_log)
     rows = {row["name"]: row for row in json.load(open(tmp_path / "demo" / "pet" / "measure.json"))["rows"]}
-    assert set(rows) == {"teacher", "pet"}
+    assert set(rows) == {"teacher", "pet", "pet-full-recipe"}
     # the shipped teacher on the demo's own data: real BLEU (33.01 on these 50 sentences; a data/BPE/dictionary
     # mismatch would give about 0), and the student at under 10% of its non-embedding parameters
     assert rows["teacher"]["bleu_tok"] > 25
@@ -99,6 +135,8 @@ def test_demo_end_to_end_on_a_smoke_budget(tmp_path):
         lines = open(tmp_path / "demo" / f"translations.{name}").read().splitlines()
         assert len(lines) == 3 and all(line.strip() for line in lines), (name, lines)
     assert "Ein Mann fährt mit dem Fahrrad" in out and out.count("  teacher: ") == 3 and out.count("  pet:     ") == 3
+    # the shipped full-recipe student is measured and translates beside the demo's
+    assert rows["pet-full-recipe"]["bleu_tok"] > 25 and out.count("  pet-full: ") == 3
     # REPORT=...: the run as a report, its numbers those of the measurement, a row per stage
     report = open(tmp_path / "demo.md").read()
     assert f"| BLEU (tok) | {rows['teacher']['bleu_tok']:.2f} | {rows['pet']['bleu_tok']:.2f} |" in report
