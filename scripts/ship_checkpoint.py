@@ -68,7 +68,8 @@ def cast_shared(tensors: dict, dtype: torch.dtype) -> dict:
 
 def is_plugin_model(cfg: dict) -> bool:
     """Whether the checkpoint's architecture is one the plug-in registers (it then loads with --user-dir)."""
-    sys.path.insert(0, ROOT)
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
     import user_dir  # noqa: F401  (registers the plug-in's architectures)
     from fairseq.models import ARCH_MODEL_REGISTRY
 
@@ -79,7 +80,7 @@ def is_plugin_model(cfg: dict) -> bool:
     return arch in ARCH_MODEL_REGISTRY and _from_plugin(ARCH_MODEL_REGISTRY[arch])
 
 
-def shrink(state: dict, dtype: torch.dtype) -> dict:
+def shrink(state: dict, dtype: torch.dtype, plugin: bool) -> dict:
     if state.get("cfg") is None:
         raise SystemExit("error: the checkpoint has no cfg (a pre-hydra fairseq checkpoint): load and re-save it "
                          "with fairseq >= 0.10 first")
@@ -87,7 +88,7 @@ def shrink(state: dict, dtype: torch.dtype) -> dict:
     iterator = (state.get("extra_state") or {}).get("train_iterator") or {}
     model_args = state["cfg"].get("model")
     cfg = plain(state["cfg"])
-    if isinstance(model_args, argparse.Namespace) and is_plugin_model(cfg):
+    if isinstance(model_args, argparse.Namespace) and plugin:
         cfg["model"] = model_args  # see the docstring: a plug-in model's options survive only as a Namespace
     # no path of the training machine in a shipped file (a plug-in model is loaded with the user's --user-dir)
     if isinstance(cfg.get("common"), dict):
@@ -162,8 +163,8 @@ def main(argv=None) -> None:
     if not os.path.isfile(args.checkpoint):
         raise SystemExit(f"error: {args.checkpoint}: no such file")
     state = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
-    small = shrink(state, DTYPES[args.dtype])
-    plugin = is_plugin_model(plain(small["cfg"]))
+    plugin = state.get("cfg") is not None and is_plugin_model(plain(state["cfg"]))
+    small = shrink(state, DTYPES[args.dtype], plugin)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     torch.save(small, args.out)
     torch.load(args.out, map_location="cpu", weights_only=True)  # fails here, not at the user's, if a global slipped in

@@ -378,11 +378,12 @@ def format_table(rows: List[dict], args, reference: str) -> str:
     head = (["model"] + (["engine"] if engines != ["fairseq"] else []) + metric_cols + ["params", "non-emb params", f"compression vs {reference}", "weights MB",
                                        "checkpoint MB", "sent/s", "tok/s", "speed-up", "peak MB"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def counted(value, form):  # a CTranslate2 row has no parameter count
+        return "-" if value is None else format(value, form)
+
     for r in rows:
         metrics = [r["bleu_tok"], r["sacrebleu"]] if translation else [r[m] for m in metric_cols]
-        def counted(value, form):
-            return "-" if value is None else format(value, form)
-
         cells = ([r["name"]] + ([r.get("engine", "fairseq")] if engines != ["fairseq"] else []) +
                  [f"{m:.2f}" for m in metrics] +
                  [counted(r["params"], ","), counted(r["non_embedding_params"], ","),
