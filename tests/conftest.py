@@ -79,3 +79,25 @@ def trained_tiny(multi30k_slice, tmp_path_factory):
                    "--eval-bleu-args", '{"beam": 1, "max_len_a": 0, "max_len_b": 4}',
                    "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric")
     return {"data": multi30k_slice, "save_dir": str(save_dir), "log": proc.stdout + proc.stderr}
+
+
+@pytest.fixture(scope="session")
+def tiny_glue_teacher(tmp_path_factory):
+    """Real RTE (64 training pairs, all 277 dev pairs) and a tiny hf_bert classifier trained 2 updates on it
+    (2 layers, width 32, 4 heads, FFN 64): the teacher of the GLUE-encoder tests of the compression methods.
+    ``common`` is the fairseq-train command line up to the model and criterion flags."""
+    if not os.path.isdir(SHARED_DATA):
+        pytest.skip(f"needs the shared corpora at {SHARED_DATA} (not part of a clone)")
+    from preprocess.prepare_glue import main as prepare_glue
+    root = tmp_path_factory.mktemp("tiny_glue")
+    data = root / "rte"
+    prepare_glue(["--task", "RTE", "--glue-dir", os.path.join(SHARED_DATA, "glue"), "--dest", str(data),
+                  "--train-rows", "64", "--workers", "1"])
+    task_flags = ["--task", "sentence_prediction", "--num-classes", "2", "--init-token", "0", "--max-positions", "512",
+                  "--shorten-method", "truncate", "--batch-size", "16"]
+    common = [data, "--user-dir", USER_DIR, *task_flags, "--optimizer", "adam", "--lr", "1e-3", "--cpu",
+              "--num-workers", "0", "--log-format", "simple", "--no-epoch-checkpoints", "--seed", "1"]
+    run_cli("fairseq_cli.train", *common, "--arch", "hf_bert", "--encoder-layers", "2", "--encoder-embed-dim", "32",
+            "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4", "--criterion", "sentence_prediction",
+            "--max-update", "2", "--save-dir", root / "teacher")
+    return {"data": data, "teacher": root / "teacher" / "checkpoint_last.pt", "common": common}

@@ -547,3 +547,72 @@ def test_layer_importance_scores_on_the_teacher(teacher_setup):
     acc = imprint.pop("_accuracy_after_embeddings_and_each_decoder_layer")
     assert acc[-1] > acc[0] and imprint["encoder.layers.0"] is None
     assert abs(sum(v for v in imprint.values() if v is not None) - 1) < 1e-9
+
+
+# ---------------------------------------------------------------- GLUE encoders (apc_hf_bert)
+def test_apc_on_a_glue_encoder_trains_only_compression_finalizes_and_predicts_identically(tmp_path, tiny_glue_teacher):
+    """apc_init on an hf_bert GLUE model (neuron sensitivity from the task's cross-entropy), 'Compr. only'
+    training through stock fairseq-train (W frozen; APC's parameters and the classification head train),
+    resume, apc_finalize (per-layer sizes: apc_hf_bert --apc-finalized; one size: a plain hf_bert) giving
+    the same logits, and the flags an encoder cannot have refused by name."""
+    import json
+
+    from fairseq import checkpoint_utils
+
+    data, teacher, common = tiny_glue_teacher["data"], str(tiny_glue_teacher["teacher"]), tiny_glue_teacher["common"]
+    init = str(tmp_path / "init.pt")
+    run_cli("user_dir.tools.apc_init", teacher, "--data", data, "--encoder-ffn-dims", "1:16", "--init",
+            "neuron-pruning", "--samples", "200", "--importance-batches", "2", "--out", init)
+    flags = json.load(open(os.path.splitext(init)[0] + ".json"))["fairseq_flags"]
+    assert flags[:2] == ["--arch", "apc_hf_bert"] and flags[flags.index("--apc-encoder-ffn-dims") + 1] == "1:16"
+    save = tmp_path / "compress"
+    train = [*common, *flags, "--criterion", "glue_sentence_prediction", "--glue-task", "RTE",
+             "--finetune-from-model", init, "--save-dir", save, "--disable-validation"]
+    run_cli("fairseq_cli.train", *train, "--max-update", "2")
+    out = run_cli("fairseq_cli.train", *train, "--max-update", "3")
+    assert re.search(r"checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", out.stdout + out.stderr)
+    trained = str(save / "checkpoint_last.pt")
+    before, after = (torch.load(p, weights_only=False)["model"] for p in (init, trained))
+    layer = "encoder.sentence_encoder.layers"
+    assert torch.equal(before[f"{layer}.1.fc1.linear.weight"], after[f"{layer}.1.fc1.linear.weight"])  # W frozen
+    assert torch.equal(before[f"{layer}.0.fc1.weight"], after[f"{layer}.0.fc1.weight"])  # uncompressed: frozen
+    assert torch.equal(before[f"{layer}.0.self_attn.q_proj.weight"], after[f"{layer}.0.self_attn.q_proj.weight"])
+    assert not torch.equal(before[f"{layer}.1.fc1.D"], after[f"{layer}.1.fc1.D"])
+    head = "classification_heads.sentence_classification_head.out_proj.weight"
+    assert not torch.equal(before[head], after[head])
+
+    def logits(paths):
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(p) for p in paths],
+                                                                         arg_overrides={"data": str(data)})
+        task.load_dataset("valid")
+        sample = next(task.get_batch_iterator(dataset=task.dataset("valid"), max_sentences=16).next_epoch_itr(
+            shuffle=False))
+        with torch.no_grad():
+            return models, [m.double().eval()(**sample["net_input"], features_only=True,
+                                               classification_head_name="sentence_classification_head")[0]
+                            for m in models]
+
+    final = str(tmp_path / "final.pt")
+    run_cli("user_dir.tools.apc_finalize", trained, "--out", final)
+    margs = torch.load(final, weights_only=False)["cfg"]["model"]
+    assert margs.arch == "apc_hf_bert" and margs.apc_finalized and margs.apc_encoder_ffn_dims == "1:16"
+    models, (unfolded, folded) = logits([trained, final])
+    assert models[1].encoder.sentence_encoder.layers[1].fc1.weight.shape == (16, 32)
+    assert torch.allclose(unfolded, folded, atol=1e-6)
+    # one size in every layer: a plain hf_bert of that FFN width
+    uniform = str(tmp_path / "uniform.pt")
+    run_cli("user_dir.tools.apc_init", teacher, "--data", data, "--encoder-ffn-dims", "24", "--init", "kmeans",
+            "--samples", "200", "--out", uniform)
+    run_cli("user_dir.tools.apc_finalize", uniform, "--out", uniform + ".final")
+    uargs = torch.load(uniform + ".final", weights_only=False)["cfg"]["model"]
+    assert uargs.arch == "hf_bert" and uargs.encoder_ffn_embed_dim == 24
+    assert not [n for n in vars(uargs) if n.startswith("apc_")]
+    _, (unfolded, folded) = logits([uniform, uniform + ".final"])
+    assert torch.allclose(unfolded, folded, atol=1e-6)
+    # an encoder has no decoder; APC's translation loss is refused on a sentence task
+    bad = run_cli("user_dir.tools.apc_init", teacher, "--data", data, "--decoder-ffn-dims", "16", "--out",
+                  str(tmp_path / "bad.pt"), check=False)
+    assert bad.returncode != 0 and "--decoder-ffn-dims" in bad.stderr and "no decoder" in bad.stderr
+    bad = run_cli("fairseq_cli.train", *common, *flags, "--criterion", "apc_activation_kd", "--finetune-from-model",
+                  init, "--max-update", "1", "--save-dir", tmp_path / "bad", check=False)
+    assert bad.returncode != 0 and "apc_activation_kd is for translation" in bad.stderr

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from conftest import SHARED_DATA, USER_DIR, needs_shared_data, run_cli
+from conftest import USER_DIR, run_cli
 
 import user_dir  # noqa: F401  (registers the plug-in)
 from user_dir.common.structured_pruning import transformer_encoder
@@ -494,22 +494,10 @@ def test_new_positions_save_train_and_generate_through_the_stock_clis(tiny, tmp_
 
 
 # ---- the GLUE encoders (hf_bert) -------------------------------------------------------------------
-@needs_shared_data
-def test_hf_bert_encoder_prunes_to_the_masked_original_and_distils(tmp_path):
+def test_hf_bert_encoder_prunes_to_the_masked_original_and_distils(tmp_path, tiny_glue_teacher):
     from fairseq import checkpoint_utils
 
-    from preprocess.prepare_glue import main as prepare_glue
-    data = tmp_path / "rte"
-    prepare_glue(["--task", "RTE", "--glue-dir", os.path.join(SHARED_DATA, "glue"), "--dest", str(data),
-                  "--train-rows", "64", "--workers", "1"])
-    task_flags = ["--task", "sentence_prediction", "--num-classes", "2", "--init-token", "0", "--max-positions", "512",
-                  "--shorten-method", "truncate", "--batch-size", "16"]
-    common = [data, "--user-dir", USER_DIR, *task_flags, "--optimizer", "adam", "--lr", "1e-3", "--cpu",
-              "--num-workers", "0", "--log-format", "simple", "--no-epoch-checkpoints", "--seed", "1"]
-    run_cli("fairseq_cli.train", *common, "--arch", "hf_bert", "--encoder-layers", "2", "--encoder-embed-dim", "32",
-            "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4", "--criterion", "sentence_prediction",
-            "--max-update", "2", "--save-dir", tmp_path / "teacher")
-    teacher = tmp_path / "teacher" / "checkpoint_last.pt"
+    data, teacher, common = tiny_glue_teacher["data"], tiny_glue_teacher["teacher"], tiny_glue_teacher["common"]
     init = tmp_path / "init.pt"
     run_cli("user_dir.tools.ghost_prune", data, "--path", teacher, "--width-mult", "2/4", "--ghost-positions", "none",
             "--out", init, "--batch-size", "16", "--cpu")

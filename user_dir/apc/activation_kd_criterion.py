@@ -32,12 +32,21 @@ class APCActivationKDConfig(LabelSmoothedCrossEntropyCriterionConfig):
         "help": "weight of the CE term; the reconstruction term gets 1 minus it (APC section 4.3: 0.7 / 0.3)"})
     apc_beta: float = field(default=1e5, metadata={
         "help": "beta scaling the summed reconstruction errors (APC section 4.3: 1e5)"})
+    # --task sentence_prediction's config reads criterion.classification_head_name: without this field fairseq
+    # fails deep in omegaconf before the criterion can say it is for translation
+    classification_head_name: str = field(default="sentence_classification_head", metadata={
+        "help": "not used (present so that --task sentence_prediction reaches this criterion's clear refusal)"})
 
 
 @register_criterion("apc_activation_kd", dataclass=APCActivationKDConfig)
 class APCActivationKDCriterion(LabelSmoothedCrossEntropyCriterion):
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
-                 apc_ce_weight=0.7, apc_beta=1e5):
+                 apc_ce_weight=0.7, apc_beta=1e5, classification_head_name=None):
+        from fairseq.tasks.sentence_prediction import SentencePredictionTask
+        if isinstance(task, SentencePredictionTask):
+            raise ValueError("--criterion apc_activation_kd is for translation (a decoder's token cross-entropy); for "
+                             "a sentence task compress with --criterion glue_sentence_prediction (the paper's CE, "
+                             "section 4.3)")
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         if not 0.0 <= apc_ce_weight <= 1.0:
             raise ValueError(f"--apc-ce-weight {apc_ce_weight}: must lie in [0, 1]")

@@ -4,7 +4,9 @@ section 4.2: "a randomly sampled batch of training data of size 5000"; eq. 4).
 :func:`sample_batches` draws shuffled training batches; :func:`collect_ffn_inputs` runs the
 *uncompressed* model (the teacher, eval mode: no dropout) on them, teacher-forced, and keeps the input
 ``X^l`` of every FFN (what its ``fc1`` receives) at ``n`` randomly chosen non-padding token positions,
-per side (encoder positions for encoder layers, target positions for decoder layers).
+per side (encoder positions for encoder layers, target positions for decoder layers). The model is a
+fairseq Transformer (layers named ``encoder.layers.i`` / ``decoder.layers.i``) or a RoBERTa-family
+encoder such as ``hf_bert`` (``encoder.sentence_encoder.layers.i``, run for its hidden states only).
 
 Choices the paper leaves open: the 5,000 samples are *token positions* (the rows of ``X``), drawn
 uniformly without replacement from the non-padding positions of shuffled training batches; every
@@ -26,44 +28,76 @@ def sample_batches(task, split: str, max_tokens: int, seed: int) -> Iterator[dic
     return itr.next_epoch_itr(shuffle=True)
 
 
-def _pad_masks(sample, pad: int) -> Dict[str, torch.Tensor]:
+def layer_stacks(model) -> Dict[str, torch.nn.ModuleList]:
+    """The layer lists of ``model`` by module name: ``{"encoder.layers": .., "decoder.layers": ..}`` for a
+    fairseq Transformer, ``{"encoder.sentence_encoder.layers": ..}`` for a RoBERTa-family encoder."""
+    sentence_encoder = getattr(getattr(model, "encoder", None), "sentence_encoder", None)
+    if sentence_encoder is not None:
+        return {"encoder.sentence_encoder.layers": sentence_encoder.layers}
+    return {f"{side}.layers": getattr(model, side).layers for side in ("encoder", "decoder")
+            if getattr(model, side, None) is not None}
+
+
+def ffn_layers(model) -> Dict[str, torch.nn.Module]:
+    """``{"encoder.layers.0": layer, ...}``: every layer of ``model`` by module name."""
+    return {f"{prefix}.{i}": layer for prefix, layers in layer_stacks(model).items() for i, layer in enumerate(layers)}
+
+
+def side_of(name: str) -> str:
+    """``"encoder"`` or ``"decoder"``: which token positions a layer or attention named ``name`` sees."""
+    return name.split(".")[0]
+
+
+def pad_masks(sample, pad: int) -> Dict[str, torch.Tensor]:
+    """``{side: (T, B) non-padding mask}`` of the sides a sample feeds (no decoder for sentence tasks)."""
     net = sample["net_input"]
-    return {"encoder": net["src_tokens"].ne(pad).t(), "decoder": net["prev_output_tokens"].ne(pad).t()}
+    masks = {"encoder": net["src_tokens"].ne(pad).t()}
+    if "prev_output_tokens" in net:
+        masks["decoder"] = net["prev_output_tokens"].ne(pad).t()
+    return masks
+
+
+def run_model(model, sample):
+    """The model's forward on a sample: teacher-forced for translation; an encoder's hidden states
+    (``features_only``: no LM head) for sentence tasks."""
+    net = sample["net_input"]
+    if "prev_output_tokens" in net:
+        return model(**net)
+    return model(**net, features_only=True)
 
 
 @torch.no_grad()
 def collect_ffn_inputs(model, batches, n: int, pad: int, seed: int = 1) -> Dict[str, torch.Tensor]:
-    """``{"encoder.layers.i": X (n x embed)}`` for every layer of ``model`` (a fairseq Transformer).
+    """``{"encoder.layers.i": X (n x embed)}`` for every layer of ``model`` (:func:`ffn_layers`).
 
-    Stops drawing batches once both sides hold at least ``n`` positions; raises if the data run out.
+    Stops drawing batches once every side holds at least ``n`` positions; raises if the data run out.
     """
     model.eval()
-    layers = {f"{side}.layers.{i}": layer for side in ("encoder", "decoder")
-              for i, layer in enumerate(getattr(model, side).layers)}
+    layers = ffn_layers(model)
     seen: Dict[str, List[torch.Tensor]] = {name: [] for name in layers}
     current = {}
     hooks = [layer.fc1.register_forward_pre_hook(lambda m, inp, name=name: current.__setitem__(name, inp[0]))
              for name, layer in layers.items()]
-    counts = {"encoder": 0, "decoder": 0}
+    counts = {}  # positions seen per side the data feed (both for translation)
     try:
         for sample in batches:
             current.clear()
-            model(**sample["net_input"])
-            masks = _pad_masks(sample, pad)
+            run_model(model, sample)
+            masks = pad_masks(sample, pad)
             for name, x in current.items():
-                seen[name].append(x[masks[name.split(".")[0]]].float().cpu())
-            for side in counts:
-                counts[side] += int(masks[side].sum())
+                seen[name].append(x[masks[side_of(name)]].float().cpu())
+            for side in masks:
+                counts[side] = counts.get(side, 0) + int(masks[side].sum())
             if min(counts.values()) >= n:
                 break
     finally:
         for h in hooks:
             h.remove()
-    if min(counts.values()) < n:
+    if not counts or min(counts.values()) < n:
         raise ValueError(f"the data hold only {counts} non-padding positions; {n} activations were asked for")
     gen = torch.Generator().manual_seed(seed)
     picks = {side: torch.randperm(counts[side], generator=gen)[:n] for side in counts}
-    return {name: torch.cat(xs)[picks[name.split(".")[0]]] for name, xs in seen.items()}
+    return {name: torch.cat(xs)[picks[side_of(name)]] for name, xs in seen.items()}
 
 
 @torch.no_grad()
@@ -89,24 +123,24 @@ def collect_attention_inputs(model, batches, n: int, pad: int, names: List[str]
                              kwargs["key"] if "key" in kwargs else args[1])
         return capture
     hooks = [modules[name].register_forward_pre_hook(hook(name), with_kwargs=True) for name in names]
-    counts = {"encoder": 0, "decoder": 0}
+    counts = {}  # positions seen per side the data feed (both for translation)
     try:
         for sample in batches:
             current.clear()
-            model(**sample["net_input"])
-            masks = {side: m.t() for side, m in _pad_masks(sample, pad).items()}  # (B, T)
+            run_model(model, sample)
+            masks = {side: m.t() for side, m in pad_masks(sample, pad).items()}  # (B, T)
             for name, (query, key) in current.items():
-                side = name.split(".")[0]
+                side = side_of(name)
                 out[name][0].extend(query[masks[side][b], b].float().cpu() for b in range(query.size(1)))
                 if out[name][1] is not None:
                     out[name][1].extend(key[masks["encoder"][b], b].float().cpu() for b in range(key.size(1)))
-            for side in counts:
-                counts[side] += int(masks[side].sum())
+            for side in masks:
+                counts[side] = counts.get(side, 0) + int(masks[side].sum())
             if min(counts.values()) >= n:
                 break
     finally:
         for h in hooks:
             h.remove()
-    if min(counts.values()) < n:
+    if not counts or min(counts.values()) < n:
         raise ValueError(f"the data hold only {counts} non-padding positions; {n} were asked for")
     return out

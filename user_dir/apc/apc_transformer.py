@@ -27,13 +27,14 @@ from fairseq.models.transformer import TransformerModel, base_architecture, tran
 from fairseq.models.transformer.transformer_decoder import TransformerDecoder
 from fairseq.models.transformer.transformer_encoder import TransformerEncoder
 
+from .activation_sampling import ffn_layers, side_of
 from .attention_compression import CompressedAttention
 from .ffn_compression import (APCConfigError, compress_ffn, finalize_ffn, is_compressed, parse_layer_dims,
                               reconstruction_pair, set_recording, shrink_ffn)
 from .reparameterised_linear import APCLinear
 
 
-def _apply_ffn_compression(module, args, side: str) -> None:
+def apply_ffn_compression(module, args, side: str) -> None:
     flag = f"--apc-{side}-ffn-dims"
     original = getattr(args, f"{side}_ffn_embed_dim")
     dims = parse_layer_dims(getattr(args, f"apc_{side}_ffn_dims", None), len(module.layers), original, flag)
@@ -53,7 +54,7 @@ ATTENTION_FLAGS = (("--apc-encoder-attn-dims", "encoder", "self_attn"),
                    ("--apc-cross-attn-dims", "decoder", "encoder_attn"))
 
 
-def _apply_attention_compression(module, args, side: str) -> None:
+def apply_attention_compression(module, args, side: str) -> None:
     for flag, flag_side, attr in ATTENTION_FLAGS:
         if flag_side != side:
             continue
@@ -79,36 +80,33 @@ def _apply_attention_compression(module, args, side: str) -> None:
 class APCTransformerEncoder(TransformerEncoder):
     def __init__(self, args, dictionary, embed_tokens, return_fc=False):
         super().__init__(args, dictionary, embed_tokens, return_fc=return_fc)
-        _apply_ffn_compression(self, args, "encoder")
-        _apply_attention_compression(self, args, "encoder")
+        apply_ffn_compression(self, args, "encoder")
+        apply_attention_compression(self, args, "encoder")
 
 
 class APCTransformerDecoder(TransformerDecoder):
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
                          output_projection=output_projection)
-        _apply_ffn_compression(self, args, "decoder")
-        _apply_attention_compression(self, args, "decoder")
+        apply_ffn_compression(self, args, "decoder")
+        apply_attention_compression(self, args, "decoder")
 
 
-@register_model("apc_transformer")
-class APCTransformerModel(TransformerModel):
-    """A fairseq Transformer with APC feed-forward compression."""
-
-    @staticmethod
-    def add_args(parser):
-        TransformerModel.add_args(parser)
-        parser.add_argument("--apc-encoder-ffn-dims", type=str, metavar="SPEC", default=None,
-                            help="APC cmp^f of the encoder FFNs (eq. 12): one size for every layer (e.g. 256) or "
-                                 "LAYER:SIZE pairs, 0-based (e.g. 1:256,2:256); unnamed layers stay uncompressed. "
-                                 "The paper has no default (its APC-50-ff: 3072 -> 256 on BERT layers 3-12); "
-                                 "default: none compressed")
+def add_apc_args(parser, decoder: bool = True) -> None:
+    """APC's model flags; an encoder-only model (``decoder=False``) has no decoder or cross-attention flags."""
+    parser.add_argument("--apc-encoder-ffn-dims", type=str, metavar="SPEC", default=None,
+                        help="APC cmp^f of the encoder FFNs (eq. 12): one size for every layer (e.g. 256) or "
+                             "LAYER:SIZE pairs, 0-based (e.g. 1:256,2:256); unnamed layers stay uncompressed. "
+                             "The paper has no default (its APC-50-ff: 3072 -> 256 on BERT layers 3-12); "
+                             "default: none compressed")
+    parser.add_argument("--apc-encoder-attn-dims", type=str, metavar="SPEC", default=None,
+                        help="APC cmp^a of the encoder self-attentions (section 3.2, eqs 5-9: per-head size "
+                             "cmp^a/heads, block-diagonal D^Q, D^K, D^V, full U^O), as --apc-encoder-ffn-dims. "
+                             "The paper has no default (Table 4's searched sizes); default: none")
+    sides = ("encoder", "decoder") if decoder else ("encoder",)
+    if decoder:
         parser.add_argument("--apc-decoder-ffn-dims", type=str, metavar="SPEC", default=None,
                             help="APC cmp^f of the decoder FFNs, as --apc-encoder-ffn-dims (default: none)")
-        parser.add_argument("--apc-encoder-attn-dims", type=str, metavar="SPEC", default=None,
-                            help="APC cmp^a of the encoder self-attentions (section 3.2, eqs 5-9: per-head size "
-                                 "cmp^a/heads, block-diagonal D^Q, D^K, D^V, full U^O), as --apc-encoder-ffn-dims. "
-                                 "The paper has no default (Table 4's searched sizes); default: none")
         parser.add_argument("--apc-decoder-attn-dims", type=str, metavar="SPEC", default=None,
                             help="APC cmp^a of the decoder self-attentions (section 3.2, eqs 5-9, applied to the "
                                  "decoder's causal self-attention; beam search keeps cmp^a/heads-wide key/value "
@@ -116,63 +114,57 @@ class APCTransformerModel(TransformerModel):
         parser.add_argument("--apc-cross-attn-dims", type=str, metavar="SPEC", default=None,
                             help="APC cmp^a of the decoder's encoder-decoder attentions (section 3.2, eqs 5-9; "
                                  "D^K, D^V act on the encoder output), as --apc-encoder-ffn-dims; default: none")
-        for side in ("encoder", "decoder"):
-            parser.add_argument(f"--apc-{side}-embed-dims", type=str, metavar="SPEC", default=None,
-                                help=f"APC cmp^e of the {side} blocks (section 3.2 'Embedding Compression', pre/post "
-                                     "scaling D^PS/U^PS paired as in Appendix A): NOT IMPLEMENTED, any value is "
-                                     "refused; default: none (the paper has no default)")
-        parser.add_argument("--apc-train-original", action="store_true", default=False,
-                            help="train the original weights too (Table 3 'All Params'); default: only APC's "
-                                 "U, D, B, b_U, b_D train (Table 3 'Compr. only', the paper's compression stage)")
-        parser.add_argument("--apc-finalized", action="store_true", default=False,
-                            help="build the FFNs as plain dense layers of the compressed sizes (Table 3 "
-                                 "'Finalized'; what apc_finalize writes when per-layer sizes differ)")
+    for side in sides:
+        parser.add_argument(f"--apc-{side}-embed-dims", type=str, metavar="SPEC", default=None,
+                            help=f"APC cmp^e of the {side} blocks (section 3.2 'Embedding Compression', pre/post "
+                                 "scaling D^PS/U^PS paired as in Appendix A): NOT IMPLEMENTED, any value is "
+                                 "refused; default: none (the paper has no default)")
+    parser.add_argument("--apc-train-original", action="store_true", default=False,
+                        help="train the original weights too (Table 3 'All Params'); default: only APC's "
+                             "U, D, B, b_U, b_D train (Table 3 'Compr. only', the paper's compression stage)")
+    parser.add_argument("--apc-finalized", action="store_true", default=False,
+                        help="build the FFNs as plain dense layers of the compressed sizes (Table 3 "
+                             "'Finalized'; what apc_finalize writes when per-layer sizes differ)")
 
-    @classmethod
-    def build_model(cls, args, task):
-        if getattr(args, "quant_noise_pq", 0):
-            raise APCConfigError("--quant-noise-pq is not supported with --arch apc_transformer")
-        if getattr(args, "checkpoint_activations", False):
-            raise APCConfigError("--checkpoint-activations is not supported with --arch apc_transformer")
-        for side in ("encoder", "decoder"):
-            if getattr(args, f"apc_{side}_embed_dims", None):
-                raise APCConfigError(
-                    f"--apc-{side}-embed-dims: APC's embedding compression (section 3.2, pre/post scaling D^PS/U^PS "
-                    "with the pairings of Appendix A) is not implemented; compress the FFNs (--apc-*-ffn-dims) "
-                    "and attentions (--apc-*-attn-dims) instead")
-        if getattr(args, "apc_finalized", False) and getattr(args, "apc_train_original", False):
-            raise APCConfigError("--apc-train-original has no meaning with --apc-finalized (all parameters of a "
-                                 "finalized model train)")
-        model = super().build_model(args, task)
-        if not getattr(args, "apc_finalized", False) and not getattr(args, "apc_train_original", False):
-            compression = {id(p) for m in model.modules() if isinstance(m, APCLinear)
-                           for p in m.compression_parameters()}
-            if not compression:
-                raise APCConfigError("no layer is compressed: give --apc-encoder-ffn-dims, --apc-decoder-ffn-dims, "
-                                     "--apc-encoder-attn-dims, --apc-decoder-attn-dims and/or --apc-cross-attn-dims "
-                                     "(or --apc-train-original to train a plain model)")
-            for p in model.parameters():
-                p.requires_grad_(id(p) in compression)
-        return model
 
-    @classmethod
-    def build_encoder(cls, args, src_dict, embed_tokens):
-        return APCTransformerEncoder(args, src_dict, embed_tokens)
+def check_apc_args(args, arch: str) -> None:
+    """Refuse, naming the flag, what APC cannot build."""
+    if getattr(args, "quant_noise_pq", 0):
+        raise APCConfigError(f"--quant-noise-pq is not supported with --arch {arch}")
+    if getattr(args, "checkpoint_activations", False):
+        raise APCConfigError(f"--checkpoint-activations is not supported with --arch {arch}")
+    for side in ("encoder", "decoder"):
+        if getattr(args, f"apc_{side}_embed_dims", None):
+            raise APCConfigError(
+                f"--apc-{side}-embed-dims: APC's embedding compression (section 3.2, pre/post scaling D^PS/U^PS "
+                "with the pairings of Appendix A) is not implemented; compress the FFNs (--apc-*-ffn-dims) "
+                "and attentions (--apc-*-attn-dims) instead")
+    if getattr(args, "apc_finalized", False) and getattr(args, "apc_train_original", False):
+        raise APCConfigError("--apc-train-original has no meaning with --apc-finalized (all parameters of a "
+                             "finalized model train)")
 
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return APCTransformerDecoder(args, tgt_dict, embed_tokens,
-                                     no_encoder_attn=getattr(args, "no_cross_attention", False))
 
-    # ---- APC hooks used by the criterion, the initialisation and the finalize tool ----
+def freeze_all_but_compression(model, args) -> None:
+    """The default 'Compr. only' mode: only APC's U, D, B, b_U, b_D train. Parts a task adds after the
+    model is built (a sentence task's classification head) stay trainable."""
+    if getattr(args, "apc_finalized", False) or getattr(args, "apc_train_original", False):
+        return
+    compression = {id(p) for m in model.modules() if isinstance(m, APCLinear) for p in m.compression_parameters()}
+    if not compression:
+        raise APCConfigError("no layer is compressed: give --apc-encoder-ffn-dims, --apc-encoder-attn-dims (and "
+                             "for translation --apc-decoder-ffn-dims, --apc-decoder-attn-dims, --apc-cross-attn-dims) "
+                             "or --apc-train-original to train a plain model")
+    for p in model.parameters():
+        p.requires_grad_(id(p) in compression)
+
+
+class APCModelMixin:
+    """APC's hooks used by the criterion, the initialisation and the finalize tool, for any model whose
+    layer stacks :func:`~user_dir.apc.activation_sampling.layer_stacks` finds."""
+
     def apc_layers(self):
         """``[(name, layer)]`` of every layer whose FFN is compressed, e.g. ``("encoder.layers.1", layer)``."""
-        out = []
-        for side in ("encoder", "decoder"):
-            for i, layer in enumerate(getattr(self, side).layers):
-                if is_compressed(layer):
-                    out.append((f"{side}.layers.{i}", layer))
-        return out
+        return [(name, layer) for name, layer in ffn_layers(self).items() if is_compressed(layer)]
 
     def set_apc_recording(self, on: bool) -> None:
         for _, layer in self.apc_layers():
@@ -180,7 +172,7 @@ class APCTransformerModel(TransformerModel):
 
     def apc_reconstruction_pairs(self):
         """``[(side, X^{l+1}, X~^{l+1})]`` from the last recorded forward (eq. 4), ``(T, B, ffn)`` each."""
-        return [(name.split(".")[0], *reconstruction_pair(layer)) for name, layer in self.apc_layers()]
+        return [(side_of(name), *reconstruction_pair(layer)) for name, layer in self.apc_layers()]
 
     def apc_attention_layers(self):
         """``[(name, CompressedAttention)]`` of every compressed attention, named as its module, e.g.
@@ -195,7 +187,7 @@ class APCTransformerModel(TransformerModel):
             attn.finalize_()
 
     def load_uncompressed_state(self, state_dict) -> None:
-        """Load a stock transformer's state dict (the teacher): its FFN weights become the frozen ``W``
+        """Load the uncompressed model's state dict (the teacher): its FFN weights become the frozen ``W``
         of each compressed layer; APC's own parameters keep their current values."""
         apc_names = {n for n, m in self.named_modules() if isinstance(m, APCLinear)}
         renamed = {}
@@ -209,6 +201,32 @@ class APCTransformerModel(TransformerModel):
         if bad_missing or unexpected:
             raise ValueError(f"the uncompressed state dict does not fit this model: missing {bad_missing[:5]}, "
                              f"unexpected {list(unexpected)[:5]}")
+
+
+@register_model("apc_transformer")
+class APCTransformerModel(APCModelMixin, TransformerModel):
+    """A fairseq Transformer with APC feed-forward and attention compression."""
+
+    @staticmethod
+    def add_args(parser):
+        TransformerModel.add_args(parser)
+        add_apc_args(parser)
+
+    @classmethod
+    def build_model(cls, args, task):
+        check_apc_args(args, "apc_transformer")
+        model = super().build_model(args, task)
+        freeze_all_but_compression(model, args)
+        return model
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return APCTransformerEncoder(args, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return APCTransformerDecoder(args, tgt_dict, embed_tokens,
+                                     no_encoder_attn=getattr(args, "no_cross_attention", False))
 
 
 @register_model_architecture("apc_transformer", "apc_transformer")

@@ -4,7 +4,9 @@ section 4.2 "Neuron Sensitivity Pruning Initialization", Algorithm 1).
 A mask ``M = 1`` (one entry per FFN neuron) multiplies each ``fc1`` output, ``M * (x^T W + b^T)``;
 the gradient of the task loss with respect to ``M`` scores each neuron. Our choices where the paper is
 silent: the loss is the summed token NLL of the reference translations (teacher-forced, eval mode,
-so no dropout and no label smoothing); the score of a neuron is the mean over batches of
+so no dropout and no label smoothing), or for a sentence-level task (an encoder with a
+classification head, e.g. GLUE on ``hf_bert``) the summed cross-entropy of the labels (squared error
+for a one-output regression head such as STS-B's); the score of a neuron is the mean over batches of
 ``|dL/dM|`` (Michel et al. 2019's head importance ``E|dL/d xi|``, computed per batch rather than per
 example); the ``cmp`` highest-scoring neurons are kept.
 """
@@ -13,14 +15,34 @@ from typing import Dict
 import torch
 import torch.nn.functional as F
 
+from .activation_sampling import ffn_layers
+
+
+def task_loss(model, sample, pad: int) -> torch.Tensor:
+    """The summed loss of ``sample`` under ``model``: token NLL (translation) or the classification head's
+    cross-entropy / squared error (sentence tasks)."""
+    net = sample["net_input"]
+    heads = getattr(model, "classification_heads", None)
+    if "prev_output_tokens" not in net and heads:
+        if len(heads) != 1:
+            raise ValueError(f"the model has {len(heads)} classification heads ({', '.join(heads)}); expected one")
+        logits = model(**net, features_only=True, classification_head_name=next(iter(heads)))[0].float()
+        target = sample["target"].view(-1)
+        if logits.size(-1) == 1:
+            return F.mse_loss(logits.view(-1), target.float(), reduction="sum")
+        return F.cross_entropy(logits, target, reduction="sum")
+    net_output = model(**net)
+    lprobs = model.get_normalized_probs(net_output, log_probs=True).float()
+    target = sample["target"]
+    return F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.view(-1), ignore_index=pad, reduction="sum")
+
 
 def neuron_sensitivity(model, batches, pad: int, num_batches: int) -> Dict[str, torch.Tensor]:
     """``{"encoder.layers.i": scores (ffn,)}`` for every FFN of ``model``, from ``num_batches`` batches."""
     if num_batches <= 0:
         raise ValueError(f"num_batches must be > 0, got {num_batches}")
     model.eval()
-    layers = {f"{side}.layers.{i}": layer for side in ("encoder", "decoder")
-              for i, layer in enumerate(getattr(model, side).layers)}
+    layers = ffn_layers(model)
     ref = next(model.parameters())
     masks = {name: torch.ones(layer.fc1.out_features, device=ref.device, dtype=ref.dtype, requires_grad=True)
              for name, layer in layers.items()}
@@ -30,10 +52,7 @@ def neuron_sensitivity(model, batches, pad: int, num_batches: int) -> Dict[str, 
     done = 0
     try:
         for sample in batches:
-            net_output = model(**sample["net_input"])
-            lprobs = model.get_normalized_probs(net_output, log_probs=True).float()
-            target = sample["target"]
-            loss = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.view(-1), ignore_index=pad, reduction="sum")
+            loss = task_loss(model, sample, pad)
             grads = torch.autograd.grad(loss, list(masks.values()))
             for name, g in zip(masks, grads):
                 scores[name] += g.detach().abs().double().cpu()

@@ -6,7 +6,9 @@ eqs 1-2; section 4.4 "finalize the model by replacing all W, b with W~, b~").
 Works on the state dict alone (no data needed). When every layer of a side has one FFN width (all
 compressed to the same ``cmp^f``, or that side left alone) and no attention is compressed, the result
 is a checkpoint of the stock ``transformer`` architecture with ``--encoder-ffn-embed-dim`` /
-``--decoder-ffn-embed-dim`` set to those widths. Compressed attentions (of any of the three kinds) are
+``--decoder-ffn-embed-dim`` set to those widths (an ``apc_hf_bert`` encoder becomes a plain ``hf_bert``
+of that ``--encoder-ffn-embed-dim``, the plug-in's BERT home; otherwise it stays ``apc_hf_bert
+--apc-finalized``, e.g. the APC-50-ff analogue, whose first layer keeps its FFN). Compressed attentions (of any of the three kinds) are
 narrower than any stock fairseq attention: by default the model stays ``apc_transformer
 --apc-finalized`` (dense layers of the per-layer widths; needs ``--user-dir user_dir``), as it does
 for per-layer FFN widths. ``--pad-attention`` instead zero-pads every compressed head back to the
@@ -32,10 +34,13 @@ from user_dir.apc.reparameterised_linear import fold_linear
 _APC_KEYS = ("U", "b_U", "D", "b_D", "B")
 
 
-_ATTENTION = re.compile(r"^(encoder|decoder)\.layers\.\d+\.(self_attn|encoder_attn)")
-# (side, attention module, the apc_transformer option of its per-layer sizes)
+_ATTENTION = re.compile(r"^(encoder|decoder)(\.sentence_encoder)?\.layers\.\d+\.(self_attn|encoder_attn)")
+# (side, attention module, the apc_* option of its per-layer sizes)
 ATTENTIONS = (("encoder", "self_attn", "apc_encoder_attn_dims"), ("decoder", "self_attn", "apc_decoder_attn_dims"),
               ("decoder", "encoder_attn", "apc_cross_attn_dims"))
+# per APC model: the stock architecture a uniform finalized model becomes, and where each side's layers live
+MODELS = {"apc_transformer": ("transformer", {"encoder": "encoder", "decoder": "decoder"}),
+          "apc_hf_bert": ("hf_bert", {"encoder": "encoder.sentence_encoder"})}
 
 
 def _heads_of(heads, prefix: str) -> int:
@@ -72,36 +77,50 @@ def finalize_state_dict(sd: dict, heads=None) -> dict:
 
 
 def ffn_widths(sd: dict, side: str, module: str = "fc1") -> list:
+    """The output width of ``module`` in every layer under ``side`` (e.g. ``encoder`` or
+    ``encoder.sentence_encoder``), in layer order."""
     widths = {}
     for k, v in sd.items():
-        m = re.match(rf"{side}\.layers\.(\d+)\.{module}\.weight$", k)
+        m = re.match(rf"{re.escape(side)}\.layers\.(\d+)\.{module}\.weight$", k)
         if m:
             widths[int(m.group(1))] = v.size(0)
     return [widths[i] for i in sorted(widths)]
 
 
+def apc_model_of(model_args) -> str:
+    """``apc_transformer`` or ``apc_hf_bert``: the APC model a checkpoint's arguments build."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    import user_dir  # noqa: F401  registers the APC archs
+    model = ARCH_MODEL_NAME_REGISTRY.get(getattr(model_args, "arch", None))
+    if model not in MODELS:
+        raise SystemExit(f"apc_finalize: the checkpoint's model is {getattr(model_args, 'arch', '?')}, not one of "
+                         f"the APC models ({', '.join(MODELS)})")
+    return model
+
+
 def finalize_checkpoint(state: dict, pad_attention: bool = False) -> dict:
     model_args = state["cfg"]["model"] if state.get("cfg") else state["args"]
-    if getattr(model_args, "arch", None) is None or not str(model_args._name).startswith("apc_transformer"):
-        raise SystemExit(f"apc_finalize: the checkpoint's model is {getattr(model_args, '_name', '?')}, "
-                         "not apc_transformer")
-    heads = {side: getattr(model_args, f"{side}_attention_heads", None) for side in ("encoder", "decoder")}
+    stock_arch, stacks = MODELS[apc_model_of(model_args)]
+    heads = {side: getattr(model_args, f"{side}_attention_heads", None) for side in stacks}
     sd = finalize_state_dict(state["model"], heads=heads)
-    widths = {side: ffn_widths(sd, side) for side in ("encoder", "decoder")}
-    attn = {option: ffn_widths(sd, side, f"{module}.q_proj") for side, module, option in ATTENTIONS}
-    full = {option: getattr(model_args, f"{side}_embed_dim") for side, _, option in ATTENTIONS}
+    widths = {side: ffn_widths(sd, prefix) for side, prefix in stacks.items()}
+    attentions = [(side, module, option) for side, module, option in ATTENTIONS if side in stacks]
+    attn = {option: ffn_widths(sd, stacks[side], f"{module}.q_proj") for side, module, option in attentions}
+    full = {option: getattr(model_args, f"{side}_embed_dim") for side, _, option in attentions}
     if pad_attention:
         from user_dir.apc.attention_compression import pad_attention_state
-        for side, module, option in ATTENTIONS:
+        for side, module, option in attentions:
             for i, n in enumerate(attn[option]):
                 if n != full[option]:
-                    pad_attention_state(sd, f"{side}.layers.{i}.{module}", heads[side], full[option] // heads[side])
+                    pad_attention_state(sd, f"{stacks[side]}.layers.{i}.{module}", heads[side],
+                                        full[option] // heads[side])
     attention_stock = pad_attention or all(n == full[o] for o, w in attn.items() for n in w)
     stock = all(len(set(w)) == 1 for w in widths.values()) and attention_stock
     if stock:
         for side, w in widths.items():
             setattr(model_args, f"{side}_ffn_embed_dim", w[0])
-        model_args.arch = model_args._name = "transformer"
+        model_args.arch = model_args._name = stock_arch
         for name in [n for n in vars(model_args) if n.startswith("apc_")]:
             delattr(model_args, name)
     else:
@@ -119,8 +138,8 @@ def finalize_checkpoint(state: dict, pad_attention: bool = False) -> dict:
     state["args"] = None
     state["last_optimizer_state"] = None
     state.setdefault("extra_state", {})["apc_finalized"] = {
-        "stock_transformer": stock, "ffn_widths": widths, "attention_widths": attn,
-        "attention_padded": pad_attention}
+        "stock_transformer": stock and stock_arch == "transformer", "stock_arch": stock_arch if stock else None,
+        "ffn_widths": widths, "attention_widths": attn, "attention_padded": pad_attention}
     return state
 
 
@@ -159,14 +178,15 @@ def main(argv=None):
     info = state["extra_state"]["apc_finalized"]
     if info["stock_transformer"]:
         write_stock_checkpoint(state, a.out)
-    else:  # the plug-in's arch: loaded with --user-dir, whose allow-list opens its cfg weights-only
+    else:  # the plug-in's archs: loaded with --user-dir, whose allow-list opens their cfg weights-only
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         torch.save(state, a.out + ".tmp")
         os.replace(a.out + ".tmp", a.out)
-    kind = "stock transformer" if info["stock_transformer"] else "apc_transformer --apc-finalized"
+    model_args = state["cfg"]["model"] if state.get("cfg") else state["args"]
+    kind = info["stock_arch"] or f"{model_args.arch} --apc-finalized"
     attention = {k: v for k, v in info["attention_widths"].items() if v}
-    print(f"wrote {a.out}: {kind}, FFN widths encoder {info['ffn_widths']['encoder']} "
-          f"decoder {info['ffn_widths']['decoder']}, attention widths {attention}"
+    widths = " ".join(f"{side} {w}" for side, w in info["ffn_widths"].items())
+    print(f"wrote {a.out}: {kind}, FFN widths {widths}, attention widths {attention}"
           + (" (zero-padded to full heads)" if info["attention_padded"] else ""))
 
 

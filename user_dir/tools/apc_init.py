@@ -1,8 +1,11 @@
-"""Initialise an APC-compressed Transformer from a trained fairseq ``transformer`` (the teacher) and
-write it as an ``apc_transformer`` checkpoint (APC paper, section 4.2, Appendix C).
+"""Initialise an APC-compressed model from a trained fairseq ``transformer`` (translation) or ``hf_bert``
+encoder (GLUE, ``--task sentence_prediction``), the teacher, and write it as an ``apc_transformer`` /
+``apc_hf_bert`` checkpoint (APC paper, section 4.2, Appendix C).
 
     python -m user_dir.tools.apc_init TEACHER.pt --data DATA-BIN --encoder-ffn-dims 256 \
         --decoder-ffn-dims 256 --init neuron-pruning --out init.pt
+    python -m user_dir.tools.apc_init GLUE-TEACHER.pt --data RTE.wordpiece \
+        --encoder-ffn-dims 1:128,2:128,3:128,4:128,5:128 --out init.pt     # an APC-50-ff analogue
 
 The checkpoint holds the teacher's weights (frozen ``W`` of the compressed FFNs) and APC's ``U, D``
 from the chosen initialisation (``b_U, b_D, B = 0``). ``init.json`` beside it lists the
@@ -10,7 +13,8 @@ from the chosen initialisation (``b_U, b_D, B = 0``). ``init.json`` beside it li
 ``--finetune-from-model init.pt``, which also makes the run resumable) and each layer's
 reconstruction error (eq. 4) on sampled validation activations. Data-driven initialisations use
 ``--samples`` token activations of the training split (paper: 5,000); neuron pruning scores neurons
-on ``--importance-batches`` training batches (neuron_sensitivity.py).
+on ``--importance-batches`` training batches (neuron_sensitivity.py: the translation NLL, or the
+sentence task's cross-entropy).
 """
 import argparse
 import copy
@@ -25,14 +29,19 @@ import user_dir  # noqa: F401  registers apc_transformer, allows loading fairseq
 from fairseq import checkpoint_utils
 from user_dir.apc.activation_sampling import collect_attention_inputs, collect_ffn_inputs, sample_batches
 from user_dir.apc.attention_compression import init_attention_svd
-from user_dir.apc.apc_transformer import APCTransformerModel
+from user_dir.common.model_flags import architecture_flags
 from user_dir.apc.initialisations import INITIALISATIONS, initialise
 from user_dir.apc.neuron_sensitivity import neuron_sensitivity
 from user_dir.apc.reconstruction_error import ffn_reconstruction_error
 
 logger = logging.getLogger("apc_init")
 
-# structural fields of a fairseq transformer that the fairseq-train command must repeat
+# the APC architecture of each teacher model type
+APC_ARCH = {"TransformerModel": "apc_transformer", "HFBertModel": "apc_hf_bert"}
+# flags only a model with a decoder has
+DECODER_DIMS = ("decoder_ffn_dims", "decoder_attn_dims", "cross_attn_dims")
+# structural fields of a fairseq transformer that the fairseq-train command repeats explicitly (scripts/bench_apc.py
+# rewrites the FFN widths of this list for the finalized stock model)
 _FLAG_FIELDS = [
     "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads",
     "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_layers", "decoder_attention_heads",
@@ -52,25 +61,32 @@ def load_teacher(path: str, data: str):
         raise SystemExit(f"apc_init: --data {data}: no such directory")
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
     teacher = models[0]
-    if type(teacher).__name__ != "TransformerModel":
-        raise SystemExit(f"apc_init: {path} is a {type(teacher).__name__}; APC's FFN compression here expects a "
-                         "stock fairseq transformer")
+    if type(teacher).__name__ not in APC_ARCH:
+        raise SystemExit(f"apc_init: {path} is a {type(teacher).__name__}; APC here compresses a stock fairseq "
+                         "transformer or an imported hf_bert encoder")
     return teacher, cfg, task
 
 
 def apc_args(teacher_args, encoder_ffn_dims, decoder_ffn_dims, train_original=False, encoder_attn_dims=None,
-             decoder_attn_dims=None, cross_attn_dims=None):
+             decoder_attn_dims=None, cross_attn_dims=None, model_type="TransformerModel"):
+    """The teacher's model arguments turned into those of its APC architecture (``APC_ARCH``)."""
     args = copy.deepcopy(teacher_args)
-    args.arch = args._name = "apc_transformer"
-    args.apc_encoder_ffn_dims, args.apc_decoder_ffn_dims = encoder_ffn_dims, decoder_ffn_dims
-    args.apc_encoder_attn_dims = encoder_attn_dims
-    args.apc_decoder_attn_dims, args.apc_cross_attn_dims = decoder_attn_dims, cross_attn_dims
+    base = APC_ARCH[model_type]
+    args.arch = args._name = base  # the model args are complete: the named variants' defaults add nothing
+    args.apc_encoder_ffn_dims, args.apc_encoder_attn_dims = encoder_ffn_dims, encoder_attn_dims
+    if base == "apc_transformer":
+        args.apc_decoder_ffn_dims = decoder_ffn_dims
+        args.apc_decoder_attn_dims, args.apc_cross_attn_dims = decoder_attn_dims, cross_attn_dims
     args.apc_train_original, args.apc_finalized = train_original, False
     return args
 
 
 def fairseq_flags(args) -> list:
-    """Flags that make fairseq-train build ``args``'s model (with --user-dir)."""
+    """Flags that make fairseq-train build ``args``'s model (with --user-dir): for ``apc_transformer`` every
+    structural field spelled out (``--arch apc_transformer``); for an encoder, the flags that differ from
+    its architecture's defaults (common/model_flags.py)."""
+    if not args.arch.startswith("apc_transformer"):
+        return architecture_flags(args)
     flags = ["--arch", "apc_transformer"]
     for f in _FLAG_FIELDS:
         if getattr(args, f, None) is not None:
@@ -86,7 +102,7 @@ def fairseq_flags(args) -> list:
 
 
 def sample_activations(teacher, task, split: str, samples: int, seed: int, max_tokens: int):
-    pad = task.target_dictionary.pad()
+    pad = task.source_dictionary.pad()
     return collect_ffn_inputs(teacher, sample_batches(task, split, max_tokens, seed), samples, pad, seed)
 
 
@@ -98,7 +114,7 @@ def initial_D_U(model, teacher, task, method: str, samples: int, seed: int, impo
         X = sample_activations(teacher, task, "train", samples, seed, max_tokens)
     if method == "neuron-pruning" and scores is None:
         scores = neuron_sensitivity(teacher, sample_batches(task, "train", max_tokens, seed),
-                                    task.target_dictionary.pad(), importance_batches)
+                                    task.source_dictionary.pad(), importance_batches)
     out = {}
     for name, layer in model.apc_layers():
         fc1 = layer.fc1.linear
@@ -141,9 +157,14 @@ def init_attention(model, teacher, task, samples: int, seed: int, max_tokens: in
 
 def build_apc_model(teacher, cfg, task, encoder_ffn_dims, decoder_ffn_dims, encoder_attn_dims=None,
                     decoder_attn_dims=None, cross_attn_dims=None):
+    model_type = type(teacher).__name__
+    if model_type != "TransformerModel" and any((decoder_ffn_dims, decoder_attn_dims, cross_attn_dims)):
+        flags = [f"--{n.replace('_', '-')}" for n, v in zip(DECODER_DIMS, (decoder_ffn_dims, decoder_attn_dims,
+                                                                           cross_attn_dims)) if v]
+        raise SystemExit(f"apc_init: {' '.join(flags)}: the teacher is an encoder ({model_type}), it has no decoder")
     args = apc_args(cfg.model, encoder_ffn_dims, decoder_ffn_dims, encoder_attn_dims=encoder_attn_dims,
-                    decoder_attn_dims=decoder_attn_dims, cross_attn_dims=cross_attn_dims)
-    model = APCTransformerModel.build_model(args, task)
+                    decoder_attn_dims=decoder_attn_dims, cross_attn_dims=cross_attn_dims, model_type=model_type)
+    model = task.build_model(args)  # a sentence task adds its classification head here
     model.load_uncompressed_state(teacher.state_dict())
     return model, args
 

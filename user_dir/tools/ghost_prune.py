@@ -26,9 +26,9 @@ import sys
 import torch
 from fairseq import checkpoint_utils, utils
 from fairseq.criterions.cross_entropy import CrossEntropyCriterion
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 import user_dir  # noqa: F401  registers the ghost_* models
+from user_dir.common.model_flags import architecture_flags
 from user_dir.common.structured_pruning import transformer_encoder
 from user_dir.ghost.ghost_model import add_ghost_args, ghost_model_args
 from user_dir.ghost.ghost_module import GhostConfigError
@@ -83,29 +83,6 @@ def batches(task, subset, args, model, use_cuda):
         if args.max_batches and i >= args.max_batches:
             break
         yield utils.move_to_cuda(sample) if use_cuda else sample
-
-
-def architecture_flags(model_args) -> list:
-    """The command-line flags that make fairseq-train build this model: ``--arch`` and every model flag
-    whose value differs from the architecture's default (widths, ghost settings, and for imported
-    encoders e.g. ``--max-positions``, ``--segment-embeddings``, ``--classification-pooling``)."""
-    arch = model_args.arch
-    parser = argparse.ArgumentParser(add_help=False)
-    ARCH_MODEL_REGISTRY[arch].add_args(parser)
-    defaults = argparse.Namespace(arch=arch)
-    ARCH_CONFIG_REGISTRY[arch](defaults)
-    flags = ["--arch", arch]
-    for action in parser._actions:
-        value, default = getattr(model_args, action.dest, None), getattr(defaults, action.dest, None)
-        if not action.option_strings or value is None or value == default:
-            continue
-        option = max(action.option_strings, key=len)
-        if isinstance(action, argparse._StoreTrueAction):
-            if value:
-                flags.append(option)
-        elif not isinstance(action, (argparse._StoreFalseAction, argparse._StoreConstAction)):
-            flags += [option, str(value)]
-    return flags
 
 
 def main(argv=None):
