@@ -616,3 +616,41 @@ def test_apc_on_a_glue_encoder_trains_only_compression_finalizes_and_predicts_id
     bad = run_cli("fairseq_cli.train", *common, *flags, "--criterion", "apc_activation_kd", "--finetune-from-model",
                   init, "--max-update", "1", "--save-dir", tmp_path / "bad", check=False)
     assert bad.returncode != 0 and "apc_activation_kd is for translation" in bad.stderr
+
+
+def test_bench_apc_glue_runs_every_stage_on_a_tiny_teacher(tmp_path, tiny_glue_teacher):
+    """scripts/bench_apc_glue.py --quick end to end on a tiny GLUE teacher laid out as glue_teachers.sh leaves
+    one: init, compression stage, finalize, Finalized fine-tuning, neuron pruning with the same total updates,
+    dev scores and costs; the table names the teacher and puts the compressed rows at the parameters a
+    closed form gives."""
+    import importlib.util
+    import json
+    import shutil
+
+    from conftest import REPO
+    glue = tmp_path / "glue"
+    (glue / "RTE" / "run" / "checkpoints").mkdir(parents=True)
+    (glue / "data-bin").mkdir()
+    shutil.copy(tiny_glue_teacher["teacher"], glue / "RTE" / "run" / "checkpoints" / "checkpoint_best.pt")
+    os.symlink(glue / "RTE" / "run" / "checkpoints", glue / "RTE" / "checkpoints")
+    os.symlink(tiny_glue_teacher["data"], glue / "data-bin" / "RTE.wordpiece")
+    spec = importlib.util.spec_from_file_location("bench_apc_glue", os.path.join(REPO, "scripts", "bench_apc_glue.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "apc_glue"
+    bench.main(["--glue-task", "RTE", "--quick", "--ffn-dim", "16", "--glue-work", str(glue), "--work",
+                str(tmp_path / "work"), "--out", str(out), "--time-batch", "2"])
+    part = json.loads((tmp_path / "apc_glue.json").read_text())["glue"]["RTE"]
+    rows = {r["name"]: r for r in part["rows"]}
+    assert list(rows) == ["teacher", "APC-50-ff analogue, Finalized", "neuron pruning"]
+    assert part["ffn_dims"] == "1:16" and part["teacher"]["run"] == "run"
+    # 2 layers of width 32: layer 1's FFN 64 -> 16 removes 2 * 32 * 48 weights and 48 biases
+    removed = 2 * 32 * 48 + 48
+    for name in ("APC-50-ff analogue, Finalized", "neuron pruning"):
+        assert rows["teacher"]["encoder_params"] - rows[name]["encoder_params"] == removed
+        assert 0 <= rows[name]["scores"]["accuracy"] <= 100 and rows[name]["scores"]["examples"] == 277
+    report = (tmp_path / "apc_glue.md").read_text()
+    assert "| APC-50-ff analogue, Finalized | neuron-pruning init, 5 updates Compr. only (CE), finalized, 6 updates" \
+        in report and "| neuron pruning | the same neuron-pruning init, finalized (= the pruned network), 11 updates" \
+        in report
+    assert "Paper (BERT-base backbone, RTE dev accuracy): BERT-base 66.4; APC-50-ff (best strategy) 68.2" in report
