@@ -72,11 +72,12 @@ def train_flags(args):
             "--disable-validation", "--log-format", "simple", "--log-interval", "10", "--no-progress-bar"]
 
 
-def init_stage(args, work, init, size):
-    out = os.path.join(work, f"init_{init}_{size}.pt")
+def init_stage(args, work, init, size, attn=None):
+    out = os.path.join(work, f"init_{init}_{size}" + (f"_attn{attn}" if attn else "") + ".pt")
+    attention = ["--encoder-attn-dims", attn, "--decoder-attn-dims", attn, "--cross-attn-dims", attn] if attn else []
     if not os.path.exists(out):
         run([PY, "-m", "user_dir.tools.apc_init", args.teacher, "--data", args.data, "--encoder-ffn-dims", size,
-             "--decoder-ffn-dims", size, "--init", init, "--seed", args.seed, "--out", out],
+             "--decoder-ffn-dims", size, *attention, "--init", init, "--seed", args.seed, "--out", out],
             os.path.join(work, "log.txt"), args.threads)
     with open(os.path.splitext(out)[0] + ".json") as f:
         return out, json.load(f)
@@ -157,6 +158,9 @@ def main():
                    help="also Table 3's 'All Params' strategy (--apc-train-original) at --compare-size")
     p.add_argument("--max-sentences", type=int, default=None,
                    help="measure on the test sentences with id below N only (default: all 1,000)")
+    p.add_argument("--attn-dims", default=None,
+                   help="also, at every --sizes, APC with every attention compressed to this cmp^a (eqs 5-11; the "
+                        "teacher's width is 256); default: FFN compression only")
     p.add_argument("--compare-size", default="256", help="cmp^f of the initialisation and strategy comparison")
     p.add_argument("--updates", type=int, default=30,
                    help="fine-tuning updates per run (paper: 100 steps; default 30 so the grid fits ~1.5 h on a "
@@ -183,6 +187,15 @@ def main():
             apc = finalize(args, work, last, os.path.join(work, f"apc-np_{size}_final.pt"))
             ft = train(args, work, f"pruning-ft_{size}", pruned, stock_flags(info["fairseq_flags"], size))
             models += [(f"APC {size}", apc), (f"pruning+FT {size}", ft), (f"pruned {size}", pruned)]
+            if args.attn_dims:
+                ckpt_a, info_a = init_stage(args, work, "neuron-pruning", size, args.attn_dims)
+                last_a = train(args, work, f"apc-np_{size}_attn{args.attn_dims}", ckpt_a, info_a["fairseq_flags"])
+                name = f"APC {size} + attention {args.attn_dims}"
+                models.append((name, finalize(args, work, last_a,
+                                              os.path.join(work, f"apc-np_{size}_attn{args.attn_dims}_final.pt"))))
+                meta[name] = {"cmp_f": int(size), "what": f"APC, neuron-pruning init, compression only, and every "
+                              f"attention (encoder, decoder, cross) at cmp^a = {args.attn_dims} (eq. 11 init; "
+                              "finalized as apc_transformer --apc-finalized)"}
             meta.update({f"APC {size}": {"cmp_f": int(size), "what": "APC, neuron-pruning init, compression only"},
                          f"pruning+FT {size}": {"cmp_f": int(size), "what": "neuron pruning, then all parameters "
                                                 "fine-tuned (= APC 'Finalized')"},
@@ -230,8 +243,8 @@ def report(args, result):
              "updates, CE loss, max 2,048 tokens, dropout 0.1, one thread.",
              f"Machine: {machine_description()}. Teacher: `{os.path.relpath(result['teacher'], ROOT)}` "
              "(3+3 layers, width 256, FFN 1024). BLEU: tokenised BLEU4 as fairseq-generate's, beam 5, "
-             "test_2016_flickr (the number of sentences is given per table), every model finalized (stock `transformer` "
-             "checkpoint). "
+             "test_2016_flickr (the number of sentences is given per table), every model finalized (a stock `transformer` "
+             "checkpoint unless its row says otherwise). "
              "Sentences/s: `fc-measure`, batch 128, one run, on a machine shared with other jobs "
              "(speeds are indicative only).", ""]
     if "sizes" in result:
@@ -284,9 +297,13 @@ def plot(args, result):
     rows = result["sizes"]["measure"]["rows"]
     fig, ax = plt.subplots(figsize=(6, 4))
     for prefix, marker in (("APC", "o"), ("pruning+FT", "s"), ("pruned", "x"), ("teacher", "*")):
-        pts = [r for r in rows if r["name"].split(" ")[0] == prefix]
+        pts = [r for r in rows if r["name"].split(" ")[0] == prefix and "attention" not in r["name"]]
         ax.plot([r["non_embedding_params"] / 1e6 for r in pts], [r["bleu_tok"] for r in pts], marker=marker,
                 linestyle="-" if len(pts) > 1 else "none", label=prefix)
+    attention = [r for r in rows if "attention" in r["name"]]
+    if attention:
+        ax.plot([r["non_embedding_params"] / 1e6 for r in attention], [r["bleu_tok"] for r in attention], marker="^",
+                linestyle="none", label="APC FFN + attention")
     ax.set_xlabel("non-embedding parameters (M)")
     ax.set_ylabel(f"BLEU (tok), {rows[0]['sentences']} test sentences")
     ax.set_title(f"APC FFN compression, {result['sizes']['updates']} updates")
