@@ -654,3 +654,53 @@ def test_bench_apc_glue_runs_every_stage_on_a_tiny_teacher(tmp_path, tiny_glue_t
         in report and "| neuron pruning | the same neuron-pruning init, finalized (= the pruned network), 11 updates" \
         in report
     assert "Paper (BERT-base backbone, RTE dev accuracy): BERT-base 66.4; APC-50-ff (best strategy) 68.2" in report
+
+
+def test_layer_importance_on_a_glue_encoder(tiny_glue_teacher):
+    """Figure 3's three measures on a sentence task: the loss is the labels' cross-entropy per sentence,
+    dropping a layer is scored by hand, and imprinting uses the labels as classes on the [CLS] vector."""
+    import itertools
+
+    import torch.nn.functional as F
+    from fairseq import checkpoint_utils
+
+    from user_dir.apc.activation_sampling import sample_batches
+    from user_dir.apc.layer_importance import fisher_information, layer_dropping, mean_nll, weight_imprinting
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(tiny_glue_teacher["teacher"])], arg_overrides={"data": str(tiny_glue_teacher["data"])})
+    model, pad, head = models[0].eval(), task.source_dictionary.pad(), "sentence_classification_head"
+    valid = list(itertools.islice(sample_batches(task, "valid", 2048, 1), 4))
+    train = list(itertools.islice(sample_batches(task, "train", 2048, 1), 2))
+
+    def logits(sample):
+        return model(**sample["net_input"], features_only=True, classification_head_name=head)[0]
+
+    with torch.no_grad():
+        ce = [F.cross_entropy(logits(s), s["target"].view(-1), reduction="sum").item() for s in valid]
+        assert abs(mean_nll(model, valid, pad) - sum(ce) / sum(s["target"].numel() for s in valid)) < 1e-5
+        before = logits(valid[0])
+    drop = layer_dropping(model, valid, pad)
+    encoder = model.encoder.sentence_encoder
+    assert list(drop) == ["encoder.sentence_encoder.layers.0", "encoder.sentence_encoder.layers.1"]
+    assert len(encoder.layers) == encoder.num_layers == 2 and torch.equal(logits(valid[0]), before)
+    full, base, raw = encoder.layers, mean_nll(model, valid, pad), []
+    for i in range(2):
+        encoder.layers = torch.nn.ModuleList([full[1 - i]])
+        raw.append(max(0.0, mean_nll(model, valid, pad) - base))
+    encoder.layers = full
+    total = sum(raw)
+    assert drop == pytest.approx({f"encoder.sentence_encoder.layers.{i}": (r / total if total else 0.0)
+                                  for i, r in enumerate(raw)})
+    fisher = fisher_information(model, valid[:2], pad)
+    assert all(v > 0 for v in fisher.values()) and abs(sum(fisher.values()) - 1) < 1e-9
+    imprint = weight_imprinting(model, train, valid, pad)
+    acc = imprint.pop("_accuracy_after_embeddings_and_each_encoder_layer")
+    # by hand at the last layer: class means of the normalised [CLS] vectors, cosine nearest mean
+    with torch.no_grad():
+        def cls(sample):
+            return F.normalize(model(**sample["net_input"], features_only=True)[0][:, 0].float(), dim=-1)
+        feats, labels = torch.cat([cls(s) for s in train]), torch.cat([s["target"].view(-1) for s in train])
+        means = F.normalize(torch.stack([feats[labels == c].sum(0) for c in range(2)]), dim=-1)
+        hits = sum(int(((cls(s) @ means.t()).argmax(-1) == s["target"].view(-1)).sum()) for s in valid)
+    assert len(acc) == 3 and acc[-1] == pytest.approx(hits / sum(s["target"].numel() for s in valid))
+    assert all(v >= 0 for v in imprint.values())

@@ -1,7 +1,10 @@
-"""Layer importance of a translation Transformer (APC paper, section 2.2, Figure 3): layer dropping,
-Fisher information and weight imprinting per layer, normalised to sum to 1; a table and a plot.
+"""Layer importance of a translation Transformer or a GLUE encoder (APC paper, section 2.2, Figure 3):
+layer dropping, Fisher information and weight imprinting per layer, normalised to sum to 1; a table
+and a plot.
 
     python -m user_dir.tools.apc_layer_importance TEACHER.pt --data DATA-BIN --out results/apc_layer_importance
+    python -m user_dir.tools.apc_layer_importance work/glue/RTE/checkpoints/checkpoint_best.pt \
+        --data work/glue/data-bin/RTE.wordpiece --out results/apc_layer_importance_rte
 
 Layer dropping and imprinting evaluation use ``--batches`` batches of the valid split; Fisher
 information and the imprinted class means use as many training batches (user_dir/apc/layer_importance.py).
@@ -22,7 +25,7 @@ METRICS = ("layer dropping", "Fisher information", "weight imprinting")
 
 
 def importance(teacher, task, batches: int, max_tokens: int, seed: int) -> dict:
-    pad = task.target_dictionary.pad()
+    pad = task.source_dictionary.pad()
     valid = list(itertools.islice(sample_batches(task, "valid", max_tokens, seed), batches))
     train = list(itertools.islice(sample_batches(task, "train", max_tokens, seed), batches))
     return {"layer dropping": layer_dropping(teacher, valid, pad),
@@ -32,7 +35,7 @@ def importance(teacher, task, batches: int, max_tokens: int, seed: int) -> dict:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", help="fairseq transformer checkpoint")
+    p.add_argument("model", help="fairseq transformer checkpoint, or an hf_bert model fine-tuned on a sentence task")
     p.add_argument("--data", required=True, help="its binarised data directory")
     p.add_argument("--batches", type=int, default=8, help="batches per measurement (default 8)")
     p.add_argument("--max-tokens", type=int, default=2048)
@@ -52,9 +55,13 @@ def main(argv=None):
     for layer in layers:
         cells = [scores[m].get(layer) for m in METRICS]
         lines.append(f"| {layer} | " + " | ".join("n/a" if c is None else f"{c:.3f}" for c in cells) + " |")
-    acc = scores["weight imprinting"]["_accuracy_after_embeddings_and_each_decoder_layer"]
-    lines += ["", "Imprinted nearest-mean accuracy after the embeddings and after each decoder layer: "
-              + ", ".join(f"{x:.3f}" for x in acc) + "."]
+    imprinting = scores["weight imprinting"]
+    side = "decoder" if "_accuracy_after_embeddings_and_each_decoder_layer" in imprinting else "encoder"
+    acc = imprinting[f"_accuracy_after_embeddings_and_each_{side}_layer"]
+    if acc is not None:
+        lines += ["", f"Imprinted nearest-mean accuracy after the embeddings and after each {side} layer "
+                  f"({'target words' if side == 'decoder' else 'the labels'} as classes): "
+                  + ", ".join(f"{x:.3f}" for x in acc) + "."]
     with open(a.out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(a.out + ".json", "w") as f:
@@ -66,7 +73,8 @@ def main(argv=None):
     width = 0.27
     for k, m in enumerate(METRICS):
         ax.bar([i + (k - 1) * width for i in range(len(layers))], [scores[m].get(l) or 0.0 for l in layers], width, label=m)
-    ax.set_xticks(range(len(layers)), [l.replace(".layers.", " ") for l in layers], rotation=30)
+    ax.set_xticks(range(len(layers)), [l.replace(".sentence_encoder", "").replace(".layers.", " ") for l in layers],
+                  rotation=30)
     ax.set_ylabel("importance (sums to 1)")
     ax.legend(fontsize=8)
     fig.tight_layout()
