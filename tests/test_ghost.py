@@ -527,6 +527,39 @@ def test_hf_bert_encoder_prunes_to_the_masked_original_and_distils(tmp_path, tin
     assert re.search(r"valid on 'valid' subset .*\| l_mha [\d.]+ .*\| accuracy [\d.]+", out), out[-2000:]
 
 
+@pytest.mark.parametrize("positions", ["qk", "v,ffn2"])
+def test_hf_bert_attention_positions_distil_and_do_not_depend_on_padding(tmp_path, tiny_glue_teacher, positions):
+    """Table 6's positions inside the attention on an imported GLUE encoder: ghost_prune writes them, stock
+    fairseq-train distils them, and a sentence's logits do not change when the batch pads it more (BERT
+    pads on the right)."""
+    from fairseq import checkpoint_utils
+
+    data, teacher, common = tiny_glue_teacher["data"], tiny_glue_teacher["teacher"], tiny_glue_teacher["common"]
+    init = tmp_path / "init.pt"
+    run_cli("user_dir.tools.ghost_prune", data, "--path", teacher, "--width-mult", "1/4", "--ghost-positions",
+            positions, "--out", init, "--batch-size", "16", "--cpu")
+    flags = open(str(init) + ".flags").read().split()
+    assert flags[flags.index("--ghost-positions") + 1] == positions
+    save = tmp_path / "distill"
+    run_cli("fairseq_cli.train", *common, *flags, "--criterion", "ghost_distill", "--teacher-path", teacher,
+            "--finetune-from-model", init, "--max-update", "2", "--save-dir", save, "--disable-validation")
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(save / "checkpoint_last.pt")],
+                                                                     arg_overrides={"data": str(data)})
+    model = models[0].double().eval()
+    task.load_dataset("valid")
+    sample = next(task.get_batch_iterator(dataset=task.dataset("valid"), max_sentences=8).next_epoch_itr(shuffle=False))
+    tokens = sample["net_input"]["src_tokens"]
+    pad = task.source_dictionary.pad()
+    lengths = tokens.ne(pad).sum(1)
+    short = int(lengths.argmin())
+    n = int(lengths[short])
+    head = "sentence_classification_head"
+    with torch.no_grad():
+        batch = model(tokens, features_only=True, classification_head_name=head)[0][short]
+        alone = model(tokens[short:short + 1, :n], features_only=True, classification_head_name=head)[0][0]
+    assert tokens.size(1) > n and torch.allclose(batch, alone, atol=1e-9)
+
+
 def test_distillation_of_an_identical_student_is_zero_and_embedding_dropout_is_not_distilled(tiny):
     import copy
     model = tiny["model"]
