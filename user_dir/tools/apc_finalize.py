@@ -184,7 +184,7 @@ def main(argv=None):
         os.replace(a.out + ".tmp", a.out)
     model_args = state["cfg"]["model"] if state.get("cfg") else state["args"]
     kind = info["stock_arch"] or f"{model_args.arch} --apc-finalized"
-    attention = {k: v for k, v in info["attention_widths"].items() if v}
+    attention = {k: v for k, v in info["attention_widths"].items() if getattr(model_args, k, None)}
     widths = " ".join(f"{side} {w}" for side, w in info["ffn_widths"].items())
     print(f"wrote {a.out}: {kind}, FFN widths {widths}, attention widths {attention}"
           + (" (zero-padded to full heads)" if info["attention_padded"] else ""))
