@@ -238,7 +238,6 @@ def main(argv=None):
     parser.add_argument("--report-only", action="store_true", help="rewrite the table from OUT.json")
     parser.add_argument("--quick", action="store_true", help="a smoke test: 5 + 6 updates, tiny samples")
     args = parser.parse_args(argv)
-    args.quick = bool(args.quick)
     if args.quick:
         args.compress_updates, args.finetune_updates, args.validations, args.runs, args.repeats = 5, 6, 2, 1, 1
         args.work += "_quick"

@@ -241,6 +241,7 @@ def glue_setup(args, task):
     from fairseq import checkpoint_utils
 
     from user_dir.common.glue_metrics import BEST_CHECKPOINT_METRIC, TASK_METRICS
+    from user_dir.common.task_flags import sentence_prediction_flags
     if task not in TASK_METRICS:
         sys.exit(f"bench_ghost: --glue-task {task}: expected one of {', '.join(TASK_METRICS)}")
     teacher = os.path.join(args.glue_work, task, "checkpoints", "checkpoint_best.pt")
@@ -258,14 +259,7 @@ def glue_setup(args, task):
     if task == "STS-B" and not regression:
         sys.exit(f"bench_ghost: {teacher}: STS-B is a regression task, but this teacher was not trained with "
                  "--regression-target --num-classes 1")
-    flags = ["--task", "sentence_prediction", "--num-classes", str(tcfg["num_classes"]),
-             "--init-token", str(tcfg["init_token"])]
-    if tcfg.get("separator_token") is not None:
-        flags += ["--separator-token", str(tcfg["separator_token"])]
-    if tcfg.get("shorten_method", "none") != "none":
-        flags += ["--shorten-method", tcfg["shorten_method"]]
-    if regression:
-        flags += ["--regression-target"]
+    flags = sentence_prediction_flags(tcfg)
     lr, model = cfg["optimization"]["lr"], cfg["model"]
     heads = model["encoder_attention_heads"] if isinstance(model, dict) else model.encoder_attention_heads
     return {"heads": heads, "teacher": teacher, "data": data, "task_flags": flags, "regression": regression,

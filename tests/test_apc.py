@@ -361,6 +361,10 @@ def test_activation_kd_loss_is_the_pruned_neurons_activation(teacher_setup):
     ce = log["ce_loss"]
     torch.testing.assert_close(loss.detach(), 0.7 * ce + 0.3 * 1e5 * expected * sample_size, rtol=1e-4, atol=1e-2)
     assert model.decoder.layers[0].fc1.recorded_full_output is None  # recording is switched off again
+    # a dropped layer has nothing to reconstruct: layerdrop is refused by name on the first training batch
+    model.decoder.decoder_layerdrop = 0.1
+    with pytest.raises(ValueError, match="--decoder-layerdrop with --criterion apc_activation_kd"):
+        APCActivationKDCriterion(task, False, 0.0)(model, sample)
 
 
 @needs_teacher
@@ -376,11 +380,12 @@ def test_bad_flag_through_the_model_builder_names_it(teacher_setup):
         ((None, None), {"decoder_attn_dims": "2:66"}, r"--apc-decoder-attn-dims \(layer 2\): cmp\^a=66 must be a multiple"),
         ((None, None), {"cross_attn_dims": "3:64"}, "--apc-cross-attn-dims '3:64': layer index 3 is out of range"),
         (("128", None), {"embed": "128"}, "--apc-decoder-embed-dims: APC's embedding compression .* not implemented"),
+        (("128", None), {"keep": "0,2"}, "--encoder-layers-to-keep is not supported with --arch apc_transformer"),
     ]
     for dims, options, message in cases:
-        embed = options.pop("embed", None)
+        embed, keep = options.pop("embed", None), options.pop("keep", None)
         args = apc_args(teacher_setup["cfg"].model, *dims, **options)
-        args.apc_decoder_embed_dims = embed
+        args.apc_decoder_embed_dims, args.encoder_layers_to_keep = embed, keep
         with pytest.raises(APCConfigError, match=message):
             APCTransformerModel.build_model(args, teacher_setup["task"])
 

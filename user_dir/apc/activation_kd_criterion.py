@@ -53,6 +53,7 @@ class APCActivationKDCriterion(LabelSmoothedCrossEntropyCriterion):
         if apc_beta < 0:
             raise ValueError(f"--apc-beta {apc_beta}: must be >= 0")
         self.ce_weight, self.beta = apc_ce_weight, apc_beta
+        self._checked_layerdrop = False
 
     def reconstruction_loss(self, model, sample) -> torch.Tensor:
         net = sample["net_input"]
@@ -68,6 +69,12 @@ class APCActivationKDCriterion(LabelSmoothedCrossEntropyCriterion):
             raise ValueError("--criterion apc_activation_kd needs --arch apc_transformer (a model with "
                              "APC-compressed layers)")
         record = model.training
+        if record and not self._checked_layerdrop:
+            for side in ("encoder", "decoder"):
+                if getattr(getattr(model, side, None), f"{side}_layerdrop", 0) > 0:
+                    raise ValueError(f"--{side}-layerdrop with --criterion apc_activation_kd: a dropped layer has no "
+                                     "activations to reconstruct (eq. 4); train without layerdrop, or use CE/KD")
+            self._checked_layerdrop = True
         model.set_apc_recording(record)
         try:
             net_output = model(**sample["net_input"])

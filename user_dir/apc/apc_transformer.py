@@ -134,6 +134,11 @@ def check_apc_args(args, arch: str) -> None:
     if getattr(args, "checkpoint_activations", False):
         raise APCConfigError(f"--checkpoint-activations is not supported with --arch {arch}")
     for side in ("encoder", "decoder"):
+        if getattr(args, f"{side}_layers_to_keep", None):
+            raise APCConfigError(f"--{side}-layers-to-keep is not supported with --arch {arch}: APC's per-layer sizes "
+                                 "and its initialisation from the teacher index the teacher's layers; drop layers "
+                                 "before compressing, not while")
+    for side in ("encoder", "decoder"):
         if getattr(args, f"apc_{side}_embed_dims", None):
             raise APCConfigError(
                 f"--apc-{side}-embed-dims: APC's embedding compression (section 3.2, pre/post scaling D^PS/U^PS "

@@ -90,8 +90,6 @@ def ffn_widths(sd: dict, side: str, module: str = "fc1") -> list:
 def apc_model_of(model_args) -> str:
     """``apc_transformer`` or ``apc_hf_bert``: the APC model a checkpoint's arguments build."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
-
-    import user_dir  # noqa: F401  registers the APC archs
     model = ARCH_MODEL_NAME_REGISTRY.get(getattr(model_args, "arch", None))
     if model not in MODELS:
         raise SystemExit(f"apc_finalize: the checkpoint's model is {getattr(model_args, 'arch', '?')}, not one of "

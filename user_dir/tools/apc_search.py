@@ -36,7 +36,7 @@ import subprocess
 import sys
 from typing import Dict, List
 
-import torch
+from user_dir.common.task_flags import sentence_prediction_flags
 
 SIDES = ("encoder", "decoder")
 
@@ -86,13 +86,7 @@ def task_train_flags(state) -> List[str]:
     task = state["cfg"]["task"]
     name = task.get("_name") if hasattr(task, "get") else getattr(task, "_name", None)
     if name == "sentence_prediction":
-        flags = ["--task", "sentence_prediction", "--num-classes", str(task["num_classes"]),
-                 "--init-token", str(task["init_token"]), "--criterion", "sentence_prediction"]
-        if task.get("separator_token") is not None:
-            flags += ["--separator-token", str(task["separator_token"])]
-        if task.get("regression_target"):
-            flags += ["--regression-target"]
-        return flags + ["--batch-size", "32"]
+        return sentence_prediction_flags(task) + ["--criterion", "sentence_prediction", "--batch-size", "32"]
     if name == "translation":
         return ["--task", "translation", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0",
                 "--max-tokens", "2048"]
@@ -195,8 +189,9 @@ def main(argv=None):
         p.error("give --encoder-groups and/or --decoder-groups: nothing would be searched")
     stack_params = sum(v.numel() for k, v in state["model"].items() if re.search(r"(^|\.)layers\.\d+\.", k))
 
-    def choices(option, full, step):
-        values = [int(x) for x in option.split(",")] if option else list(range(full // step, full + 1, full // step))
+    def choices(option, full, parts):
+        unit = max(1, full // parts)
+        values = [int(x) for x in option.split(",")] if option else list(range(unit, full + 1, unit))
         bad = [v for v in values if not 0 < v <= full]
         if bad:
             p.error(f"choices {bad}: sizes must lie in 1..{full}")
