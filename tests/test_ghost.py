@@ -576,6 +576,18 @@ def test_distillation_of_an_identical_student_is_zero_and_embedding_dropout_is_n
     student.train()  # dropout inside the layers changes M_l and F_l, never E (taken before the embedding dropout)
     _, _, log = criterion(student, sample)
     assert log["l_emb"] == 0 and log["l_mha"] > 1e-4 and log["l_ffn"] > 1e-4
+    # a dropped layer has no hidden states to distil: layerdrop is refused by name, before any loss is computed
+    criterion._checked = False
+    transformer_encoder(student).encoder_layerdrop = 0.1
+    with pytest.raises(ValueError, match="--encoder-layerdrop 0.1 with --criterion ghost_distill"):
+        criterion(student, sample)
+
+
+def test_dropping_encoder_layers_is_refused_naming_the_flag(tiny):
+    args = ghost_model_args(tiny["cfg"].model, ghost_heads=1, ghost_ffn_dim=64)
+    args.encoder_layers_to_keep = "0"
+    with pytest.raises(GhostConfigError, match="--encoder-layers-to-keep is not supported by the ghost_"):
+        tiny["task"].build_model(args)
 
 
 # ---- scripts/bench_ghost.py: the GLUE part beside the translation part ------------------------------

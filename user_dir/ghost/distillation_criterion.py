@@ -107,6 +107,11 @@ class GhostDistillCriterion(FairseqCriterion):
 
     def _check_teacher(self, student_encoder, teacher_encoder) -> None:
         s, t = student_encoder, teacher_encoder
+        if getattr(s, "encoder_layerdrop", 0) > 0:
+            # a dropped layer has no M_l / F_l: the remaining ones would be compared with the wrong teacher layers
+            raise ValueError(f"--encoder-layerdrop {s.encoder_layerdrop} with --criterion ghost_distill: eq 6 matches "
+                             "every student layer with the teacher's same layer, and a dropped layer has no hidden "
+                             "states; distil without layerdrop (the fine-tuning stage may use it)")
         if len(s.layers) != len(t.layers) or s.layers[0].embed_dim != t.layers[0].embed_dim:
             raise TeacherConfigError(
                 f"--teacher-path {self.teacher.path}: the teacher's encoder has {len(t.layers)} layers of width "

@@ -171,6 +171,10 @@ def build_ghost_encoder(model: nn.Module, args) -> None:
     encoder = transformer_encoder(model)
     if getattr(args, "quant_noise_pq", 0):
         raise GhostConfigError("--quant-noise-pq is not supported by the ghost_* architectures")
+    if getattr(args, "encoder_layers_to_keep", None):
+        raise GhostConfigError("--encoder-layers-to-keep is not supported by the ghost_* architectures: GhostBERT "
+                               "keeps the teacher's depth (layer l is distilled from the teacher's layer l, eq 6); "
+                               "drop layers before pruning, not while")
     layer0 = encoder.layers[0]
     kept_heads, kept_ffn = kept_widths(args, layer0.self_attn.num_heads, layer0.fc1.out_features)
     positions, cfg = parse_positions(args.ghost_positions), ghost_config(args)
