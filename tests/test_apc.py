@@ -368,6 +368,22 @@ def test_activation_kd_loss_is_the_pruned_neurons_activation(teacher_setup):
 
 
 @needs_teacher
+def test_layerdrop_never_hides_a_layer_from_apc(teacher_setup):
+    """With --*-layerdrop the layers sit in a LayerDropModuleList, whose iteration in training mode skips
+    layers: APC's layer lists (recording, reconstruction pairs, finalize) must still see every layer."""
+    from fairseq.modules import LayerDropModuleList
+    model = _apc_model(teacher_setup)  # every encoder and decoder FFN compressed
+    names = [name for name, _ in model.apc_layers()]
+    for side in (model.encoder, model.decoder):
+        side.layers = LayerDropModuleList(p=0.99, modules=list(side.layers))
+    model.train()
+    torch.manual_seed(0)
+    assert [name for name, _ in model.apc_layers()] == names
+    model.finalize_()
+    assert model.apc_layers() == []  # every layer folded, none left compressed
+
+
+@needs_teacher
 def test_bad_flag_through_the_model_builder_names_it(teacher_setup):
     from user_dir.apc.apc_transformer import APCTransformerModel
     from user_dir.tools.apc_init import apc_args

@@ -116,6 +116,11 @@ def test_patient_kd_loss_is_kd_plus_beta_times_normalised_hidden_distance():
     model.eval()
     val_loss, _, val_log = crit(model, sample)
     assert "pkd_loss" not in val_log
+    # fairseq lists only the layers that ran: with layerdrop the map would pair wrong layers, so it is refused
+    model.train()
+    model.decoder.decoder_layerdrop = 0.2
+    with pytest.raises(PatientKDConfigError, match="--decoder-layerdrop with --criterion patient_kd"):
+        crit(model, sample)
 
 
 @needs_teacher

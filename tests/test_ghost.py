@@ -583,6 +583,21 @@ def test_distillation_of_an_identical_student_is_zero_and_embedding_dropout_is_n
         criterion(student, sample)
 
 
+def test_a_model_built_with_layerdrop_prunes_and_ghosts_every_layer(tiny):
+    """A freshly built model is in training mode, where a LayerDropModuleList's iteration skips layers:
+    building must still prune and ghost every layer (the flag then works in the cross-entropy stage)."""
+    args = ghost_model_args(tiny["cfg"].model, ghost_heads=1, ghost_ffn_dim=64)
+    args.encoder_layerdrop = 0.99
+    torch.manual_seed(0)
+    model = tiny["task"].build_model(args)
+    layers = transformer_encoder(model).layers
+    assert type(layers).__name__ == "LayerDropModuleList"  # (task.build_model's --eval-bleu generator then set eval)
+    assert all(layers[i].fc1.out_features == 64 and isinstance(layers[i].fc2, GhostLinear)
+               and isinstance(layers[i].self_attn.out_proj, GhostLinear) for i in range(len(layers)))
+    sample = tiny["batches"][0]
+    nll(model.double(), sample).backward()  # trains with layers dropped
+
+
 def test_dropping_encoder_layers_is_refused_naming_the_flag(tiny):
     args = ghost_model_args(tiny["cfg"].model, ghost_heads=1, ghost_ffn_dim=64)
     args.encoder_layers_to_keep = "0"

@@ -162,6 +162,31 @@ def test_switching_plugins_changes_outputs_and_none_is_the_backbone_exactly(tiny
         container.use(8)
 
 
+def test_plugins_hook_every_layer_of_a_backbone_built_with_layerdrop(tiny, tmp_path):
+    """--encoder-layerdrop keeps the layers in a LayerDropModuleList, whose iteration in training mode
+    skips layers: attaching plugins to a model in training mode must still hook every layer."""
+    from fairseq.modules import LayerDropModuleList
+    path, data = tiny
+    plain, task = load(path, data)
+    dropping, _ = load(path, data)
+    encoder = transformer_encoder(dropping)
+    encoder.layers = LayerDropModuleList(p=0.99, modules=list(encoder.layers))
+    plugin = _plugin_file(load(path, data)[0], tmp_path, 4)  # a plugin on layer 0
+    attach_plugin_files(plain, plugin).use(4)
+    dropping.train()
+    torch.manual_seed(0)
+    attach_plugin_files(dropping, plugin).use(4)
+    dropping.eval()  # eval: no layer dropped, so both must compute the same plugged function
+    src = task.source_dictionary.encode_line("zwei hunde spielen im schnee .", add_if_not_exist=False)[None]
+    lengths = torch.tensor([src.size(1)])
+    with torch.no_grad():
+        expected = transformer_encoder(plain)(src, src_lengths=lengths)["encoder_out"][0]
+        got = encoder(src, src_lengths=lengths)["encoder_out"][0]
+        backbone = transformer_encoder(load(path, data)[0])(src, src_lengths=lengths)["encoder_out"][0]
+    assert not torch.allclose(expected, backbone)
+    assert torch.equal(got, expected)
+
+
 def test_plugins_for_another_backbone_are_refused(tiny, tmp_path):
     path, data = tiny
     model, _ = load(path, data)

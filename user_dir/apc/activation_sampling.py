@@ -17,6 +17,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+from ..common.layer_lists import every_layer
+
 
 def sample_batches(task, split: str, max_tokens: int, seed: int) -> Iterator[dict]:
     """Shuffled batches of ``split`` (loaded if needed), as fairseq's trainer would draw them."""
@@ -40,7 +42,7 @@ def layer_stacks(model) -> Dict[str, torch.nn.ModuleList]:
 
 def ffn_layers(model) -> Dict[str, torch.nn.Module]:
     """``{"encoder.layers.0": layer, ...}``: every layer of ``model`` by module name."""
-    return {f"{prefix}.{i}": layer for prefix, layers in layer_stacks(model).items() for i, layer in enumerate(layers)}
+    return {f"{prefix}.{i}": layer for prefix, layers in layer_stacks(model).items() for i, layer in enumerate(every_layer(layers))}
 
 
 def side_of(name: str) -> str:

@@ -26,6 +26,7 @@ from typing import Dict, List
 import torch
 import torch.nn.functional as F
 
+from ..common.layer_lists import every_layer
 from .activation_sampling import ffn_layers, layer_stacks
 from .neuron_sensitivity import task_loss
 
@@ -61,7 +62,7 @@ def layer_dropping(model, batches: List[dict], pad: int) -> Dict[str, float]:
     for prefix, full in layer_stacks(model).items():
         module = model.get_submodule(prefix.rpartition(".")[0])
         for i in range(len(full)):
-            module.layers = torch.nn.ModuleList([layer for j, layer in enumerate(full) if j != i])
+            module.layers = torch.nn.ModuleList([layer for j, layer in enumerate(every_layer(full)) if j != i])
             module.num_layers = len(module.layers)
             try:
                 raw[f"{prefix}.{i}"] = max(0.0, mean_nll(model, batches, pad) - base)

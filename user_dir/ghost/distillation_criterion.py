@@ -37,6 +37,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_l
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
+from ..common.layer_lists import every_layer
 from ..common.structured_pruning import transformer_encoder
 from ..common.teacher import TeacherConfigError, load_frozen_teacher
 
@@ -68,7 +69,7 @@ def hidden_states(encoder):
     # E before the embedding dropout: the student's dropped-out E against the teacher's clean one would add an
     # MSE term whose gradient shrinks the (shared) embeddings, (1 - p) / p * E per position
     handles = [encoder.dropout_module.register_forward_pre_hook(lambda m, args: found["emb"].append(args[0]))]
-    for layer in encoder.layers:
+    for layer in every_layer(encoder.layers):
         if layer.normalize_before:  # the residual stream after MHA is the input of the FFN's LayerNorm
             handles.append(layer.final_layer_norm.register_forward_pre_hook(
                 lambda m, args: found["mha"].append(args[0])))

@@ -28,6 +28,7 @@ from fairseq.models.transformer import TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture, transformer_iwslt_de_en
 
 from ..bert.hf_bert_model import HFBertModel, hf_bert, hf_minilm_l6
+from ..common.layer_lists import every_layer
 from ..common.structured_pruning import PrunedMultiheadAttention, resize_encoder_layer, transformer_encoder
 from .ghost_attention import GhostAttention
 from .ghost_module import ATTENTION_POSITIONS, CONV_TYPES, POSITIONS, GhostConfig, GhostConfigError, GhostLinear
@@ -186,7 +187,7 @@ def build_ghost_encoder(model: nn.Module, args) -> None:
     if not cfg.shared and kept_ffn % kept_heads and "ffn2" in positions:
         raise GhostConfigError(f"--ghost-unshared: --ghost-ffn-dim {kept_ffn} does not split into "
                                f"{kept_heads} folds")
-    for layer in encoder.layers:
+    for layer in every_layer(encoder.layers):
         ghost_encoder_layer(layer, kept_heads, kept_ffn, positions, cfg)
 
 

@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Tuple
 import torch
 import torch.nn as nn
 
+from ..common.layer_lists import every_layer
 from ..common.structured_pruning import transformer_encoder
 
 
@@ -31,7 +32,7 @@ class ImportanceMasks:
     """Masks of ones on every encoder layer's heads (L x H) and FFN neurons (L x d_ff)."""
 
     def __init__(self, model: nn.Module):
-        self.layers = list(transformer_encoder(model).layers)
+        self.layers = every_layer(transformer_encoder(model).layers)
         reference = next(model.parameters())
         heads = {layer.self_attn.num_heads for layer in self.layers}
         widths = {layer.fc1.out_features for layer in self.layers}

@@ -22,15 +22,9 @@ from fairseq.models.transformer.transformer_encoder import TransformerEncoder
 from fairseq.modules import LayerDropModuleList
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
+from ..common.layer_lists import every_layer
 from .replaceable_pairs import (DECODER_MATRIX_PAIRS, ENCODER_MATRIX_PAIRS, LAYER_PAIRINGS, PETConfigError,
                                 share_decoder_layers, share_encoder_layers)
-
-
-def _built_layers(layers: nn.ModuleList) -> list:
-    """Every layer the base class built, in order. Read through the list's table: iterating a
-    LayerDropModuleList in training mode (a model is in training mode while it is built or loaded)
-    skips layers at random."""
-    return list(layers._modules.values())
 
 
 def _without_checkpointing(cfg):
@@ -58,7 +52,7 @@ def _install_logical_layers(module, logical: list, cfg, layerdrop: float) -> Non
 class PETTransformerEncoder(TransformerEncoder):
     def __init__(self, args, dictionary, embed_tokens, return_fc=False):
         super().__init__(args, dictionary, embed_tokens, return_fc=return_fc)
-        logical = share_encoder_layers(_built_layers(self.layers), args.layer_pairing, args.encoder_matrix_pairs)
+        logical = share_encoder_layers(every_layer(self.layers), args.layer_pairing, args.encoder_matrix_pairs)
         _install_logical_layers(self, logical, args, self.encoder_layerdrop)
 
     def build_encoder_layer(self, args):
@@ -69,7 +63,7 @@ class PETTransformerDecoder(TransformerDecoder):
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
                          output_projection=output_projection)
-        logical = share_decoder_layers(_built_layers(self.layers), args.layer_pairing, args.decoder_matrix_pairs)
+        logical = share_decoder_layers(every_layer(self.layers), args.layer_pairing, args.decoder_matrix_pairs)
         _install_logical_layers(self, logical, args, self.decoder_layerdrop)
 
     def build_decoder_layer(self, args, no_encoder_attn=False):

@@ -22,6 +22,7 @@ from typing import Dict, List, Optional
 import torch
 import torch.nn as nn
 
+from ..common.layer_lists import every_layer
 from .compression_plugin import CompressionPlugin, PluginConfig, group_padding_mask
 
 logger = logging.getLogger(__name__)
@@ -166,7 +167,7 @@ class VariatorPlugins(nn.Module):
 
     # ---- hooks: how plugins enter the frozen layers ---------------------------------------------
     def _install_hooks(self, encoder: nn.Module) -> None:
-        for index, layer in enumerate(encoder.layers):
+        for index, layer in enumerate(every_layer(encoder.layers)):
             state = {}  # per-layer scratch: the padding mask and the groups of the current forward
 
             def remember_mask(module, args, kwargs, state=state):
