@@ -598,6 +598,25 @@ def test_a_model_built_with_layerdrop_prunes_and_ghosts_every_layer(tiny):
     nll(model.double(), sample).backward()  # trains with layers dropped
 
 
+def test_activation_checkpointing_computes_the_same_loss_and_gradients(tiny):
+    """--checkpoint-activations wraps every layer before the ghost modules go in: the ghost model must
+    compute the same loss and gradients with it (it only trades memory for recomputation)."""
+    grads = []
+    for checkpointing in (False, True):
+        args = ghost_model_args(tiny["cfg"].model, ghost_heads=1, ghost_ffn_dim=64)
+        args.checkpoint_activations = checkpointing
+        args.dropout = args.attention_dropout = args.activation_dropout = 0.0
+        torch.manual_seed(0)
+        model = tiny["task"].build_model(args).double().train()
+        assert hasattr(transformer_encoder(model).layers[0], "precheckpoint_forward") == checkpointing  # wrapped
+        loss = nll(model, tiny["batches"][0])
+        loss.backward()
+        grads.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (loss0, g0), (loss1, g1) = grads
+    assert torch.allclose(loss0, loss1) and g0.keys() == g1.keys()
+    assert any("ghost" in n for n in g1) and all(torch.allclose(g0[n], g1[n]) for n in g0)
+
+
 def test_dropping_encoder_layers_is_refused_naming_the_flag(tiny):
     args = ghost_model_args(tiny["cfg"].model, ghost_heads=1, ghost_ffn_dim=64)
     args.encoder_layers_to_keep = "0"
