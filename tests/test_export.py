@@ -174,6 +174,10 @@ def test_non_exportable_students_are_refused_with_the_reason(exported, tmp_path)
     variator = _rewritten(exported["plain"]["student"], tmp_path / "variator.pt", task___name="variator_translation")
     with pytest.raises(ExportError, match=r"task variator_translation: Variator's compression plugins"):
         export(variator, str(tmp_path / "x.pt"))
+    for arch, reason in (("apc_transformer", r"run `python -m user_dir.tools.apc_finalize"),
+                         ("ghost_transformer_iwslt_de_en", r"GhostBERT encoder keeps M of N_H heads")):
+        with pytest.raises(ExportError, match=reason):
+            export(_rewritten(student, tmp_path / f"{arch}.pt", model__arch=arch), str(tmp_path / "x.pt"))
     proc = run_cli("user_dir.tools.export", can, "--out", tmp_path / "x.pt", check=False)
     assert proc.returncode != 0 and "fc-export:" in proc.stderr and "CAN" in proc.stderr
     assert not os.path.exists(tmp_path / "x.pt")

@@ -51,6 +51,14 @@ REFUSED_MODELS = {
                        "the target prefix, value projections folded to the FFN width; Li et al. 2021): stock "
                        "fairseq's TransformerDecoderLayer computes self-attention, encoder attention and the FFN "
                        "as three sub-layers and cannot express it",
+    "apc_transformer": "an APC model holds its compression factors (U, D, B) beside the original weights: run "
+                       "`python -m user_dir.tools.apc_finalize CKPT --out FINAL.pt` first, which folds them (eqs 1-2) "
+                       "and writes a stock `transformer` checkpoint when every layer of a side has one FFN width "
+                       "(`--pad-attention` for compressed attentions); per-layer widths stay `apc_transformer "
+                       "--apc-finalized`, which stock fairseq cannot express",
+    "ghost_transformer": "a GhostBERT encoder keeps M of N_H heads of width embed_dim / N_H (stock fairseq's head width "
+                         "is embed_dim / heads) and may hold ghost convolutions (no stock fairseq module); serve it "
+                         "with fairseq-generate --user-dir",
     "hf_bert": "an imported Hugging Face BERT-family encoder for sentence prediction: fc-export writes translation "
                "models (stock `transformer`); serve it with Hugging Face transformers",
 }
