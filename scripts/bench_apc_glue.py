@@ -157,7 +157,10 @@ def task_part(args, task, ghost, header):
 
 
 def _score(s, metric):
-    return "" if not s else f"{s[metric]:.2f}"
+    """The task's metric; F1 with the accuracy beside it (the paper reports MRPC's accuracy)."""
+    if not s:
+        return ""
+    return f"{s[metric]:.2f}" + (f" (acc {s['accuracy']:.2f})" if metric != "accuracy" and "accuracy" in s else "")
 
 
 def write_report(data, out):
@@ -198,6 +201,11 @@ def write_report(data, out):
                       f"{apc['scores'][metric] - np_['scores'][metric]:+.2f} points. One seed; {task}'s dev set has "
                       f"{teacher['scores']['examples']} examples (one example = {100 / teacher['scores']['examples']:.2f} "
                       "points).", ""]
+        if metric != "accuracy" and "accuracy" in teacher["scores"]:
+            ta = teacher["scores"]["accuracy"]
+            lines[-1:-1] = [f"In dev accuracy (the paper's MRPC metric): APC-50-ff analogue "
+                            f"{100 * apc['scores']['accuracy'] / ta:.1f}% of the teacher, neuron pruning "
+                            f"{100 * np_['scores']['accuracy'] / ta:.1f}%."]
         if task in PAPER["BERT-base"]:
             lines += [f"Paper (BERT-base backbone, {task} dev accuracy): " + "; ".join(
                 f"{k} {v[task]:.1f}" for k, v in PAPER.items()) + " (Tables 2-3; BERT-base's RTE is a test score "
