@@ -42,7 +42,8 @@ def layer_stacks(model) -> Dict[str, torch.nn.ModuleList]:
 
 def ffn_layers(model) -> Dict[str, torch.nn.Module]:
     """``{"encoder.layers.0": layer, ...}``: every layer of ``model`` by module name."""
-    return {f"{prefix}.{i}": layer for prefix, layers in layer_stacks(model).items() for i, layer in enumerate(every_layer(layers))}
+    return {f"{prefix}.{i}": layer for prefix, layers in layer_stacks(model).items()
+            for i, layer in enumerate(every_layer(layers))}
 
 
 def side_of(name: str) -> str:
