@@ -25,6 +25,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (LabelSmoothedCrossE
                                                              LabelSmoothedCrossEntropyCriterionConfig)
 from fairseq.logging import metrics
 
+from ..common.layer_lists import dropping_sides
+
 
 @dataclass
 class APCActivationKDConfig(LabelSmoothedCrossEntropyCriterionConfig):
@@ -70,10 +72,9 @@ class APCActivationKDCriterion(LabelSmoothedCrossEntropyCriterion):
                              "APC-compressed layers)")
         record = model.training
         if record and not self._checked_layerdrop:
-            for side in ("encoder", "decoder"):
-                if getattr(getattr(model, side, None), f"{side}_layerdrop", 0) > 0:
-                    raise ValueError(f"--{side}-layerdrop with --criterion apc_activation_kd: a dropped layer has no "
-                                     "activations to reconstruct (eq. 4); train without layerdrop, or use CE/KD")
+            for side, _ in dropping_sides(model):
+                raise ValueError(f"--{side}-layerdrop with --criterion apc_activation_kd: a dropped layer has no "
+                                 "activations to reconstruct (eq. 4); train without layerdrop, or use CE/KD")
             self._checked_layerdrop = True
         model.set_apc_recording(record)
         try:

@@ -35,6 +35,7 @@ from fairseq.logging import metrics
 from omegaconf import II
 
 from ..common.kd_losses import interpolated_kd_loss, normalized_hidden_mse, word_kd_loss
+from ..common.layer_lists import dropping_sides
 from ..common.word_kd_criterion import WordKDConfig, WordKDCriterion
 
 
@@ -124,11 +125,9 @@ class PatientKDCriterion(WordKDCriterion):
     def forward(self, model, sample, reduce=True):
         if not model.training or (self.beta == 0 and self.alpha == 0):
             return super().forward(model, sample, reduce)
-        for side in ("encoder", "decoder"):
-            if getattr(getattr(model, side), f"{side}_layerdrop", 0) > 0:
-                # fairseq lists only the layers that ran: student layer s would be compared with a wrong one
-                raise PatientKDConfigError(f"--{side}-layerdrop with --criterion patient_kd: a dropped layer has no "
-                                           "hidden state for --pkd-{side}-map to match; train without layerdrop")
+        for side, _ in dropping_sides(model):  # fairseq lists only the layers that ran: the map would pair wrong ones
+            raise PatientKDConfigError(f"--{side}-layerdrop with --criterion patient_kd: a dropped layer has no "
+                                       f"hidden state for --pkd-{side}-map to match; train without layerdrop")
         net_input = sample["net_input"]
         encoder_out = model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"],
                                     return_all_hiddens=True)

@@ -37,7 +37,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_l
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from ..common.layer_lists import every_layer
+from ..common.layer_lists import dropping_sides, every_layer
 from ..common.structured_pruning import transformer_encoder
 from ..common.teacher import TeacherConfigError, load_frozen_teacher
 
@@ -108,11 +108,6 @@ class GhostDistillCriterion(FairseqCriterion):
 
     def _check_teacher(self, student_encoder, teacher_encoder) -> None:
         s, t = student_encoder, teacher_encoder
-        if getattr(s, "encoder_layerdrop", 0) > 0:
-            # a dropped layer has no M_l / F_l: the remaining ones would be compared with the wrong teacher layers
-            raise ValueError(f"--encoder-layerdrop {s.encoder_layerdrop} with --criterion ghost_distill: eq 6 matches "
-                             "every student layer with the teacher's same layer, and a dropped layer has no hidden "
-                             "states; distil without layerdrop (the fine-tuning stage may use it)")
         if len(s.layers) != len(t.layers) or s.layers[0].embed_dim != t.layers[0].embed_dim:
             raise TeacherConfigError(
                 f"--teacher-path {self.teacher.path}: the teacher's encoder has {len(t.layers)} layers of width "
@@ -133,6 +128,11 @@ class GhostDistillCriterion(FairseqCriterion):
         teacher = self.teacher.match(next(model.parameters()))
         teacher_encoder = transformer_encoder(teacher)
         if not self._checked:
+            for side, p in dropping_sides(model):
+                if side == "encoder":  # a dropped layer has no M_l / F_l: the rest would meet the wrong teacher layers
+                    raise ValueError(f"--encoder-layerdrop {p} with --criterion ghost_distill: eq 6 matches every "
+                                     "student layer with the teacher's same layer, and a dropped layer has no "
+                                     "hidden states; distil without layerdrop (the fine-tuning stage may use it)")
             self._check_teacher(encoder, teacher_encoder)
         need_prediction = self.lambda_pred > 0 or (is_sentence and not model.training)
         with hidden_states(encoder) as student:
