@@ -4,6 +4,7 @@ feed-forward compression (APC paper eq. 12) of every encoder and decoder FFN, 10
 
     python scripts/bench_apc.py                 # -> results/apc.md, results/apc.json, results/apc_bleu_vs_params.png
     python scripts/bench_apc.py --parts inits   # only the initialisation comparison at --compare-size
+    python scripts/bench_apc.py --parts embed word-kd   # embedding compression; word-KD students of --sizes
 
 Stages, each a stock command (``--user-dir user_dir``), skipped when its output exists (resumable):
 1. ``python -m user_dir.tools.apc_init`` for every initialisation at ``--compare-size`` and the paper's
@@ -72,13 +73,18 @@ def train_flags(args):
             "--disable-validation", "--log-format", "simple", "--log-interval", "10", "--no-progress-bar"]
 
 
-def init_stage(args, work, init, size, attn=None):
-    out = os.path.join(work, f"init_{init}_{size}" + (f"_attn{attn}" if attn else "") + ".pt")
-    attention = ["--encoder-attn-dims", attn, "--decoder-attn-dims", attn, "--cross-attn-dims", attn] if attn else []
+def init_stage(args, work, init, size, attn=None, embed=None):
+    """apc_init with every FFN at cmp^f ``size``, every attention at cmp^a ``attn``, every block at cmp^e
+    ``embed`` (``None``: that compression is not applied)."""
+    name = f"init_{init}" + (f"_{size}" if size else "") + (f"_attn{attn}" if attn else "")
+    out = os.path.join(work, name + (f"_embed{embed}" if embed else "") + ".pt")
+    dims = [("--encoder-ffn-dims", size), ("--decoder-ffn-dims", size), ("--encoder-attn-dims", attn),
+            ("--decoder-attn-dims", attn), ("--cross-attn-dims", attn), ("--encoder-embed-dims", embed),
+            ("--decoder-embed-dims", embed)]
     if not os.path.exists(out):
-        run([PY, "-m", "user_dir.tools.apc_init", args.teacher, "--data", args.data, "--encoder-ffn-dims", size,
-             "--decoder-ffn-dims", size, *attention, "--init", init, "--seed", args.seed, "--out", out],
-            os.path.join(work, "log.txt"), args.threads)
+        run([PY, "-m", "user_dir.tools.apc_init", args.teacher, "--data", args.data,
+             *[x for flag, value in dims if value for x in (flag, value)], "--init", init, "--seed", args.seed,
+             "--out", out], os.path.join(work, "log.txt"), args.threads)
     with open(os.path.splitext(out)[0] + ".json") as f:
         return out, json.load(f)
 
@@ -89,7 +95,8 @@ def finalize(args, work, src, out):
     return out
 
 
-def train(args, work, name, init_ckpt, flags):
+def train(args, work, name, init_ckpt, flags, recipe=None):
+    """fairseq-train ``flags`` + ``recipe`` (default: :func:`train_flags`) from ``init_ckpt`` (None: from scratch)."""
     save_dir = os.path.join(work, name)
     last = os.path.join(save_dir, "checkpoint_last.pt")
     done = os.path.join(save_dir, "DONE")
@@ -100,8 +107,10 @@ def train(args, work, name, init_ckpt, flags):
         os.makedirs(save_dir, exist_ok=True)
         with open(running, "w") as f:
             f.write(str(os.getpid()))
-        run([PY, "-m", "fairseq_cli.train", args.data, "--user-dir", "user_dir", *flags, *train_flags(args),
-             "--finetune-from-model", init_ckpt, "--save-dir", save_dir], os.path.join(save_dir + ".log"), args.threads)
+        start = ["--finetune-from-model", init_ckpt] if init_ckpt else []
+        run([PY, "-m", "fairseq_cli.train", args.data, "--user-dir", "user_dir", *flags,
+             *(recipe if recipe is not None else train_flags(args)), *start, "--save-dir", save_dir],
+            os.path.join(save_dir + ".log"), args.threads)
         open(done, "w").close()
         os.remove(running)
     return last
@@ -131,6 +140,18 @@ def stock_flags(apc_flags, size):
             f = str(size)
         out.append(f)
     return out
+
+
+def word_kd_flags(args):
+    """Word-level KD (Hinton et al.; the package's `kd` criterion, alpha 0.5, T = 1, as the translation benchmark's
+    word-kd students) from scratch: the teacher's recipe (Adam, inverse_sqrt, lr 1e-3) with a 400-update warm-up."""
+    return ["--criterion", "kd", "--teacher-path", args.teacher, "--label-smoothing", "0.1", "--kd-alpha", "0.5",
+            "--kd-temperature", "1", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-3",
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400", "--warmup-init-lr", "1e-7",
+            "--weight-decay", "1e-4", "--dropout", "0.1", "--max-tokens", "2048", "--max-update", str(args.kd_updates),
+            "--max-epoch", "1000", "--seed", str(args.seed), "--cpu", "--num-workers", "0", "--no-epoch-checkpoints",
+            "--save-interval-updates", "250", "--keep-interval-updates", "1", "--disable-validation",
+            "--log-format", "simple", "--log-interval", "50", "--no-progress-bar"]
 
 
 def measure(args, work, tag, models):
@@ -169,9 +190,14 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--runs", type=int, default=1, help="timed runs of fc-measure (median)")
-    p.add_argument("--parts", nargs="+", default=["sizes", "inits"], choices=["sizes", "inits"],
+    p.add_argument("--embed-sizes", default="192,128",
+                   help="cmp^e values of --parts embed (every encoder and decoder block; the teacher's width is 256)")
+    p.add_argument("--kd-updates", type=int, default=2000,
+                   help="updates of the word-KD students of --parts word-kd, trained from scratch (default 2000)")
+    p.add_argument("--parts", nargs="+", default=["sizes", "inits"], choices=["sizes", "inits", "embed", "word-kd"],
                    help="sizes: APC vs neuron pruning at every --sizes; inits: the initialisation and strategy "
-                        "comparison at --compare-size")
+                        "comparison at --compare-size; embed: embedding compression at every --embed-sizes vs "
+                        "hidden-dimension pruning; word-kd: a word-KD student of every --sizes' size")
     p.add_argument("--out", default=os.path.join(ROOT, "results", "apc"), help="results prefix (.md/.json/.png)")
     args = p.parse_args()
     work = os.path.join(args.work, f"u{args.updates}_lr{args.lr:g}_s{args.seed}")
@@ -222,6 +248,33 @@ def main():
                                                           stock_flags(info["fairseq_flags"], size))))
         result["inits"] = {"cmp_f": int(size), "reconstruction_error_valid": recon, "updates": args.updates,
                            "command": result["command"], "measure": measure(args, work, "inits", models)}
+    if "embed" in args.parts:
+        models, meta = [], {}
+        for e in args.embed_sizes.split(","):
+            ckpt, info = init_stage(args, work, "reconstructive-svd", None, embed=e)
+            last = train(args, work, f"apc-svd_embed{e}", ckpt, info["fairseq_flags"])
+            models.append((f"APC embed {e}", finalize(args, work, last, os.path.join(work, f"apc-svd_embed{e}_final.pt"))))
+            meta[f"APC embed {e}"] = {"cmp_e": int(e), "what": "APC embedding compression, reconstructive-SVD init, "
+                                      "compression only"}
+            ckpt, info = init_stage(args, work, "neuron-pruning", None, embed=e)
+            pruned = finalize(args, work, ckpt, os.path.join(work, f"hidden-pruned_embed{e}.pt"))
+            ft = train(args, work, f"hidden-pruning-ft_embed{e}", pruned, info["fairseq_flags"] + ["--apc-finalized"])
+            models.append((f"hidden pruning+FT {e}", ft))
+            meta[f"hidden pruning+FT {e}"] = {"cmp_e": int(e), "what": "hidden-dimension pruning (the neuron-pruning "
+                                              "init of embedding compression, finalized), all parameters fine-tuned"}
+        result["embed"] = {"measure": measure(args, work, "embed", models), "meta": meta, "updates": args.updates,
+                           "command": result["command"]}
+    if "word-kd" in args.parts:
+        models, meta = [], {}
+        for size in args.sizes.split(","):
+            _, info = init_stage(args, work, "neuron-pruning", size)
+            name = f"word-KD student {size}"
+            models.append((name, train(args, work, f"word-kd_{size}_u{args.kd_updates}", None,
+                                       stock_flags(info["fairseq_flags"], size), recipe=word_kd_flags(args))))
+            meta[name] = {"cmp_f": int(size), "what": f"stock transformer of FFN width {size} (the teacher's other "
+                          f"sizes) trained from scratch with word-level KD, {args.kd_updates} updates"}
+        result["word-kd"] = {"measure": measure(args, work, "word-kd", models), "meta": meta,
+                             "kd_updates": args.kd_updates, "command": result["command"]}
     report(args, result)
 
 
@@ -229,16 +282,28 @@ def _fmt(x, nd=2):
     return f"{x:.{nd}f}"
 
 
+def model_table(rows, meta, size: str, teacher_size: int) -> list:
+    """Markdown rows of fc-measure ``rows``, each with its ``meta`` entry (the size ``size``, e.g. ``cmp_f``)."""
+    lines = [f"| model | {size.replace('_', '^')} | what | BLEU (tok) | sacreBLEU | non-emb. params | % of teacher | "
+             "sent/s |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        m = meta.get(r["name"], {size: teacher_size, "what": "the teacher"})
+        lines.append(f"| {r['name']} | {m[size]} | {m['what']} | {_fmt(r['bleu_tok'])} | {_fmt(r['sacrebleu'])} | "
+                     f"{r['non_embedding_params']:,} | {_fmt(r['compression_rate'], 1)} | {_fmt(r['sentences_per_s'], 1)} |")
+    return lines + [""]
+
+
 def report(args, result):
     from user_dir.tools.measure import machine_description
     old = {}
     if os.path.exists(args.out + ".json"):
         old = json.load(open(args.out + ".json"))
-    for part in ("sizes", "inits"):  # parts not run now keep their earlier record
+    for part in ("sizes", "inits", "embed", "word-kd"):  # parts not run now keep their earlier record
         if part not in result and part in old:
             result[part] = old[part]
-    lines = ["# APC on the reference Multi30k DE->EN teacher (feed-forward compression)", "",
-             f"Commands: " + "; ".join(f"`{result[p]['command']}` ({p})" for p in ("sizes", "inits") if p in result)
+    lines = ["# APC on the reference Multi30k DE->EN teacher", "",
+             f"Commands: " + "; ".join(f"`{result[p]['command']}` ({p})" for p in ("sizes", "inits", "embed", "word-kd")
+                                      if p in result)
              + f". Seed {result['seed']}; fine-tuning: Adam lr {result['lr']:g} with linear decay to 0 over the run's "
              "updates, CE loss, max 2,048 tokens, dropout 0.1, one thread.",
              f"Machine: {machine_description()}. Teacher: `{os.path.relpath(result['teacher'], ROOT)}` "
@@ -252,13 +317,7 @@ def report(args, result):
         meta = result["sizes"]["meta"]
         lines += [f"## APC vs neuron pruning at several cmp^f (1024 -> cmp^f in all 6 FFNs), "
                   f"{result['sizes']['updates']} updates", "", f"BLEU on {rows[0]['sentences']} test sentences.", "",
-                  "| model | cmp^f | what | BLEU (tok) | sacreBLEU | non-emb. params | % of teacher | sent/s |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for r in rows:
-            m = meta.get(r["name"], {"cmp_f": 1024, "what": "the teacher"})
-            lines.append(f"| {r['name']} | {m['cmp_f']} | {m['what']} | {_fmt(r['bleu_tok'])} | {_fmt(r['sacrebleu'])} | "
-                         f"{r['non_embedding_params']:,} | {_fmt(r['compression_rate'], 1)} | {_fmt(r['sentences_per_s'], 1)} |")
-        lines.append("")
+                  *model_table(rows, meta, "cmp_f", 1024)]
     if "inits" in result:
         inits = result["inits"]
         lines += [f"## Initialisations (Table 1 / Table 5 analogue) and fine-tuning strategies (Table 3), cmp^f = "
@@ -281,6 +340,22 @@ def report(args, result):
                   *([f"| All Params (--apc-train-original) | {_fmt(by_name['neuron-pruning, All Params']['bleu_tok'])} |"]
                     if "neuron-pruning, All Params" in by_name else []),
                   "", f"Teacher: {_fmt(by_name['teacher']['bleu_tok'])} BLEU.", ""]
+    if "embed" in result:
+        rows, meta = result["embed"]["measure"]["rows"], result["embed"]["meta"]
+        lines += [f"## Embedding compression (section 3.2, Appendix A): every encoder and decoder block at width cmp^e, "
+                  f"{result['embed']['updates']} updates", "",
+                  f"BLEU on {rows[0]['sentences']} test sentences. One run of blocks per side (J_b omitted between "
+                  "blocks of one size): D^PS before the first block, U^PS after the last. Finalized models stay "
+                  "`apc_transformer --apc-finalized` (no stock architecture has per-block widths).", "",
+                  *model_table(rows, meta, "cmp_e", 256)]
+    if "word-kd" in result:
+        rows, meta = result["word-kd"]["measure"]["rows"], result["word-kd"]["meta"]
+        lines += [f"## Word-KD students of APC's sizes, {result['word-kd']['kd_updates']} updates from scratch", "",
+                  f"BLEU on {rows[0]['sentences']} test sentences. The same architecture as the finalized APC / "
+                  "pruned model of that cmp^f, trained from random initialisation with word-level KD (`--criterion "
+                  "kd`, alpha 0.5, T = 1, label smoothing 0.1) from the same teacher; Adam lr 1e-3, inverse_sqrt, "
+                  "400 warm-up updates, dropout 0.1, max 2,048 tokens.", "",
+                  *model_table(rows, meta, "cmp_f", 1024)]
     for ext, write in ((".json", lambda f: json.dump(result, f, indent=1)), (".md", lambda f: f.write("\n".join(lines)))):
         with open(args.out + ext + ".tmp", "w") as f:  # whole files only: two --parts may finish together
             write(f)

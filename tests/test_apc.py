@@ -88,9 +88,11 @@ def teacher_setup():
     return {"teacher": teacher, "cfg": cfg, "task": task, "X": X, "sample": sample}
 
 
-def _apc_model(setup, enc="256", dec="256", attn=None, dec_attn=None, cross_attn=None):
+def _apc_model(setup, enc="256", dec="256", attn=None, dec_attn=None, cross_attn=None, enc_embed=None,
+               dec_embed=None):
     from user_dir.tools.apc_init import build_apc_model
-    model, _ = build_apc_model(setup["teacher"], setup["cfg"], setup["task"], enc, dec, attn, dec_attn, cross_attn)
+    model, _ = build_apc_model(setup["teacher"], setup["cfg"], setup["task"], enc, dec, attn, dec_attn, cross_attn,
+                               enc_embed, dec_embed)
     return model.eval()
 
 
@@ -395,15 +397,129 @@ def test_bad_flag_through_the_model_builder_names_it(teacher_setup):
         ((None, None), {"encoder_attn_dims": "512"}, "larger than the original attention width"),
         ((None, None), {"decoder_attn_dims": "2:66"}, r"--apc-decoder-attn-dims \(layer 2\): cmp\^a=66 must be a multiple"),
         ((None, None), {"cross_attn_dims": "3:64"}, "--apc-cross-attn-dims '3:64': layer index 3 is out of range"),
-        (("128", None), {"embed": "128"}, "--apc-decoder-embed-dims: APC's embedding compression .* not implemented"),
+        (("128", None), {"embed": "320"}, "--apc-decoder-embed-dims '320'.*larger than the original embedding width"),
+        ((None, None), {"embed": "1:64", "scale_attn": True}, "--apc-decoder-embed-dims is not supported with "
+                                                                "--scale-attn"),
         (("128", None), {"keep": "0,2"}, "--encoder-layers-to-keep is not supported with --arch apc_transformer"),
     ]
     for dims, options, message in cases:
-        embed, keep = options.pop("embed", None), options.pop("keep", None)
+        embed, keep, scale_attn = options.pop("embed", None), options.pop("keep", None), options.pop("scale_attn", 0)
         args = apc_args(teacher_setup["cfg"].model, *dims, **options)
         args.apc_decoder_embed_dims, args.encoder_layers_to_keep = embed, keep
+        args.scale_attn = scale_attn
         with pytest.raises(APCConfigError, match=message):
             APCTransformerModel.build_model(args, teacher_setup["task"])
+
+
+# ---------------------------------------------------------------- embedding compression (section 3.2, Appendix A)
+@needs_teacher
+def test_embedding_compression_runs_pairings_and_parameter_counts(teacher_setup):
+    """J_b is omitted inside a run of equal cmp^e and kept where the size changes; the encoder-decoder
+    attention keeps reading the full-width encoder output; 'Compr. only' trains APC's parameters, D^PS, U^PS
+    and the compressed LayerNorms; the finalized model's size is the closed form."""
+    from user_dir.apc.embedding_compression import runs_of
+    assert runs_of({0: 192, 1: 192, 2: 128}) == [[0, 1], [2]] and runs_of({0: 64, 2: 64}) == [[0], [2]]
+    teacher = teacher_setup["teacher"]
+    n_teacher = sum(p.numel() for p in teacher.parameters())
+    model = _apc_model(teacher_setup, enc="", dec="", enc_embed="0:192,1:192,2:128", dec_embed="1:160")
+    enc, dec = model.encoder.layers, model.decoder.layers
+    assert enc[0].pre_scaling.out_features == 192 and enc[0].post_scaling is None
+    assert enc[1].pre_scaling is None and enc[1].post_scaling.in_features == 192
+    assert enc[2].pre_scaling.out_features == 128 and enc[2].post_scaling.in_features == 128
+    assert enc[1].final_layer_norm.weight.shape == (192,) and not hasattr(dec[0], "pre_scaling")
+    cross = dec[1].encoder_attn
+    assert cross.q_proj.U.shape == (160, 256) and type(cross.k_proj) is torch.nn.Linear
+    assert cross.out_proj.D.shape == (256, 160) and dec[1].fc2.D.shape == (256, 160)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert "encoder.layers.0.pre_scaling.weight" in trainable and "decoder.layers.1.encoder_attn_layer_norm.bias" in trainable
+    assert "encoder.layers.0.fc1.U" in trainable and "encoder.layers.0.fc1.linear.weight" not in trainable
+    assert "decoder.layers.1.encoder_attn.k_proj.weight" not in trainable and not any(
+        n.startswith("decoder.layers.0.") for n in trainable)
+    model.finalize_()
+    d, f = 256, 1024
+    enc_block = lambda e: (e - d) * (4 * d + 2 * f + 6)  # q,k,v,out, fc1, fc2, two LayerNorms at width e
+    dec_block = lambda e: (e - d) * (6 * d + 2 * f + 9)  # + the cross-attention's q, out and its LayerNorm
+    scaling = lambda e, pre, post: pre * (d * e + e) + post * (e * d + d)
+    expected = (n_teacher + 2 * enc_block(192) + enc_block(128) + dec_block(160) + scaling(192, 1, 0)
+                + scaling(192, 0, 1) + scaling(128, 1, 1) + scaling(160, 1, 1))
+    assert sum(p.numel() for p in model.parameters()) == expected
+    # apc_search's closed form (per finalized layer) agrees, for both sides
+    from user_dir.tools.apc_search import layer_parameters
+    layers = lambda m: sum(p.numel() for n, p in m.named_parameters() if ".layers." in n)
+    dims = {"encoder_embed": {0: 192, 1: 192, 2: 128}, "decoder_embed": {1: 160}}
+    assert layer_parameters(dims, teacher_setup["cfg"].model, layers(teacher)) == layers(model)
+
+
+@needs_teacher
+def test_embedding_inits_on_real_data(teacher_setup):
+    """Neuron-pruning (hidden-dimension selection) at full width is exactly the teacher; at cmp^e = 192 the
+    data-driven initialisations stay far closer to the teacher than the paper's random one, and the
+    least-squares U of a pairing is optimal for its D on the fitted activations."""
+    from user_dir.apc.embedding_compression import fit_U
+    from user_dir.tools.apc_init import init_embedding
+    teacher, task, sample = teacher_setup["teacher"], teacher_setup["task"], teacher_setup["sample"]
+    ref = torch.log_softmax(_out(teacher, sample), -1)
+    model = _apc_model(teacher_setup, enc="", dec="", enc_embed="256", dec_embed="256")
+    init_embedding(model, teacher, task, "neuron-pruning", 0, 1, 2, 1024)
+    torch.testing.assert_close(torch.log_softmax(_out(model, sample), -1), ref, atol=1e-5, rtol=1e-5)
+    kls = {}
+    for method in ("random", "reconstructive-random", "reconstructive-svd", "neuron-pruning", "kmeans"):
+        model = _apc_model(teacher_setup, enc="", dec="", enc_embed="192", dec_embed="0:192,1:192,2:224")
+        init_embedding(model, teacher, task, method, 1000, 1, 2, 1024)
+        lp = torch.log_softmax(_out(model, sample), -1)
+        kls[method] = (ref.exp() * (ref - lp)).sum(-1).mean().item()
+    assert max(kls[m] for m in kls if m != "random") < 0.5 * kls["random"], kls
+    X = teacher_setup["X"]["encoder.layers.1"].double()
+    D = torch.linalg.qr(torch.randn(256, 64, dtype=torch.float64))[0]
+    U = fit_U(X, D)
+    err = lambda u: (X - X @ D @ u).norm().item()
+    assert err(U) < err(U * 1.02) and err(U) < err(D.t()) * (1 + 1e-9)
+
+
+@needs_teacher
+def test_embedding_compression_finalizes_and_decodes_identically_through_stock_commands(teacher_setup, tmp_path):
+    """All three compressions at once (embedding runs with a size change, FFN, encoder and cross-attention):
+    apc_init -> fairseq-train ('Compr. only': D^PS, U^PS, the compressed LayerNorms and APC's parameters
+    train, the teacher's weights do not) -> apc_finalize keeps apc_transformer --apc-finalized with
+    D^PS/U^PS as dense layers, and fairseq-generate decodes the finalized checkpoint exactly as the
+    unfolded one."""
+    init = str(tmp_path / "init.pt")
+    run_cli("user_dir.tools.apc_init", TEACHER, "--data", DATA, "--encoder-embed-dims", "0:192,1:192,2:128",
+            "--decoder-embed-dims", "160", "--encoder-ffn-dims", "128", "--encoder-attn-dims", "1:128",
+            "--cross-attn-dims", "64", "--init", "reconstructive-svd", "--samples", "600", "--out", init)
+    import json
+    flags = json.load(open(os.path.splitext(init)[0] + ".json"))["fairseq_flags"]
+    assert flags[flags.index("--apc-encoder-embed-dims") + 1] == "0:192,1:192,2:128"
+    data = _test_slice(str(tmp_path / "slice"), n=24)
+    save = str(tmp_path / "ckpt")
+    run_cli("fairseq_cli.train", data, "--user-dir", USER_DIR, *flags, "--finetune-from-model", init, "--optimizer",
+            "adam", "--lr", "1e-3", "--max-tokens", "1024", "--criterion", "label_smoothed_cross_entropy",
+            "--save-dir", save, "--cpu", "--num-workers", "0", "--no-progress-bar", "--disable-validation",
+            "--max-update", "2", "--seed", "1")
+    trained = os.path.join(save, "checkpoint_last.pt")
+    before, after = (torch.load(p, weights_only=False)["model"] for p in (init, trained))
+    for key in ("encoder.layers.0.pre_scaling.weight", "encoder.layers.1.final_layer_norm.weight",
+                "decoder.layers.2.post_scaling.weight", "encoder.layers.2.fc1.U"):
+        assert not torch.equal(before[key], after[key]), key  # the new parameters train ('Compr. only')
+    for key in ("encoder.layers.0.fc1.linear.weight", "decoder.embed_tokens.weight",
+                "decoder.layers.0.encoder_attn.k_proj.linear.weight"):
+        assert torch.equal(before[key], after[key]), key  # the teacher's weights stay frozen
+    final = str(tmp_path / "final.pt")
+    out = run_cli("user_dir.tools.apc_finalize", trained, "--out", final).stdout
+    assert "embedding widths" in out
+    state = torch.load(final, weights_only=False)
+    margs, sd = state["cfg"]["model"], state["model"]
+    assert margs.arch == "apc_transformer" and margs.apc_finalized
+    assert margs.apc_encoder_embed_dims == "0:192,1:192,2:128" and margs.apc_decoder_embed_dims == "160"
+    assert sd["encoder.layers.2.fc1.weight"].shape == (128, 128) and sd["encoder.layers.0.pre_scaling.weight"].shape == (192, 256)
+    assert sd["decoder.layers.0.encoder_attn.q_proj.weight"].shape == (64, 160)
+    assert sd["decoder.layers.0.encoder_attn.k_proj.weight"].shape == (64, 256)
+    assert not any(k.endswith((".U", ".D", ".B")) for k in sd)
+    gen = ["fairseq_cli.generate", data, "--gen-subset", "test", "--beam", "5", "--batch-size", "24", "--cpu",
+           "--remove-bpe", "--user-dir", USER_DIR]
+    a = run_cli(*gen, "--path", trained).stdout
+    b = run_cli(*gen, "--path", final).stdout
+    assert_same_translations(_hypotheses(a), _hypotheses(b), 24)
 
 
 # ---------------------------------------------------------------- stock commands end to end
@@ -630,6 +746,16 @@ def test_apc_on_a_glue_encoder_trains_only_compression_finalizes_and_predicts_id
     assert not [n for n in vars(uargs) if n.startswith("apc_")]
     _, (unfolded, folded) = logits([uniform, uniform + ".final"])
     assert torch.allclose(unfolded, folded, atol=1e-6)
+    # embedding compression on BERT's post-norm blocks (after its full-width embedding LayerNorm): the same logits
+    emb = str(tmp_path / "emb.pt")
+    run_cli("user_dir.tools.apc_init", teacher, "--data", data, "--encoder-embed-dims", "24", "--encoder-ffn-dims",
+            "1:16", "--init", "neuron-pruning", "--samples", "200", "--importance-batches", "2", "--out", emb)
+    run_cli("user_dir.tools.apc_finalize", emb, "--out", emb + ".final")
+    eargs = torch.load(emb + ".final", weights_only=False)["cfg"]["model"]
+    assert eargs.arch == "apc_hf_bert" and eargs.apc_finalized and eargs.apc_encoder_embed_dims == "24"
+    models, (unfolded, folded) = logits([emb, emb + ".final"])
+    assert models[1].encoder.sentence_encoder.layers[1].fc1.weight.shape == (16, 24)
+    assert torch.allclose(unfolded, folded, atol=1e-6)
     # an encoder has no decoder; APC's translation loss is refused on a sentence task
     bad = run_cli("user_dir.tools.apc_init", teacher, "--data", data, "--decoder-ffn-dims", "16", "--out",
                   str(tmp_path / "bad.pt"), check=False)
@@ -738,10 +864,10 @@ def test_size_search_prunes_by_the_closed_form_trains_feasible_candidates_and_re
     teacher, data = str(tiny_glue_teacher["teacher"]), str(tiny_glue_teacher["data"])
     sd = torch.load(teacher, weights_only=False)
     stack = sum(v.numel() for k, v in sd["model"].items() if ".layers." in k)
-    dims = {"encoder_ffn": {0: 16, 1: 32}, "encoder_attn": {1: 16}}
+    dims = {"encoder_ffn": {0: 16, 1: 32}, "encoder_attn": {1: 16}, "encoder_embed": {0: 24, 1: 16}}
     init = str(tmp_path / "init.pt")
     run_cli("user_dir.tools.apc_init", teacher, "--data", data, "--encoder-ffn-dims", "0:16,1:32",
-            "--encoder-attn-dims", "1:16", "--samples", "200", "--out", init)
+            "--encoder-attn-dims", "1:16", "--encoder-embed-dims", "0:24,1:16", "--samples", "200", "--out", init)
     run_cli("user_dir.tools.apc_finalize", init, "--out", init + ".final")
     final = torch.load(init + ".final", weights_only=False)["model"]
     assert layer_parameters(dims, sd["cfg"]["model"], stack) == sum(v.numel() for k, v in final.items()

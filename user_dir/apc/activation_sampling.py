@@ -69,18 +69,39 @@ def run_model(model, sample):
     return model(**net, features_only=True)
 
 
-@torch.no_grad()
 def collect_ffn_inputs(model, batches, n: int, pad: int, seed: int = 1) -> Dict[str, torch.Tensor]:
-    """``{"encoder.layers.i": X (n x embed)}`` for every layer of ``model`` (:func:`ffn_layers`).
+    """``{"encoder.layers.i": X (n x embed)}`` for every layer of ``model`` (:func:`ffn_layers`): what its
+    ``fc1`` receives. Stops drawing batches once every side holds at least ``n`` positions; raises if the
+    data run out."""
+    names = {f"{name}.fc1": name for name in ffn_layers(model)}
+    X = collect_activations(model, batches, n, pad, inputs=list(names), seed=seed)
+    return {names[k]: v for k, v in X.items()}
 
-    Stops drawing batches once every side holds at least ``n`` positions; raises if the data run out.
-    """
+
+@torch.no_grad()
+def collect_activations(model, batches, n: int, pad: int, inputs: List[str] = (), outputs: List[str] = (),
+                        seed: int = 1) -> Dict[str, torch.Tensor]:
+    """``{module name: (n x width)}``: the first input of every module named in ``inputs`` (e.g.
+    ``"decoder.layers.1.fc1"``, or an attention's query, ``"decoder.layers.1.encoder_attn"``: fairseq's fused
+    attention path never calls its ``q_proj`` module) and the (first) output of every module in ``outputs`` (e.g. a layer,
+    ``"encoder.layers.2"``), at ``n`` random non-padding positions of the module's side; every module of a
+    side sees the same positions (eval mode, teacher-forced)."""
     model.eval()
-    layers = ffn_layers(model)
-    seen: Dict[str, List[torch.Tensor]] = {name: [] for name in layers}
+    modules = dict(model.named_modules())
+    missing = [name for name in (*inputs, *outputs) if name not in modules]
+    if missing:
+        raise ValueError(f"no module {missing} in the model")
+    seen: Dict[str, List[torch.Tensor]] = {name: [] for name in (*inputs, *outputs)}
     current = {}
-    hooks = [layer.fc1.register_forward_pre_hook(lambda m, inp, name=name: current.__setitem__(name, inp[0]))
-             for name, layer in layers.items()]
+
+    def keep(name, x):
+        current[name] = x[0] if isinstance(x, tuple) else x
+    def first_input(name):
+        def hook(module, args, kwargs):  # fairseq calls attentions with query=..., layers with x positional
+            keep(name, args[0] if args else kwargs["query"] if "query" in kwargs else kwargs["x"])
+        return hook
+    hooks = [modules[name].register_forward_pre_hook(first_input(name), with_kwargs=True) for name in inputs]
+    hooks += [modules[name].register_forward_hook(lambda m, inp, out, name=name: keep(name, out)) for name in outputs]
     counts = {}  # positions seen per side the data feed (both for translation)
     try:
         for sample in batches:

@@ -1,10 +1,11 @@
 """``--arch apc_hf_bert`` / ``apc_hf_minilm_l6``: an imported Hugging Face BERT-family encoder (``hf_bert``,
-user_dir/bert) whose FFNs (APC paper, section 3.2, eq. 12) and self-attentions (eqs 5-9) are
-APC-compressed, for GLUE with ``--task sentence_prediction`` (the paper's own setting: BERT-base, Table 2).
+user_dir/bert) whose FFNs (APC paper, section 3.2, eq. 12), self-attentions (eqs 5-9) and block widths
+(embedding compression) are APC-compressed, for GLUE with ``--task sentence_prediction`` (the paper's own
+setting: BERT-base, Table 2).
 
 The encoder is built as ``hf_bert`` builds it; then the layers named by ``--apc-encoder-ffn-dims`` /
-``--apc-encoder-attn-dims`` are reparameterised exactly as in ``apc_transformer`` (same modules, same
-modes: 'Compr. only' by default, ``--apc-train-original``, ``--apc-finalized``). The paper's APC-50-ff,
+``--apc-encoder-attn-dims`` / ``--apc-encoder-embed-dims`` are reparameterised exactly as in
+``apc_transformer`` (same modules, same modes: 'Compr. only' by default, ``--apc-train-original``, ``--apc-finalized``). The paper's APC-50-ff,
 "feed-forward compression on layers 3 to 12, limiting them to a dimension of 256", is
 ``--apc-encoder-ffn-dims 2:256,3:256,...,11:256``.
 
@@ -15,8 +16,7 @@ paper fine-tunes BERT, which has no GLUE head, so its 'Compr. only' strategy (Ta
 from fairseq.models import register_model, register_model_architecture
 
 from ..bert.hf_bert_model import HFBertModel, hf_bert, hf_minilm_l6
-from .apc_transformer import (APCModelMixin, apply_attention_compression, apply_ffn_compression, add_apc_args,
-                              check_apc_args, freeze_all_but_compression)
+from .apc_transformer import APCModelMixin, add_apc_args, apply_apc, check_apc_args, freeze_all_but_compression
 
 
 @register_model("apc_hf_bert")
@@ -32,9 +32,7 @@ class APCHFBertModel(APCModelMixin, HFBertModel):
     def build_model(cls, args, task):
         check_apc_args(args, args.arch)
         model = super().build_model(args, task)
-        encoder = model.encoder.sentence_encoder
-        apply_ffn_compression(encoder, args, "encoder")
-        apply_attention_compression(encoder, args, "encoder")
+        apply_apc(model.encoder.sentence_encoder, args, "encoder")
         freeze_all_but_compression(model, args)
         return model
 

@@ -1,15 +1,17 @@
-"""``--arch apc_transformer``: a stock fairseq ``transformer`` whose FFNs (APC paper, section 3.2, eq. 12)
-and multi-head attentions (section 3.2, eqs 5-9) are APC-compressed, with per-layer sizes as in
-section 4.1 / Table 4.
+"""``--arch apc_transformer``: a stock fairseq ``transformer`` whose FFNs (APC paper, section 3.2, eq. 12),
+multi-head attentions (section 3.2, eqs 5-9) and block widths (section 3.2 "Embedding Compression",
+Appendix A) are APC-compressed, with per-layer sizes as in section 4.1 / Table 4.
 
 The encoder and decoder are fairseq's own; after they are built, the FFN of every layer named by
 ``--apc-encoder-ffn-dims`` / ``--apc-decoder-ffn-dims`` is reparameterised (ffn_compression.py), and the
 encoder self-attention, decoder self-attention and encoder-decoder attention of the layers named by
 ``--apc-encoder-attn-dims`` / ``--apc-decoder-attn-dims`` / ``--apc-cross-attn-dims``
-(attention_compression.py). Everything else (embeddings, layer norms) is the stock module, so a
-teacher's state dict loads into it with only ``fc1.weight -> fc1.linear.weight`` (and the like)
-renamed (:meth:`load_uncompressed_state`). Embedding compression (Appendix A) is not built: its flags
-are refused (``--apc-encoder-embed-dims`` / ``--apc-decoder-embed-dims``).
+(attention_compression.py), and the blocks named by ``--apc-encoder-embed-dims`` /
+``--apc-decoder-embed-dims`` work at the compressed width between a pre- and a post-scaling
+(embedding_compression.py). Every projection is reparameterised once, for all compressions that apply
+to it (:func:`apply_apc`). Everything else (embeddings, the layer norms of uncompressed blocks) is the
+stock module, so a teacher's state dict loads into it with only ``fc1.weight -> fc1.linear.weight``
+(and the like) renamed (:meth:`load_uncompressed_state`).
 
 Training modes (Table 3 of the paper, "fine-tuning strategies"):
 
@@ -29,23 +31,42 @@ from fairseq.models.transformer.transformer_encoder import TransformerEncoder
 
 from .activation_sampling import ffn_layers, side_of
 from .attention_compression import CompressedAttention
-from .ffn_compression import (APCConfigError, compress_ffn, finalize_ffn, is_compressed, parse_layer_dims,
-                              reconstruction_pair, set_recording, shrink_ffn)
+from .embedding_compression import (compress_block_embedding, compressed_norm_names, embedding_parameters,
+                                    group_runs, runs_of)
+from .ffn_compression import (APCConfigError, compress_ffn, is_compressed, parse_layer_dims, reconstruction_pair,
+                              set_recording, shrink_ffn)
 from .reparameterised_linear import APCLinear
 
 
-def apply_ffn_compression(module, args, side: str) -> None:
+def embed_dims(module, args, side: str) -> dict:
+    """``{layer: cmp^e}`` of ``--apc-{side}-embed-dims`` (embedding_compression.py)."""
+    return parse_layer_dims(getattr(args, f"apc_{side}_embed_dims", None), len(module.layers),
+                            getattr(args, f"{side}_embed_dim"), f"--apc-{side}-embed-dims",
+                            what=f"embedding width (--{side}-embed-dim)")
+
+
+def apply_apc(module, args, side: str) -> None:
+    """APC's three compressions (section 3.2) on the layers of ``module`` (an encoder or decoder), in place:
+    feed-forward, attention, embedding; each projection is reparameterised once, for all that apply."""
+    embed = embed_dims(module, args, side)
+    apply_ffn_compression(module, args, side, embed)
+    apply_attention_compression(module, args, side, embed)
+    apply_embedding_compression(module, args, side, embed)
+
+
+def apply_ffn_compression(module, args, side: str, embed: dict) -> None:
     flag = f"--apc-{side}-ffn-dims"
     original = getattr(args, f"{side}_ffn_embed_dim")
     dims = parse_layer_dims(getattr(args, f"apc_{side}_ffn_dims", None), len(module.layers), original, flag)
-    for idx, cmp in dims.items():
+    for idx in sorted(set(dims) | set(embed)):
         layer = module.layers[idx]
         if type(layer.fc1) is not nn.Linear or type(layer.fc2) is not nn.Linear:
             raise APCConfigError(f"{flag}: layer {idx}'s FFN is not a plain Linear (quant-noise is not supported)")
         if getattr(args, "apc_finalized", False):
-            shrink_ffn(layer, cmp)
+            shrink_ffn(layer, dims.get(idx), embed.get(idx))
         else:
-            compress_ffn(layer, cmp, train_original=getattr(args, "apc_train_original", False))
+            compress_ffn(layer, dims.get(idx), train_original=getattr(args, "apc_train_original", False),
+                         cmp_e=embed.get(idx))
 
 
 # (flag, side, attribute of the layer): every multi-head attention of a Transformer (section 3.2)
@@ -54,7 +75,7 @@ ATTENTION_FLAGS = (("--apc-encoder-attn-dims", "encoder", "self_attn"),
                    ("--apc-cross-attn-dims", "decoder", "encoder_attn"))
 
 
-def apply_attention_compression(module, args, side: str) -> None:
+def apply_attention_compression(module, args, side: str, embed: dict) -> None:
     for flag, flag_side, attr in ATTENTION_FLAGS:
         if flag_side != side:
             continue
@@ -65,31 +86,49 @@ def apply_attention_compression(module, args, side: str) -> None:
             raise APCConfigError(f"{flag} is not supported with --cross-self-attention")
         if dims and side == "decoder" and getattr(args, "scale_heads", False):
             raise APCConfigError(f"{flag} is not supported with --scale-heads (it scales heads of the full head size)")
-        for idx, cmp in dims.items():
+        for idx in sorted(set(dims) | set(embed)):
             layer = module.layers[idx]
             if getattr(layer, attr, None) is None:
-                raise APCConfigError(f"{flag}: layer {idx} has no {attr} (--no-cross-attention?)")
+                if idx in dims:
+                    raise APCConfigError(f"{flag}: layer {idx} has no {attr} (--no-cross-attention?)")
+                continue
             try:
                 setattr(layer, attr, CompressedAttention(
-                    getattr(layer, attr), cmp, train_original=getattr(args, "apc_train_original", False),
-                    finalized=getattr(args, "apc_finalized", False), flag=f"{flag} (layer {idx})"))
+                    getattr(layer, attr), dims.get(idx), train_original=getattr(args, "apc_train_original", False),
+                    finalized=getattr(args, "apc_finalized", False), flag=f"{flag} (layer {idx})",
+                    cmp_e=embed.get(idx)))
             except ValueError as err:
                 raise APCConfigError(str(err)) from None
+
+
+# decoder options whose extra modules work at the model's width inside a block (NormFormer, cross self-attention)
+_FULL_WIDTH_OPTIONS = ("cross_self_attention", "scale_attn", "scale_fc", "scale_heads", "scale_resids")
+
+
+def apply_embedding_compression(module, args, side: str, embed: dict) -> None:
+    if not embed:
+        return
+    flag = f"--apc-{side}-embed-dims"
+    for option in _FULL_WIDTH_OPTIONS:
+        if getattr(args, option, False):
+            raise APCConfigError(f"{flag} is not supported with --{option.replace('_', '-')} (its modules "
+                                 "work at the model's width inside the block)")
+    for run in runs_of(embed):
+        for idx in run:
+            compress_block_embedding(module.layers[idx], embed[idx], pre=idx == run[0], post=idx == run[-1])
 
 
 class APCTransformerEncoder(TransformerEncoder):
     def __init__(self, args, dictionary, embed_tokens, return_fc=False):
         super().__init__(args, dictionary, embed_tokens, return_fc=return_fc)
-        apply_ffn_compression(self, args, "encoder")
-        apply_attention_compression(self, args, "encoder")
+        apply_apc(self, args, "encoder")
 
 
 class APCTransformerDecoder(TransformerDecoder):
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
                          output_projection=output_projection)
-        apply_ffn_compression(self, args, "decoder")
-        apply_attention_compression(self, args, "decoder")
+        apply_apc(self, args, "decoder")
 
 
 def add_apc_args(parser, decoder: bool = True) -> None:
@@ -116,9 +155,11 @@ def add_apc_args(parser, decoder: bool = True) -> None:
                                  "D^K, D^V act on the encoder output), as --apc-encoder-ffn-dims; default: none")
     for side in sides:
         parser.add_argument(f"--apc-{side}-embed-dims", type=str, metavar="SPEC", default=None,
-                            help=f"APC cmp^e of the {side} blocks (section 3.2 'Embedding Compression', pre/post "
-                                 "scaling D^PS/U^PS paired as in Appendix A): NOT IMPLEMENTED, any value is "
-                                 "refused; default: none (the paper has no default)")
+                            help=f"APC cmp^e of the {side} blocks (section 3.2 'Embedding Compression': the block "
+                                 "works at width cmp^e between a pre-scaling D^PS and a post-scaling U^PS, both "
+                                 "omitted between consecutive blocks of one size, Appendix A), as "
+                                 "--apc-encoder-ffn-dims. The paper has no default (Table 4's searched sizes); "
+                                 "default: none")
     parser.add_argument("--apc-train-original", action="store_true", default=False,
                         help="train the original weights too (Table 3 'All Params'); default: only APC's "
                              "U, D, B, b_U, b_D train (Table 3 'Compr. only', the paper's compression stage)")
@@ -138,27 +179,23 @@ def check_apc_args(args, arch: str) -> None:
             raise APCConfigError(f"--{side}-layers-to-keep is not supported with --arch {arch}: APC's per-layer sizes "
                                  "and its initialisation from the teacher index the teacher's layers; drop layers "
                                  "before compressing, not while")
-    for side in ("encoder", "decoder"):
-        if getattr(args, f"apc_{side}_embed_dims", None):
-            raise APCConfigError(
-                f"--apc-{side}-embed-dims: APC's embedding compression (section 3.2, pre/post scaling D^PS/U^PS "
-                "with the pairings of Appendix A) is not implemented; compress the FFNs (--apc-*-ffn-dims) "
-                "and attentions (--apc-*-attn-dims) instead")
     if getattr(args, "apc_finalized", False) and getattr(args, "apc_train_original", False):
         raise APCConfigError("--apc-train-original has no meaning with --apc-finalized (all parameters of a "
                              "finalized model train)")
 
 
 def freeze_all_but_compression(model, args) -> None:
-    """The default 'Compr. only' mode: only APC's U, D, B, b_U, b_D train. Parts a task adds after the
-    model is built (a sentence task's classification head) stay trainable."""
+    """The default 'Compr. only' mode: only APC's U, D, B, b_U, b_D train (with embedding compression also
+    D^PS, U^PS and the compressed blocks' LayerNorms, all new). Parts a task adds after the model is built
+    (a sentence task's classification head) stay trainable."""
     if getattr(args, "apc_finalized", False) or getattr(args, "apc_train_original", False):
         return
     compression = {id(p) for m in model.modules() if isinstance(m, APCLinear) for p in m.compression_parameters()}
+    compression |= {id(p) for layer in ffn_layers(model).values() for p in embedding_parameters(layer)}
     if not compression:
-        raise APCConfigError("no layer is compressed: give --apc-encoder-ffn-dims, --apc-encoder-attn-dims (and "
-                             "for translation --apc-decoder-ffn-dims, --apc-decoder-attn-dims, --apc-cross-attn-dims) "
-                             "or --apc-train-original to train a plain model")
+        raise APCConfigError("no layer is compressed: give --apc-encoder-ffn-dims, --apc-encoder-attn-dims, "
+                             "--apc-encoder-embed-dims (and for translation their --apc-decoder-* counterparts, "
+                             "--apc-cross-attn-dims) or --apc-train-original to train a plain model")
     for p in model.parameters():
         p.requires_grad_(id(p) in compression)
 
@@ -180,29 +217,41 @@ class APCModelMixin:
         return [(side_of(name), *reconstruction_pair(layer)) for name, layer in self.apc_layers()]
 
     def apc_attention_layers(self):
-        """``[(name, CompressedAttention)]`` of every compressed attention, named as its module, e.g.
-        ``("decoder.layers.1.encoder_attn", attn)``."""
-        return [(name, m) for name, m in self.named_modules() if isinstance(m, CompressedAttention)]
+        """``[(name, CompressedAttention)]`` of every attention-compressed attention (eqs 5-9), named as its
+        module, e.g. ``("decoder.layers.1.encoder_attn", attn)``."""
+        return [(name, m) for name, m in self.named_modules()
+                if isinstance(m, CompressedAttention) and m.cmp_a is not None]
+
+    def apc_embedding_runs(self):
+        """``[[layer name, ...], ...]``: the runs of embedding-compressed blocks (embedding_compression.py)."""
+        return group_runs(ffn_layers(self))
 
     def finalize_(self) -> None:
-        """Fold every compressed FFN and attention into dense layers (eqs 1-2), in place."""
-        for _, layer in self.apc_layers():
-            finalize_ffn(layer)
-        for _, attn in self.apc_attention_layers():
-            attn.finalize_()
+        """Fold every reparameterised layer (FFN, attention, embedding compression) into a dense one
+        (eqs 1-2), in place."""
+        modules = dict(self.named_modules())
+        for name, m in list(modules.items()):
+            if isinstance(m, APCLinear):
+                parent, _, leaf = name.rpartition(".")
+                setattr(modules[parent], leaf, m.finalize())
 
     def load_uncompressed_state(self, state_dict) -> None:
         """Load the uncompressed model's state dict (the teacher): its FFN weights become the frozen ``W``
         of each compressed layer; APC's own parameters keep their current values."""
         apc_names = {n for n, m in self.named_modules() if isinstance(m, APCLinear)}
+        new = set(compressed_norm_names(ffn_layers(self)))  # cmp^e-wide norms: set by the initialisation
+        new |= {f"{name}.{s}" for name, layer in ffn_layers(self).items() for s in ("pre_scaling", "post_scaling")
+                if getattr(layer, s, None) is not None}
         renamed = {}
         for key, value in state_dict.items():
             module, _, leaf = key.rpartition(".")
+            if module in new:
+                continue
             if module in apc_names and leaf in ("weight", "bias"):
                 key = f"{module}.linear.{leaf}"
             renamed[key] = value
         missing, unexpected = self.load_state_dict(renamed, strict=False)
-        bad_missing = [k for k in missing if k.rpartition(".")[0] not in apc_names]
+        bad_missing = [k for k in missing if k.rpartition(".")[0] not in apc_names | new]
         if bad_missing or unexpected:
             raise ValueError(f"the uncompressed state dict does not fit this model: missing {bad_missing[:5]}, "
                              f"unexpected {list(unexpected)[:5]}")

@@ -88,10 +88,10 @@ class CompressedAttention(MultiheadAttention):
     ``train_original``, trainable) ``W`` of the reparameterised ones; with ``finalized`` they are
     replaced by dense layers of the compressed width (values come from a finalized state dict)."""
 
-    def __init__(self, mha: MultiheadAttention, cmp_a: int, train_original: bool = False, finalized: bool = False,
-                 flag: str = "--apc-encoder-attn-dims"):
+    def __init__(self, mha: MultiheadAttention, cmp_a: Optional[int], train_original: bool = False,
+                 finalized: bool = False, flag: str = "--apc-encoder-attn-dims", cmp_e: Optional[int] = None):
         heads, embed = mha.num_heads, mha.embed_dim
-        if cmp_a % heads:
+        if cmp_a is not None and cmp_a % heads:
             raise ValueError(f"{flag}: cmp^a={cmp_a} must be a multiple of the {heads} attention heads")
         if mha.bias_k is not None or mha.add_zero_attn:
             raise ValueError(f"{flag}: attention with --add-bias-kv / --add-zero-attn is not supported")
@@ -103,26 +103,37 @@ class CompressedAttention(MultiheadAttention):
         super().__init__(embed, heads, kdim=mha.kdim, vdim=mha.vdim, dropout=mha.dropout_module.p,
                          self_attention=mha.self_attention, encoder_decoder_attention=mha.encoder_decoder_attention)
         self.dropout_module = mha.dropout_module  # its apply_during_inference / module name
-        self.original_embed_dim, self.cmp_a = embed, cmp_a
+        # cmp_a: the inner (per-head) compression, None = heads keep their width; cmp_e: the block's embedding
+        # compression (embedding_compression.py), None = the block works at the model's width
+        self.original_embed_dim, self.cmp_a, self.cmp_e = embed, cmp_a, cmp_e
         self.scaling = mha.head_dim ** -0.5  # the original d_K (eq. 8)
         # fairseq's convention for an attention narrower than the model (its head pruning): embed_dim and
         # head_dim are the inner widths, and the embed-dim check (with the fused fast path) is skipped
-        self.embed_dim, self.head_dim = cmp_a, cmp_a // heads
+        if cmp_a is not None:
+            self.embed_dim, self.head_dim = cmp_a, cmp_a // heads
         self.skip_embed_dim_check = True
+        # inputs of each projection: the block's compressed stream (queries; keys and values of a
+        # self-attention) or the full-width encoder output (keys and values of encoder-decoder attention)
+        kv_in = cmp_e if mha.self_attention else None
+        ins = {"q_proj": cmp_e, "k_proj": kv_in, "v_proj": kv_in}
         if finalized:
             factory = dict(device=mha.q_proj.weight.device, dtype=mha.q_proj.weight.dtype)
-            self.q_proj = nn.Linear(embed, cmp_a, **factory)
-            self.k_proj = nn.Linear(self.kdim, cmp_a, **factory)
-            self.v_proj = nn.Linear(self.vdim, cmp_a, **factory)
-            self.out_proj = nn.Linear(cmp_a, embed, **factory)
-        else:
-            self.q_proj, self.k_proj, self.v_proj = (
-                BlockDiagonalAPCLinear(lin, cmp_a, heads, train_original) for lin in (mha.q_proj, mha.k_proj, mha.v_proj))
-            self.out_proj = APCLinear(mha.out_proj, cmp_in=cmp_a, train_original=train_original)
+            for name, full_in in (("q_proj", embed), ("k_proj", self.kdim), ("v_proj", self.vdim)):
+                setattr(self, name, nn.Linear(ins[name] or full_in, cmp_a or embed, **factory))
+            self.out_proj = nn.Linear(cmp_a or embed, cmp_e or embed, **factory)
+            return
+        for name in ("q_proj", "k_proj", "v_proj"):
+            lin = getattr(mha, name)
+            if cmp_a is not None:
+                lin = BlockDiagonalAPCLinear(lin, cmp_a, heads, train_original, cmp_in=ins[name])
+            elif ins[name] is not None:
+                lin = APCLinear(lin, cmp_in=ins[name], train_original=train_original)
+            setattr(self, name, lin)
+        self.out_proj = APCLinear(mha.out_proj, cmp_in=cmp_a, cmp_out=cmp_e, train_original=train_original)
 
     def reset_parameters(self):
         """Nothing to do: the projections are the original attention's (or set by a loaded state dict)."""
-        if not isinstance(self.q_proj, APCLinear):
+        if not hasattr(self, "cmp_e"):
             super().reset_parameters()  # only while MultiheadAttention.__init__ builds its throw-away layers
 
     def compression_parameters(self):

@@ -68,31 +68,27 @@ def parse_layer_dims(spec: Optional[str], num_layers: int, original: int, flag: 
     return dims
 
 
-def compress_ffn(layer: nn.Module, cmp: int, train_original: bool) -> None:
+def compress_ffn(layer: nn.Module, cmp: Optional[int], train_original: bool, cmp_e: Optional[int] = None) -> None:
     """Reparameterise ``layer.fc1``/``layer.fc2`` (a fairseq Transformer layer) with a ``cmp``-wide
-    bottleneck (eq. 12), in place."""
-    layer.fc1 = APCLinear(layer.fc1, cmp_out=cmp, train_original=train_original)
-    layer.fc2 = APCLinear(layer.fc2, cmp_in=cmp, train_original=train_original)
+    bottleneck (eq. 12), in place; ``cmp_e`` (the block's embedding compression, embedding_compression.py)
+    adds ``U^alpha`` on fc1's input and ``D^beta`` on fc2's output. ``None`` leaves that side alone."""
+    layer.fc1 = APCLinear(layer.fc1, cmp_in=cmp_e, cmp_out=cmp, train_original=train_original)
+    layer.fc2 = APCLinear(layer.fc2, cmp_in=cmp, cmp_out=cmp_e, train_original=train_original)
 
 
-def shrink_ffn(layer: nn.Module, cmp: int) -> None:
-    """Replace ``fc1``/``fc2`` by dense layers of FFN width ``cmp`` (the finalised shape; values are
-    set by loading a finalised state dict)."""
+def shrink_ffn(layer: nn.Module, cmp: Optional[int], cmp_e: Optional[int] = None) -> None:
+    """Replace ``fc1``/``fc2`` by dense layers of FFN width ``cmp`` and block width ``cmp_e`` (the finalised
+    shape, ``None`` = unchanged; values are set by loading a finalised state dict)."""
     fc1, fc2 = layer.fc1, layer.fc2
     factory = dict(device=fc1.weight.device, dtype=fc1.weight.dtype)
-    layer.fc1 = nn.Linear(fc1.in_features, cmp, **factory)
-    layer.fc2 = nn.Linear(cmp, fc2.out_features, **factory)
+    layer.fc1 = nn.Linear(cmp_e or fc1.in_features, cmp or fc1.out_features, **factory)
+    layer.fc2 = nn.Linear(cmp or fc2.in_features, cmp_e or fc2.out_features, **factory)
 
 
 def is_compressed(layer: nn.Module) -> bool:
-    return isinstance(getattr(layer, "fc1", None), APCLinear)
-
-
-def finalize_ffn(layer: nn.Module) -> None:
-    """Fold a compressed FFN into two dense layers (eqs 1-2), in place."""
-    if is_compressed(layer):
-        layer.fc1 = layer.fc1.finalize()
-        layer.fc2 = layer.fc2.finalize()
+    """Whether the layer's FFN has APC's bottleneck (eq. 12), i.e. ``fc1`` a down-projection ``D^alpha``."""
+    fc1 = getattr(layer, "fc1", None)
+    return isinstance(fc1, APCLinear) and fc1.D is not None
 
 
 def set_recording(layer: nn.Module, on: bool) -> None:

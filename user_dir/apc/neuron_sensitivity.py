@@ -39,15 +39,40 @@ def task_loss(model, sample, pad: int) -> torch.Tensor:
 
 def neuron_sensitivity(model, batches, pad: int, num_batches: int) -> Dict[str, torch.Tensor]:
     """``{"encoder.layers.i": scores (ffn,)}`` for every FFN of ``model``, from ``num_batches`` batches."""
+    layers = ffn_layers(model)
+    return mask_sensitivity(model, batches, pad, num_batches,
+                            {name: (layer.fc1, layer.fc1.out_features, "output") for name, layer in layers.items()})
+
+
+def hidden_sensitivity(model, batches, pad: int, num_batches: int) -> Dict[str, torch.Tensor]:
+    """``{"encoder.layers.i": scores (embed,)}``: the sensitivity of each hidden dimension of every layer's
+    input (the residual stream entering the block), for embedding compression's neuron-pruning
+    initialisation (embedding_compression.py): the mask multiplies the block's input."""
+    layers = ffn_layers(model)
+    return mask_sensitivity(model, batches, pad, num_batches,
+                            {name: (layer, layer.fc1.in_features, "input") for name, layer in layers.items()})
+
+
+def mask_sensitivity(model, batches, pad: int, num_batches: int, targets) -> Dict[str, torch.Tensor]:
+    """Molchanov's first-order scores ``mean over batches |dL/dM|`` of a mask ``M = 1`` multiplying each target's
+    output (``"output"``) or first input (``"input"``); ``targets`` is ``{name: (module, width, where)}``."""
     if num_batches <= 0:
         raise ValueError(f"num_batches must be > 0, got {num_batches}")
     model.eval()
-    layers = ffn_layers(model)
     ref = next(model.parameters())
-    masks = {name: torch.ones(layer.fc1.out_features, device=ref.device, dtype=ref.dtype, requires_grad=True)
-             for name, layer in layers.items()}
-    hooks = [layer.fc1.register_forward_hook(lambda m, inp, out, name=name: out * masks[name])
-             for name, layer in layers.items()]
+    masks = {name: torch.ones(width, device=ref.device, dtype=ref.dtype, requires_grad=True)
+             for name, (_, width, _) in targets.items()}
+
+    def masked_input(name):
+        def hook(module, args):
+            return (args[0] * masks[name],) + tuple(args[1:])
+        return hook
+    hooks = []
+    for name, (module, _, where) in targets.items():
+        if where == "output":
+            hooks.append(module.register_forward_hook(lambda m, inp, out, name=name: out * masks[name]))
+        else:
+            hooks.append(module.register_forward_pre_hook(masked_input(name)))
     scores = {name: torch.zeros(m.numel(), dtype=torch.float64) for name, m in masks.items()}
     done = 0
     try:

@@ -145,14 +145,17 @@ class BlockDiagonalAPCLinear(APCLinear):
     """An output-compressed :class:`APCLinear` whose ``D`` is block diagonal, one ``d_head x cmp_head``
     block per attention head (APC section 3.2, "Attention Compression": D^Q, D^K, D^V). ``D`` is stored
     full (``out x cmp_out``) and multiplied by a fixed block mask, so entries outside the blocks stay
-    zero and get no gradient; the folded weight is computed from the masked ``D``."""
+    zero and get no gradient; the folded weight is computed from the masked ``D``. Its input may be
+    compressed too (``cmp_in``: embedding compression's outer upscaling ``U^Q``, ``U^K``, ``U^V``, a full
+    matrix shared by the heads)."""
 
-    def __init__(self, linear: nn.Linear, cmp_out: int, heads: int, train_original: bool = False):
+    def __init__(self, linear: nn.Linear, cmp_out: int, heads: int, train_original: bool = False,
+                 cmp_in: Optional[int] = None):
         n_out = linear.weight.size(0)
         if n_out % heads or cmp_out % heads:
             raise ValueError(f"block-diagonal D: out={n_out} and cmp_out={cmp_out} must both be multiples of "
                              f"the {heads} heads")
-        super().__init__(linear, cmp_out=cmp_out, train_original=train_original)
+        super().__init__(linear, cmp_in=cmp_in, cmp_out=cmp_out, train_original=train_original)
         d, c = n_out // heads, cmp_out // heads
         mask = torch.block_diag(*[torch.ones(d, c) for _ in range(heads)]).to(self.D)
         self.register_buffer("block_mask", mask, persistent=False)

@@ -14,7 +14,9 @@ narrower than any stock fairseq attention: by default the model stays ``apc_tran
 for per-layer FFN widths. ``--pad-attention`` instead zero-pads every compressed head back to the
 original head size (attention_compression.pad_attention_state: the same function, since eq. 8 keeps
 the original ``sqrt(d_K)``), so that with uniform FFN widths the model is a stock ``transformer``:
-portable (stock fairseq, CTranslate2) but with the original attention's parameters and FLOPs.
+portable (stock fairseq, CTranslate2) but with the original attention's parameters and FLOPs. Embedding compression (per-block widths between a pre- and
+a post-scaling) has no stock form: such a model always stays ``--apc-finalized``, its ``D^PS``/``U^PS``
+plain dense layers.
 
 A stock result is written by fc-export's writer (tools/export.py: its cfg is plain Python, its task
 ``translation``, its criterion ``label_smoothed_cross_entropy``, and the stock model's output is checked
@@ -114,7 +116,8 @@ def finalize_checkpoint(state: dict, pad_attention: bool = False) -> dict:
                     pad_attention_state(sd, f"{stacks[side]}.layers.{i}.{module}", heads[side],
                                         full[option] // heads[side])
     attention_stock = pad_attention or all(n == full[o] for o, w in attn.items() for n in w)
-    stock = all(len(set(w)) == 1 for w in widths.values()) and attention_stock
+    embedding = {side: getattr(model_args, f"apc_{side}_embed_dims", None) for side in stacks}
+    stock = all(len(set(w)) == 1 for w in widths.values()) and attention_stock and not any(embedding.values())
     if stock:
         for side, w in widths.items():
             setattr(model_args, f"{side}_ffn_embed_dim", w[0])
@@ -137,7 +140,8 @@ def finalize_checkpoint(state: dict, pad_attention: bool = False) -> dict:
     state["last_optimizer_state"] = None
     state.setdefault("extra_state", {})["apc_finalized"] = {
         "stock_transformer": stock and stock_arch == "transformer", "stock_arch": stock_arch if stock else None,
-        "ffn_widths": widths, "attention_widths": attn, "attention_padded": pad_attention}
+        "ffn_widths": widths, "attention_widths": attn, "attention_padded": pad_attention,
+        "embedding_widths": {side: spec for side, spec in embedding.items() if spec}}
     return state
 
 
@@ -185,7 +189,8 @@ def main(argv=None):
     attention = {k: v for k, v in info["attention_widths"].items() if getattr(model_args, k, None)}
     widths = " ".join(f"{side} {w}" for side, w in info["ffn_widths"].items())
     print(f"wrote {a.out}: {kind}, FFN widths {widths}, attention widths {attention}"
-          + (" (zero-padded to full heads)" if info["attention_padded"] else ""))
+          + (" (zero-padded to full heads)" if info["attention_padded"] else "")
+          + (f", embedding widths {info['embedding_widths']}" if info["embedding_widths"] else ""))
 
 
 if __name__ == "__main__":

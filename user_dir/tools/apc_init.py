@@ -27,11 +27,13 @@ import torch
 
 import user_dir  # noqa: F401  registers apc_transformer, allows loading fairseq checkpoints
 from fairseq import checkpoint_utils
-from user_dir.apc.activation_sampling import collect_attention_inputs, collect_ffn_inputs, sample_batches
+from user_dir.apc.activation_sampling import (collect_activations, collect_attention_inputs, collect_ffn_inputs,
+                                              ffn_layers, sample_batches)
 from user_dir.apc.attention_compression import init_attention_svd
+from user_dir.apc.embedding_compression import init_embedding_run, reading_projections
 from user_dir.common.model_flags import architecture_flags
 from user_dir.apc.initialisations import INITIALISATIONS, initialise
-from user_dir.apc.neuron_sensitivity import neuron_sensitivity
+from user_dir.apc.neuron_sensitivity import hidden_sensitivity, neuron_sensitivity
 from user_dir.apc.reconstruction_error import ffn_reconstruction_error
 
 logger = logging.getLogger("apc_init")
@@ -39,7 +41,7 @@ logger = logging.getLogger("apc_init")
 # the APC architecture of each teacher model type
 APC_ARCH = {"TransformerModel": "apc_transformer", "HFBertModel": "apc_hf_bert"}
 # flags only a model with a decoder has
-DECODER_DIMS = ("decoder_ffn_dims", "decoder_attn_dims", "cross_attn_dims")
+DECODER_DIMS = ("decoder_ffn_dims", "decoder_attn_dims", "cross_attn_dims", "decoder_embed_dims")
 # structural fields of a fairseq transformer that the fairseq-train command repeats explicitly (scripts/bench_apc.py
 # rewrites the FFN widths of this list for the finalized stock model)
 _FLAG_FIELDS = [
@@ -68,15 +70,18 @@ def load_teacher(path: str, data: str):
 
 
 def apc_args(teacher_args, encoder_ffn_dims, decoder_ffn_dims, train_original=False, encoder_attn_dims=None,
-             decoder_attn_dims=None, cross_attn_dims=None, model_type="TransformerModel"):
+             decoder_attn_dims=None, cross_attn_dims=None, model_type="TransformerModel", encoder_embed_dims=None,
+             decoder_embed_dims=None):
     """The teacher's model arguments turned into those of its APC architecture (``APC_ARCH``)."""
     args = copy.deepcopy(teacher_args)
     base = APC_ARCH[model_type]
     args.arch = args._name = base  # the model args are complete: the named variants' defaults add nothing
     args.apc_encoder_ffn_dims, args.apc_encoder_attn_dims = encoder_ffn_dims, encoder_attn_dims
+    args.apc_encoder_embed_dims = encoder_embed_dims
     if base == "apc_transformer":
         args.apc_decoder_ffn_dims = decoder_ffn_dims
         args.apc_decoder_attn_dims, args.apc_cross_attn_dims = decoder_attn_dims, cross_attn_dims
+        args.apc_decoder_embed_dims = decoder_embed_dims
     args.apc_train_original, args.apc_finalized = train_original, False
     return args
 
@@ -92,7 +97,8 @@ def fairseq_flags(args) -> list:
         if getattr(args, f, None) is not None:
             flags += ["--" + f.replace("_", "-"), str(getattr(args, f))]
     flags += ["--" + f.replace("_", "-") for f in _BOOL_FIELDS if getattr(args, f, False)]
-    for name in ("encoder_ffn_dims", "decoder_ffn_dims", "encoder_attn_dims", "decoder_attn_dims", "cross_attn_dims"):
+    for name in ("encoder_ffn_dims", "decoder_ffn_dims", "encoder_attn_dims", "decoder_attn_dims", "cross_attn_dims",
+                 "encoder_embed_dims", "decoder_embed_dims"):
         spec = getattr(args, f"apc_{name}", None)
         if spec:
             flags += ["--apc-" + name.replace("_", "-"), str(spec)]
@@ -135,10 +141,12 @@ def set_D_U(model, inits) -> None:
 
 
 def reconstruction_errors(model, X) -> dict:
-    """Eq. 4 per compressed layer on activations ``X`` (``{layer: n x embed}``)."""
+    """Eq. 4 per compressed FFN on the teacher's activations ``X`` (``{layer: n x embed}``). In an
+    embedding-compressed block ``B^alpha`` reads the compressed input, which ``X`` is not: it is left out
+    (it is zero after every initialisation)."""
     return {name: ffn_reconstruction_error(X[name], layer.fc1.linear.weight, layer.fc1.linear.bias, layer.fc1.D,
                                            layer.fc2.U, layer.activation_fn, layer.fc1.b_D, layer.fc2.b_U,
-                                           layer.fc1.B)
+                                           layer.fc1.B if layer.fc1.U is None else None)
             for name, layer in model.apc_layers()}
 
 
@@ -155,15 +163,44 @@ def init_attention(model, teacher, task, samples: int, seed: int, max_tokens: in
         init_attention_svd(attn, queries, keys, causal=name.startswith("decoder.") and name.endswith("self_attn"))
 
 
+def init_embedding(model, teacher, task, method: str, samples: int, seed: int, importance_batches: int,
+                   max_tokens: int) -> None:
+    """Initialise every run of embedding-compressed blocks (embedding_compression.py) from the teacher, by
+    ``method``; run after the FFN and attention initialisations."""
+    runs = model.apc_embedding_runs()
+    if not runs:
+        return
+    teacher_layers, student_layers = ffn_layers(teacher), ffn_layers(model)
+    # per block, the keys of its reading projections and the teacher module whose input each U is fitted on
+    keys = {name: list(reading_projections(teacher_layers[name])) for run in runs for name in run}
+
+    def module_of(name, key):
+        return f"{name}.{key}"  # fc1, or the attention (whose query its q_proj reads)
+    X = scores = None
+    if method in ("reconstructive-random", "reconstructive-svd"):
+        X = collect_activations(teacher, sample_batches(task, "train", max_tokens, seed), samples,
+                                task.source_dictionary.pad(), seed=seed, outputs=[run[-1] for run in runs],
+                                inputs=[module_of(n, k) for n, ks in keys.items() for k in ks])
+    if method == "neuron-pruning":
+        scores = hidden_sensitivity(teacher, sample_batches(task, "train", max_tokens, seed),
+                                    task.source_dictionary.pad(), importance_batches)
+    for run in runs:
+        blocks = None if X is None else [{k: X[module_of(n, k)] for k in keys[n]} for n in run]
+        init_embedding_run(method, [student_layers[n] for n in run], [teacher_layers[n] for n in run], blocks,
+                           None if X is None else X[run[-1]],
+                           None if scores is None else sum(scores[n] for n in run), seed)
+
+
 def build_apc_model(teacher, cfg, task, encoder_ffn_dims, decoder_ffn_dims, encoder_attn_dims=None,
-                    decoder_attn_dims=None, cross_attn_dims=None):
+                    decoder_attn_dims=None, cross_attn_dims=None, encoder_embed_dims=None, decoder_embed_dims=None):
     model_type = type(teacher).__name__
-    if model_type != "TransformerModel" and any((decoder_ffn_dims, decoder_attn_dims, cross_attn_dims)):
-        flags = [f"--{n.replace('_', '-')}" for n, v in zip(DECODER_DIMS, (decoder_ffn_dims, decoder_attn_dims,
-                                                                           cross_attn_dims)) if v]
+    decoder_dims = (decoder_ffn_dims, decoder_attn_dims, cross_attn_dims, decoder_embed_dims)
+    if model_type != "TransformerModel" and any(decoder_dims):
+        flags = [f"--{n.replace('_', '-')}" for n, v in zip(DECODER_DIMS, decoder_dims) if v]
         raise SystemExit(f"apc_init: {' '.join(flags)}: the teacher is an encoder ({model_type}), it has no decoder")
     args = apc_args(cfg.model, encoder_ffn_dims, decoder_ffn_dims, encoder_attn_dims=encoder_attn_dims,
-                    decoder_attn_dims=decoder_attn_dims, cross_attn_dims=cross_attn_dims, model_type=model_type)
+                    decoder_attn_dims=decoder_attn_dims, cross_attn_dims=cross_attn_dims, model_type=model_type,
+                    encoder_embed_dims=encoder_embed_dims, decoder_embed_dims=decoder_embed_dims)
     model = task.build_model(args)  # a sentence task adds its classification head here
     model.load_uncompressed_state(teacher.state_dict())
     return model, args
@@ -194,6 +231,10 @@ def add_common_args(p):
                    "--apc-decoder-attn-dims); initialised as --encoder-attn-dims, head outputs with the causal mask")
     p.add_argument("--cross-attn-dims", default=None, help="cmp^a of the decoder's encoder-decoder attentions (as "
                    "--apc-cross-attn-dims); eq. 11 on decoder queries and encoder keys")
+    p.add_argument("--encoder-embed-dims", default=None, help="cmp^e of the encoder blocks (as "
+                   "--apc-encoder-embed-dims); initialised by --init per run of equal sizes (embedding_compression.py)")
+    p.add_argument("--decoder-embed-dims", default=None, help="cmp^e of the decoder blocks (as "
+                   "--apc-decoder-embed-dims)")
     p.add_argument("--samples", type=int, default=5000,
                    help="token activations for the least-squares U (paper section 4.2: 5000)")
     p.add_argument("--importance-batches", type=int, default=20,
@@ -212,15 +253,17 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.samples <= 0:
         p.error(f"--samples {a.samples}: must be > 0")
-    dims = (a.encoder_ffn_dims, a.decoder_ffn_dims, a.encoder_attn_dims, a.decoder_attn_dims, a.cross_attn_dims)
+    dims = (a.encoder_ffn_dims, a.decoder_ffn_dims, a.encoder_attn_dims, a.decoder_attn_dims, a.cross_attn_dims,
+            a.encoder_embed_dims, a.decoder_embed_dims)
     if not any(dims):
-        p.error("give --encoder-ffn-dims, --decoder-ffn-dims, --encoder-attn-dims, --decoder-attn-dims and/or "
-                "--cross-attn-dims: nothing would be compressed")
+        p.error("give --encoder-ffn-dims, --decoder-ffn-dims, --encoder-attn-dims, --decoder-attn-dims, "
+                "--cross-attn-dims, --encoder-embed-dims and/or --decoder-embed-dims: nothing would be compressed")
     torch.manual_seed(a.seed)
     teacher, cfg, task = load_teacher(a.teacher, a.data)
     model, args = build_apc_model(teacher, cfg, task, *dims)
     set_D_U(model, initial_D_U(model, teacher, task, a.init, a.samples, a.seed, a.importance_batches, a.max_tokens))
     init_attention(model, teacher, task, a.samples, a.seed, a.max_tokens)
+    init_embedding(model, teacher, task, a.init, a.samples, a.seed, a.importance_batches, a.max_tokens)
     X_valid = sample_activations(teacher, task, "valid", a.samples, a.seed, a.max_tokens)
     errors = reconstruction_errors(model, X_valid)
     info = {"teacher": os.path.abspath(a.teacher), "init": a.init, "samples": a.samples, "seed": a.seed,

@@ -8,8 +8,10 @@ of 90% / 50% / 15%"; every candidate trained 100 steps and scored on the pre-tra
         --data work/glue/data-bin/RTE.wordpiece --encoder-groups 0,1-5 --attention --target 0.5 --out apc-rte-search/
 
 Each group of layers (``--encoder-groups`` / ``--decoder-groups``: comma-separated layer ranges, 0-based)
-gets one FFN width from ``--ffn-choices`` and, with ``--attention``, one attention width from
-``--attn-choices`` (a decoder group's self- and encoder-decoder attention share it). A sampled
+gets one FFN width from ``--ffn-choices``, with ``--attention`` one attention width from
+``--attn-choices`` (a decoder group's self- and encoder-decoder attention share it) and with ``--embedding``
+one block width from ``--embed-choices`` (embedding compression; consecutive layers of one width form a
+run with one pre- and one post-scaling). A sampled
 candidate whose layer parameters are not within ``--tolerance`` of ``--target`` times the teacher's is
 pruned without training (its size is a closed form, :func:`layer_parameters`). A feasible one is
 initialised (``apc_init``, ``--init``), trained ``--updates`` updates with stock ``fairseq-train`` in the
@@ -36,6 +38,7 @@ import subprocess
 import sys
 from typing import Dict, List
 
+from user_dir.apc.embedding_compression import runs_of
 from user_dir.common.task_flags import sentence_prediction_flags
 
 SIDES = ("encoder", "decoder")
@@ -64,17 +67,36 @@ def parse_groups(spec: str, layers: int, flag: str) -> List[List[int]]:
 
 def layer_parameters(dims: dict, model_args, stack_params: int) -> int:
     """Parameters of the layer stacks once the sizes ``dims`` are finalized: the teacher's ``stack_params``
-    minus (2d + 1)(f - c) per FFN compressed from f to c and (4d + 3)(d - a) per attention compressed from
-    d to a (q, k, v: d x a weights + a biases; out: a x d + d), d the side's embedding width."""
+    minus its layers' closed form, plus each layer's at its sizes (:func:`finalized_layer_parameters`)."""
     total = stack_params
     for side in SIDES:
-        d, f = getattr(model_args, f"{side}_embed_dim", 0), getattr(model_args, f"{side}_ffn_embed_dim", 0)
-        attentions = 2 if side == "decoder" else 1  # the decoder's self- and encoder-decoder attention
-        for c in dims.get(f"{side}_ffn", {}).values():
-            total -= (2 * d + 1) * (f - c)
-        for a in dims.get(f"{side}_attn", {}).values():
-            total -= attentions * (4 * d + 3) * (d - a)
+        n = len({i for key in ("ffn", "attn", "embed") for i in dims.get(f"{side}_{key}", {})})
+        if not n:
+            continue
+        sizes = {key: dims.get(f"{side}_{key}", {}) for key in ("ffn", "attn", "embed")}
+        runs = runs_of(sizes["embed"])
+        ends = {run[0] for run in runs}, {run[-1] for run in runs}
+        for i in {i for v in sizes.values() for i in v}:
+            total -= finalized_layer_parameters(model_args, side)
+            total += finalized_layer_parameters(model_args, side, sizes["ffn"].get(i), sizes["attn"].get(i),
+                                                sizes["embed"].get(i), i in ends[0], i in ends[1])
     return total
+
+
+def finalized_layer_parameters(model_args, side: str, c=None, a=None, e=None, pre=False, post=False) -> int:
+    """One finalized layer of ``side`` with FFN width ``c``, attention width ``a`` (a decoder's self- and
+    encoder-decoder attention alike) and block width ``e`` (``None``: the teacher's), with ``D^PS`` before it
+    (``pre``) and ``U^PS`` after it (``post``): q, k, v are ``e x a`` (+ ``a``), out ``a x e`` (+ ``e``); an
+    encoder-decoder attention's k, v read the encoder output (``d_enc x a``); fc1 ``e x c`` (+ ``c``), fc2
+    ``c x e`` (+ ``e``); a LayerNorm ``2e``; ``D^PS`` ``d x e + e``, ``U^PS`` ``e x d + d``."""
+    d, f = getattr(model_args, f"{side}_embed_dim"), getattr(model_args, f"{side}_ffn_embed_dim")
+    c, a, e = c or f, a or d, e or d
+    attention = 3 * (e * a + a) + a * e + e
+    total = attention + (e * c + c) + (c * e + e) + 2 * 2 * e
+    if side == "decoder":
+        d_enc = getattr(model_args, "encoder_embed_dim", d)
+        total += (e * a + a) + 2 * (d_enc * a + a) + a * e + e + 2 * e
+    return total + pre * (d * e + e) + post * (e * d + d)
 
 
 def spec(sizes: Dict[int, int]) -> str:
@@ -119,6 +141,8 @@ def train_and_score(a, dims: dict, trial_dir: str, task_flags: List[str]) -> flo
             flags += [f"--{side}-attn-dims", spec(dims[f"{side}_attn"])]
             if side == "decoder":
                 flags += ["--cross-attn-dims", spec(dims[f"{side}_attn"])]
+        if dims.get(f"{side}_embed"):
+            flags += [f"--{side}-embed-dims", spec(dims[f"{side}_embed"])]
     if not os.path.exists(init):
         run([py, "-m", "user_dir.tools.apc_init", a.teacher, "--data", a.data, *flags, "--init", a.init,
              "--samples", str(a.samples), "--seed", str(a.seed), "--out", init], log)
@@ -152,6 +176,10 @@ def main(argv=None):
     p.add_argument("--attention", action="store_true", help="search attention widths too (eqs 5-11)")
     p.add_argument("--ffn-choices", default=None, help="FFN widths to choose from (default: multiples of 1/16 "
                    "of the FFN width)")
+    p.add_argument("--embedding", action="store_true", help="search block widths too (embedding compression, "
+                   "section 3.2; the paper's searches include them, Table 4)")
+    p.add_argument("--embed-choices", default=None, help="block widths to choose from (default: multiples of 1/8 "
+                   "of the embedding width)")
     p.add_argument("--attn-choices", default=None, help="attention widths to choose from (default: multiples of "
                    "1/8 of the embedding width)")
     p.add_argument("--target", type=float, default=0.5, help="layer parameters as a fraction of the teacher's "
@@ -207,6 +235,9 @@ def main(argv=None):
                 if a.attention:
                     at = trial.suggest_categorical(f"{side}_attn_{g}", choices(a.attn_choices, d, 8))
                     dims.setdefault(f"{side}_attn", {}).update({i: at for i in group})
+                if a.embedding:
+                    e = trial.suggest_categorical(f"{side}_embed_{g}", choices(a.embed_choices, d, 8))
+                    dims.setdefault(f"{side}_embed", {}).update({i: e for i in group})
         return dims
 
     os.makedirs(a.out, exist_ok=True)
@@ -244,8 +275,7 @@ def write_report(a, study, optuna):
         lines.append(f"| {t.number} | {sizes} | {t.user_attrs['ratio']:.3f} | {t.value:.4f} |")
     if done:
         best = done[0].user_attrs["dims"]
-        flags = " ".join(f"--{k.replace('_ffn', '-ffn-dims').replace('_attn', '-attn-dims')} {v}"
-                         for k, v in best.items())
+        flags = " ".join(f"--{k.replace('_', '-')}-dims {v}" for k, v in best.items())  # encoder_ffn -> --encoder-ffn-dims
         if "decoder_attn" in best:
             flags += f" --cross-attn-dims {best['decoder_attn']}"
         lines += ["", f"Best: `python -m user_dir.tools.apc_init {a.teacher} --data {a.data} {flags} --out init.pt`"]
