@@ -443,6 +443,11 @@ def test_embedding_compression_runs_pairings_and_parameter_counts(teacher_setup)
     expected = (n_teacher + 2 * enc_block(192) + enc_block(128) + dec_block(160) + scaling(192, 1, 0)
                 + scaling(192, 0, 1) + scaling(128, 1, 1) + scaling(160, 1, 1))
     assert sum(p.numel() for p in model.parameters()) == expected
+    # no compressed FFN: nothing for the activation-KD loss to reconstruct, refused by name
+    from user_dir.apc.activation_kd_criterion import APCActivationKDCriterion
+    unfinalized = _apc_model(teacher_setup, enc="", dec="", enc_embed="128").train()
+    with pytest.raises(ValueError, match="apc_activation_kd reconstructs the activations of compressed FFNs"):
+        APCActivationKDCriterion(teacher_setup["task"], False, 0.0)(unfinalized, teacher_setup["sample"])
     # apc_search's closed form (per finalized layer) agrees, for both sides
     from user_dir.tools.apc_search import layer_parameters
     layers = lambda m: sum(p.numel() for n, p in m.named_parameters() if ".layers." in n)

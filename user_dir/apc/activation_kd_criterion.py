@@ -75,6 +75,10 @@ class APCActivationKDCriterion(LabelSmoothedCrossEntropyCriterion):
             for side, _ in dropping_sides(model):
                 raise ValueError(f"--{side}-layerdrop with --criterion apc_activation_kd: a dropped layer has no "
                                  "activations to reconstruct (eq. 4); train without layerdrop, or use CE/KD")
+            if not model.apc_layers():
+                raise ValueError("--criterion apc_activation_kd reconstructs the activations of compressed FFNs "
+                                 "(eq. 4) and this model has none (--apc-*-ffn-dims); for attention or embedding "
+                                 "compression alone use CE or KD")
             self._checked_layerdrop = True
         model.set_apc_recording(record)
         try:

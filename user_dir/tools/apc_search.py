@@ -195,7 +195,9 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--cpu", action="store_true")
     p.add_argument("--out", required=True, help="the study's folder (study.db, one folder per trial, search.md)")
+    p.add_argument("--report", default=None, help="also write the report (markdown) here, e.g. results/apc_search.md")
     a = p.parse_args(argv)
+    a.command = shlex.join(argv if argv is not None else sys.argv[1:])
     try:
         import optuna
     except ImportError:
@@ -266,7 +268,10 @@ def main(argv=None):
 def write_report(a, study, optuna):
     done = sorted((t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE), key=lambda t: t.value)
     pruned = sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials)
+    from user_dir.tools.measure import machine_description
     lines = [f"# APC size search of `{a.teacher}` (Optuna TPE, APC section 4.1)", "",
+             f"Command: `python -m user_dir.tools.apc_search {a.command}`. "
+             f"Machine: {machine_description()}.", "",
              f"Target: layer parameters {a.target:.0%} +- {a.tolerance:.0%} of the teacher's; {len(done)} candidates "
              f"trained {a.updates} updates each (valid loss after them), {pruned} samples pruned for their size. "
              f"Seed {a.seed}.", "", "| trial | sizes | layer params / teacher | valid loss |", "| --- | --- | --- | --- |"]
@@ -279,8 +284,9 @@ def write_report(a, study, optuna):
         if "decoder_attn" in best:
             flags += f" --cross-attn-dims {best['decoder_attn']}"
         lines += ["", f"Best: `python -m user_dir.tools.apc_init {a.teacher} --data {a.data} {flags} --out init.pt`"]
-    with open(os.path.join(a.out, "search.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    for path in [os.path.join(a.out, "search.md")] + ([a.report] if a.report else []):
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
