@@ -884,7 +884,7 @@ def test_size_search_prunes_by_the_closed_form_trains_feasible_candidates_and_re
     out = str(tmp_path / "search")
     args = [teacher, "--data", data, "--encoder-groups", "0,1", "--ffn-choices", "16,32,64", "--target", "0.8",
             "--tolerance", "0.1", "--trials", "2", "--updates", "2", "--samples", "200", "--cpu", "--out", out,
-            "--train-args", "--batch-size 16"]
+            "--train-args", "--batch-size 16", "--report", str(tmp_path / "report.md")]
     search(args)
     trials = sorted(os.listdir(os.path.join(out, "trials")))
     assert len(trials) == 2
@@ -895,6 +895,7 @@ def test_size_search_prunes_by_the_closed_form_trains_feasible_candidates_and_re
         assert abs(ratio - 0.8) <= 0.1 and score["valid_loss"] > 0
     report = open(os.path.join(out, "search.md")).read()
     assert report.count("| encoder_ffn ") == 2 and "Best: `python -m user_dir.tools.apc_init" in report
+    assert open(tmp_path / "report.md").read() == report and "--encoder-groups 0,1 --ffn-choices 16,32,64" in report
     stamps = {n: os.path.getmtime(os.path.join(out, "trials", n, "DONE")) for n in trials}
     search(args)  # the study is finished: nothing is trained again
     assert {n: os.path.getmtime(os.path.join(out, "trials", n, "DONE")) for n in trials} == stamps
