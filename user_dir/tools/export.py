@@ -54,8 +54,9 @@ REFUSED_MODELS = {
     "apc_transformer": "an APC model holds its compression factors (U, D, B) beside the original weights: run "
                        "`python -m user_dir.tools.apc_finalize CKPT --out FINAL.pt` first, which folds them (eqs 1-2) "
                        "and writes a stock `transformer` checkpoint when every layer of a side has one FFN width "
-                       "(`--pad-attention` for compressed attentions); per-layer widths stay `apc_transformer "
-                       "--apc-finalized`, which stock fairseq cannot express",
+                       "(`--pad-attention` for compressed attentions); per-layer widths and embedding compression "
+                       "(per-block widths between a pre- and a post-scaling) stay `apc_transformer --apc-finalized`, "
+                       "which stock fairseq cannot express",
     "ghost_transformer": "a GhostBERT encoder keeps M of N_H heads of width embed_dim / N_H (stock fairseq's head width "
                          "is embed_dim / heads) and may hold ghost convolutions (no stock fairseq module); serve it "
                          "with fairseq-generate --user-dir",
