@@ -482,6 +482,27 @@ def test_embedding_inits_on_real_data(teacher_setup):
 
 
 @needs_teacher
+def test_embedding_compression_of_a_pre_norm_transformer_at_full_width_is_exact(teacher_setup):
+    """Pre-norm blocks (--encoder/--decoder-normalize-before: the LayerNorm before each sub-layer, the final
+    LayerNorm after the last block at full width): the hidden-dimension selection of every dimension
+    computes exactly the uncompressed model, before and after finalizing."""
+    import copy
+    from user_dir.tools.apc_init import build_apc_model, init_embedding
+    cfg, task, sample = copy.deepcopy(teacher_setup["cfg"]), teacher_setup["task"], teacher_setup["sample"]
+    cfg.model.encoder_normalize_before = cfg.model.decoder_normalize_before = True
+    torch.manual_seed(0)
+    pre_norm = task.build_model(cfg.model).eval()  # random weights: the property is structural
+    assert pre_norm.encoder.layer_norm is not None
+    model, _ = build_apc_model(pre_norm, cfg, task, None, None, encoder_embed_dims="256", decoder_embed_dims="0:256,1:256")
+    init_embedding(model, pre_norm, task, "neuron-pruning", 0, 1, 1, 1024)
+    model.eval()
+    expected = _out(pre_norm, sample)
+    torch.testing.assert_close(_out(model, sample), expected, atol=1e-5, rtol=1e-5)
+    model.finalize_()
+    torch.testing.assert_close(_out(model, sample), expected, atol=1e-5, rtol=1e-5)
+
+
+@needs_teacher
 def test_embedding_compression_finalizes_and_decodes_identically_through_stock_commands(teacher_setup, tmp_path):
     """All three compressions at once (embedding runs with a size change, FFN, encoder and cross-attention):
     apc_init -> fairseq-train ('Compr. only': D^PS, U^PS, the compressed LayerNorms and APC's parameters
