@@ -125,14 +125,15 @@ def _alive(pid: int) -> bool:
 
 
 def stock_flags(apc_flags, size):
-    """The init's fairseq flags for the finalized (stock transformer) model of FFN width ``size``."""
+    """The init's fairseq flags for the finalized (stock transformer) model of FFN width ``size``: every APC
+    flag dropped."""
     out, skip = [], False
     for i, f in enumerate(apc_flags):
         if skip:
             skip = False
             continue
-        if f in ("--apc-encoder-ffn-dims", "--apc-decoder-ffn-dims"):
-            skip = True
+        if f.startswith("--apc-"):
+            skip = f not in ("--apc-train-original", "--apc-finalized")  # the others carry a value
             continue
         if f == "apc_transformer":
             f = "transformer"
@@ -140,6 +141,14 @@ def stock_flags(apc_flags, size):
             f = str(size)
         out.append(f)
     return out
+
+
+def control_run(args, work, apc_flags):
+    """The control row: the teacher itself trained with the same updates, loss and optimizer (all parameters),
+    which separates what the extra training does from what the compression does."""
+    last = train(args, work, "teacher-ft", args.teacher, stock_flags(apc_flags, 1024))
+    return (f"teacher + {args.updates} updates", last, "control: the uncompressed teacher fine-tuned (all "
+            "parameters) with the same updates, loss and optimizer")
 
 
 def word_kd_flags(args):
@@ -226,6 +235,9 @@ def main():
                          f"pruning+FT {size}": {"cmp_f": int(size), "what": "neuron pruning, then all parameters "
                                                 "fine-tuned (= APC 'Finalized')"},
                          f"pruned {size}": {"cmp_f": int(size), "what": "neuron pruning, no training"}})
+        name, control, what = control_run(args, work, info["fairseq_flags"])
+        models.append((name, control))
+        meta[name] = {"cmp_f": 1024, "what": what}
         result["sizes"] = {"measure": measure(args, work, "sizes", models), "meta": meta, "updates": args.updates,
                            "command": result["command"]}
     if "inits" in args.parts:
@@ -262,6 +274,9 @@ def main():
             models.append((f"hidden pruning+FT {e}", ft))
             meta[f"hidden pruning+FT {e}"] = {"cmp_e": int(e), "what": "hidden-dimension pruning (the neuron-pruning "
                                               "init of embedding compression, finalized), all parameters fine-tuned"}
+        name, control, what = control_run(args, work, info["fairseq_flags"])
+        models.append((name, control))
+        meta[name] = {"cmp_e": 256, "what": what}
         result["embed"] = {"measure": measure(args, work, "embed", models), "meta": meta, "updates": args.updates,
                            "command": result["command"]}
     if "word-kd" in args.parts:

@@ -201,6 +201,12 @@ def write_report(data, out):
                       f"{apc['scores'][metric] - np_['scores'][metric]:+.2f} points. One seed; {task}'s dev set has "
                       f"{teacher['scores']['examples']} examples (one example = {100 / teacher['scores']['examples']:.2f} "
                       "points).", ""]
+        if "APC-50-ff analogue, All Params" in rows:
+            full = rows["APC-50-ff analogue, All Params"]["scores"]
+            lines[-1:-1] = [f"APC-50-ff analogue with Table 3's All Params strategy (the same {s['compress_updates']} + "
+                            f"{s['finetune_updates']} updates as the others) keeps {100 * full[metric] / t:.1f}% of "
+                            f"the teacher's dev {metric}; All Params minus pruning: "
+                            f"{full[metric] - np_['scores'][metric]:+.2f} points."]
         if metric != "accuracy" and "accuracy" in teacher["scores"]:
             ta = teacher["scores"]["accuracy"]
             lines[-1:-1] = [f"In dev accuracy (the paper's MRPC metric): APC-50-ff analogue "
