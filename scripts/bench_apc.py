@@ -151,13 +151,14 @@ def control_run(args, work, apc_flags):
             "parameters) with the same updates, loss and optimizer")
 
 
-def word_kd_flags(args):
+def word_kd_flags(args, updates: int):
     """Word-level KD (Hinton et al.; the package's `kd` criterion, alpha 0.5, T = 1, as the translation benchmark's
-    word-kd students) from scratch: the teacher's recipe (Adam, inverse_sqrt, lr 1e-3) with a 400-update warm-up."""
+    word-kd students) from scratch for ``updates`` updates: the teacher's recipe (Adam, inverse_sqrt, lr 1e-3) with
+    a warm-up of min(400, updates / 2) updates."""
     return ["--criterion", "kd", "--teacher-path", args.teacher, "--label-smoothing", "0.1", "--kd-alpha", "0.5",
             "--kd-temperature", "1", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-3",
-            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400", "--warmup-init-lr", "1e-7",
-            "--weight-decay", "1e-4", "--dropout", "0.1", "--max-tokens", "2048", "--max-update", str(args.kd_updates),
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(min(400, updates // 2)), "--warmup-init-lr", "1e-7",
+            "--weight-decay", "1e-4", "--dropout", "0.1", "--max-tokens", "2048", "--max-update", str(updates),
             "--max-epoch", "1000", "--seed", str(args.seed), "--cpu", "--num-workers", "0", "--no-epoch-checkpoints",
             "--save-interval-updates", "250", "--keep-interval-updates", "1", "--disable-validation",
             "--log-format", "simple", "--log-interval", "50", "--no-progress-bar"]
@@ -201,14 +202,19 @@ def main():
     p.add_argument("--runs", type=int, default=1, help="timed runs of fc-measure (median)")
     p.add_argument("--embed-sizes", default="192,128",
                    help="cmp^e values of --parts embed (every encoder and decoder block; the teacher's width is 256)")
-    p.add_argument("--kd-updates", type=int, default=2000,
-                   help="updates of the word-KD students of --parts word-kd, trained from scratch (default 2000)")
+    p.add_argument("--kd-updates", default="300,2000",
+                   help="comma-separated updates of the word-KD students of --parts word-kd, trained from scratch "
+                        "(default 300,2000: APC's budget and a longer one)")
     p.add_argument("--parts", nargs="+", default=["sizes", "inits"], choices=["sizes", "inits", "embed", "word-kd"],
                    help="sizes: APC vs neuron pruning at every --sizes; inits: the initialisation and strategy "
                         "comparison at --compare-size; embed: embedding compression at every --embed-sizes vs "
                         "hidden-dimension pruning; word-kd: a word-KD student of every --sizes' size")
     p.add_argument("--out", default=os.path.join(ROOT, "results", "apc"), help="results prefix (.md/.json/.png)")
+    p.add_argument("--report-only", action="store_true", help="rewrite OUT.md and the plot from OUT.json")
     args = p.parse_args()
+    if args.report_only:
+        report(args, json.load(open(args.out + ".json")))
+        return
     work = os.path.join(args.work, f"u{args.updates}_lr{args.lr:g}_s{args.seed}")
     os.makedirs(work, exist_ok=True)
     result = {"command": "python scripts/bench_apc.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
@@ -283,11 +289,12 @@ def main():
         models, meta = [], {}
         for size in args.sizes.split(","):
             _, info = init_stage(args, work, "neuron-pruning", size)
-            name = f"word-KD student {size}"
-            models.append((name, train(args, work, f"word-kd_{size}_u{args.kd_updates}", None,
-                                       stock_flags(info["fairseq_flags"], size), recipe=word_kd_flags(args))))
-            meta[name] = {"cmp_f": int(size), "what": f"stock transformer of FFN width {size} (the teacher's other "
-                          f"sizes) trained from scratch with word-level KD, {args.kd_updates} updates"}
+            for n in (int(x) for x in args.kd_updates.split(",")):
+                name = f"word-KD student {size}, {n} updates"
+                models.append((name, train(args, work, f"word-kd_{size}_u{n}", None, stock_flags(info["fairseq_flags"], size),
+                                           recipe=word_kd_flags(args, n))))
+                meta[name] = {"cmp_f": int(size), "what": f"stock transformer of FFN width {size} (the teacher's other "
+                              f"sizes) trained from scratch with word-level KD, {n} updates"}
         result["word-kd"] = {"measure": measure(args, work, "word-kd", models), "meta": meta,
                              "kd_updates": args.kd_updates, "command": result["command"]}
     report(args, result)
@@ -365,39 +372,49 @@ def report(args, result):
                   *model_table(rows, meta, "cmp_e", 256)]
     if "word-kd" in result:
         rows, meta = result["word-kd"]["measure"]["rows"], result["word-kd"]["meta"]
-        lines += [f"## Word-KD students of APC's sizes, {result['word-kd']['kd_updates']} updates from scratch", "",
+        lines += [f"## Word-KD students of APC's sizes, from scratch ({result['word-kd']['kd_updates']} updates)", "",
                   f"BLEU on {rows[0]['sentences']} test sentences. The same architecture as the finalized APC / "
                   "pruned model of that cmp^f, trained from random initialisation with word-level KD (`--criterion "
                   "kd`, alpha 0.5, T = 1, label smoothing 0.1) from the same teacher; Adam lr 1e-3, inverse_sqrt, "
-                  "400 warm-up updates, dropout 0.1, max 2,048 tokens.", "",
+                  "min(400, updates / 2) warm-up updates, dropout 0.1, max 2,048 tokens.", "",
                   *model_table(rows, meta, "cmp_f", 1024)]
     for ext, write in ((".json", lambda f: json.dump(result, f, indent=1)), (".md", lambda f: f.write("\n".join(lines)))):
         with open(args.out + ext + ".tmp", "w") as f:  # whole files only: two --parts may finish together
             write(f)
         os.replace(args.out + ext + ".tmp", args.out + ext)
-    if "sizes" in result:
-        plot(args, result)
+    plot(args, result)
     print("\n".join(lines))
 
 
 def plot(args, result):
+    """BLEU against non-embedding parameters of every measured model of every part (one teacher point: each part
+    measures the same checkpoint)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = result["sizes"]["measure"]["rows"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for prefix, marker in (("APC", "o"), ("pruning+FT", "s"), ("pruned", "x"), ("teacher", "*")):
-        pts = [r for r in rows if r["name"].split(" ")[0] == prefix and "attention" not in r["name"]]
-        ax.plot([r["non_embedding_params"] / 1e6 for r in pts], [r["bleu_tok"] for r in pts], marker=marker,
-                linestyle="-" if len(pts) > 1 else "none", label=prefix)
-    attention = [r for r in rows if "attention" in r["name"]]
-    if attention:
-        ax.plot([r["non_embedding_params"] / 1e6 for r in attention], [r["bleu_tok"] for r in attention], marker="^",
-                linestyle="none", label="APC FFN + attention")
+    series = {}  # label -> [(params, BLEU)]
+    for part in ("sizes", "embed", "word-kd"):
+        for r in result.get(part, {}).get("measure", {}).get("rows", []):
+            name = r["name"]
+            label = ("teacher" if name == "teacher" else "teacher + same updates (control)" if name.startswith("teacher")
+                     else "APC FFN + attention" if "attention" in name else "APC embedding" if name.startswith("APC embed")
+                     else "hidden-dim. pruning + FT" if name.startswith("hidden") else "word-KD student (from scratch)"
+                     if name.startswith("word-KD") else name.split(" ")[0].replace("APC", "APC FFN"))
+            series.setdefault(label, set()).add((r["non_embedding_params"] / 1e6, r["bleu_tok"]))
+    if not series:
+        return
+    markers = iter("*PoshxvD^<>")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, pts in series.items():
+        pts = sorted(pts)
+        ax.plot([p for p, _ in pts], [b for _, b in pts], marker=next(markers, "o"),
+                linestyle="-" if len(pts) > 1 else "none", label=label)
+    sentences = next(iter(result[p]["measure"]["rows"][0]["sentences"] for p in ("sizes", "embed", "word-kd")
+                          if p in result))
     ax.set_xlabel("non-embedding parameters (M)")
-    ax.set_ylabel(f"BLEU (tok), {rows[0]['sentences']} test sentences")
-    ax.set_title(f"APC FFN compression, {result['sizes']['updates']} updates")
-    ax.legend()
+    ax.set_ylabel(f"BLEU (tok), {sentences} test sentences")
+    ax.set_title(f"APC on the Multi30k teacher, {result['updates']} updates")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(args.out + "_bleu_vs_params.png", dpi=120)
 
