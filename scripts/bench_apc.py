@@ -151,6 +151,17 @@ def control_run(args, work, apc_flags):
             "parameters) with the same updates, loss and optimizer")
 
 
+def best_searched(folder: str) -> dict:
+    """The sizes of the lowest-valid-loss trained candidate of an apc_search study folder (its trials' DONE
+    files), e.g. ``{"encoder_ffn": "0:128,1:128,2:128", ...}``."""
+    trials = os.path.join(folder, "trials")
+    done = [json.load(open(os.path.join(trials, t, "DONE"))) for t in sorted(os.listdir(trials))
+            if os.path.exists(os.path.join(trials, t, "DONE"))]
+    if not done:
+        raise SystemExit(f"--search-out {folder}: no trained candidate (run python -m user_dir.tools.apc_search first)")
+    return min(done, key=lambda d: d["valid_loss"])["dims"]
+
+
 def word_kd_flags(args, updates: int):
     """Word-level KD (Hinton et al.; the package's `kd` criterion, alpha 0.5, T = 1, as the translation benchmark's
     word-kd students) from scratch for ``updates`` updates: the teacher's recipe (Adam, inverse_sqrt, lr 1e-3) with
@@ -205,10 +216,16 @@ def main():
     p.add_argument("--kd-updates", default="300,2000",
                    help="comma-separated updates of the word-KD students of --parts word-kd, trained from scratch "
                         "(default 300,2000: APC's budget and a longer one)")
-    p.add_argument("--parts", nargs="+", default=["sizes", "inits"], choices=["sizes", "inits", "embed", "word-kd"],
+    p.add_argument("--search-out", default=os.path.join(ROOT, "work", "apc-search-multi30k"),
+                   help="--parts searched: the apc_search study folder whose best sizes are trained and measured")
+    p.add_argument("--search-init", default="reconstructive-svd", help="--parts searched: apc_init's --init (default: "
+                   "the one results/apc_search_multi30k.md searched with)")
+    p.add_argument("--parts", nargs="+", default=["sizes", "inits"],
+                   choices=["sizes", "inits", "embed", "word-kd", "searched"],
                    help="sizes: APC vs neuron pruning at every --sizes; inits: the initialisation and strategy "
                         "comparison at --compare-size; embed: embedding compression at every --embed-sizes vs "
-                        "hidden-dimension pruning; word-kd: a word-KD student of every --sizes' size")
+                        "hidden-dimension pruning; word-kd: a word-KD student of every --sizes' size; searched: "
+                        "the best sizes of --search-out")
     p.add_argument("--out", default=os.path.join(ROOT, "results", "apc"), help="results prefix (.md/.json/.png)")
     p.add_argument("--report-only", action="store_true", help="rewrite OUT.md and the plot from OUT.json")
     args = p.parse_args()
@@ -285,6 +302,26 @@ def main():
         meta[name] = {"cmp_e": 256, "what": what}
         result["embed"] = {"measure": measure(args, work, "embed", models), "meta": meta, "updates": args.updates,
                            "command": result["command"]}
+    if "searched" in args.parts:
+        dims = best_searched(args.search_out)
+        flags = [x for k, v in sorted(dims.items()) for x in (f"--{k.replace('_', '-')}-dims", v)]
+        flags += ["--cross-attn-dims", dims["decoder_attn"]] if "decoder_attn" in dims else []  # as the search ties them
+        init = os.path.join(work, "init_searched.pt")
+        if not os.path.exists(init):
+            run([PY, "-m", "user_dir.tools.apc_init", args.teacher, "--data", args.data, *flags, "--init",
+                 args.search_init, "--seed", args.seed, "--out", init], os.path.join(work, "log.txt"), args.threads)
+        info = json.load(open(os.path.splitext(init)[0] + ".json"))
+        last = train(args, work, "apc-searched", init, info["fairseq_flags"])
+        spec = "; ".join(f"{k} {v}" for k, v in sorted(dims.items()))
+        name, control, what = control_run(args, work, info["fairseq_flags"])
+        models = [("APC, searched sizes", finalize(args, work, last, os.path.join(work, "apc-searched_final.pt"))),
+                  (name, control)]
+        meta = {"APC, searched sizes": {"sizes": spec, "what": f"the best candidate of the Optuna search in "
+                                        f"`{os.path.relpath(args.search_out, ROOT)}`, {args.search_init} init, "
+                                        "compression only"},
+                name: {"sizes": "the teacher's", "what": what}}
+        result["searched"] = {"measure": measure(args, work, "searched", models), "meta": meta,
+                              "updates": args.updates, "command": result["command"]}
     if "word-kd" in args.parts:
         models, meta = [], {}
         for size in args.sizes.split(","):
@@ -320,12 +357,12 @@ def report(args, result):
     old = {}
     if os.path.exists(args.out + ".json"):
         old = json.load(open(args.out + ".json"))
-    for part in ("sizes", "inits", "embed", "word-kd"):  # parts not run now keep their earlier record
+    for part in ("sizes", "inits", "embed", "word-kd", "searched"):  # parts not run now keep their earlier record
         if part not in result and part in old:
             result[part] = old[part]
     lines = ["# APC on the reference Multi30k DE->EN teacher", "",
-             f"Commands: " + "; ".join(f"`{result[p]['command']}` ({p})" for p in ("sizes", "inits", "embed", "word-kd")
-                                      if p in result)
+             f"Commands: " + "; ".join(f"`{result[p]['command']}` ({p})"
+                                      for p in ("sizes", "inits", "embed", "word-kd", "searched") if p in result)
              + f". Seed {result['seed']}; fine-tuning: Adam lr {result['lr']:g} with linear decay to 0 over the run's "
              "updates, CE loss, max 2,048 tokens, dropout 0.1, one thread.",
              f"Machine: {machine_description()}. Teacher: `{os.path.relpath(result['teacher'], ROOT)}` "
@@ -378,6 +415,11 @@ def report(args, result):
                   "kd`, alpha 0.5, T = 1, label smoothing 0.1) from the same teacher; Adam lr 1e-3, inverse_sqrt, "
                   "min(400, updates / 2) warm-up updates, dropout 0.1, max 2,048 tokens.", "",
                   *model_table(rows, meta, "cmp_f", 1024)]
+    if "searched" in result:
+        rows, meta = result["searched"]["measure"]["rows"], result["searched"]["meta"]
+        lines += [f"## The Optuna search's best sizes (section 4.1), {result['searched']['updates']} updates", "",
+                  f"BLEU on {rows[0]['sentences']} test sentences. Finalized as `apc_transformer --apc-finalized` "
+                  "(per-layer widths).", "", *model_table(rows, meta, "sizes", "the teacher's")]
     for ext, write in ((".json", lambda f: json.dump(result, f, indent=1)), (".md", lambda f: f.write("\n".join(lines)))):
         with open(args.out + ext + ".tmp", "w") as f:  # whole files only: two --parts may finish together
             write(f)
@@ -393,13 +435,14 @@ def plot(args, result):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     series = {}  # label -> [(params, BLEU)]
-    for part in ("sizes", "embed", "word-kd"):
+    for part in ("sizes", "embed", "word-kd", "searched"):
         for r in result.get(part, {}).get("measure", {}).get("rows", []):
             name = r["name"]
             label = ("teacher" if name == "teacher" else "teacher + same updates (control)" if name.startswith("teacher")
                      else "APC FFN + attention" if "attention" in name else "APC embedding" if name.startswith("APC embed")
                      else "hidden-dim. pruning + FT" if name.startswith("hidden") else "word-KD student (from scratch)"
-                     if name.startswith("word-KD") else name.split(" ")[0].replace("APC", "APC FFN"))
+                     if name.startswith("word-KD") else "APC, searched sizes" if "searched" in name
+                     else name.split(" ")[0].replace("APC", "APC FFN"))
             series.setdefault(label, set()).add((r["non_embedding_params"] / 1e6, r["bleu_tok"]))
     if not series:
         return
