@@ -431,7 +431,8 @@ def test_embedding_compression_runs_pairings_and_parameter_counts(teacher_setup)
     assert cross.q_proj.U.shape == (160, 256) and type(cross.k_proj) is torch.nn.Linear
     assert cross.out_proj.D.shape == (256, 160) and dec[1].fc2.D.shape == (256, 160)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-    assert "encoder.layers.0.pre_scaling.weight" in trainable and "decoder.layers.1.encoder_attn_layer_norm.bias" in trainable
+    assert "encoder.layers.0.pre_scaling.weight" in trainable
+    assert "decoder.layers.1.encoder_attn_layer_norm.bias" in trainable
     assert "encoder.layers.0.fc1.U" in trainable and "encoder.layers.0.fc1.linear.weight" not in trainable
     assert "decoder.layers.1.encoder_attn.k_proj.weight" not in trainable and not any(
         n.startswith("decoder.layers.0.") for n in trainable)
@@ -493,7 +494,8 @@ def test_embedding_compression_of_a_pre_norm_transformer_at_full_width_is_exact(
     torch.manual_seed(0)
     pre_norm = task.build_model(cfg.model).eval()  # random weights: the property is structural
     assert pre_norm.encoder.layer_norm is not None
-    model, _ = build_apc_model(pre_norm, cfg, task, None, None, encoder_embed_dims="256", decoder_embed_dims="0:256,1:256")
+    model, _ = build_apc_model(pre_norm, cfg, task, None, None, encoder_embed_dims="256",
+                               decoder_embed_dims="0:256,1:256")
     init_embedding(model, pre_norm, task, "neuron-pruning", 0, 1, 1, 1024)
     model.eval()
     expected = _out(pre_norm, sample)
@@ -537,7 +539,8 @@ def test_embedding_compression_finalizes_and_decodes_identically_through_stock_c
     margs, sd = state["cfg"]["model"], state["model"]
     assert margs.arch == "apc_transformer" and margs.apc_finalized
     assert margs.apc_encoder_embed_dims == "0:192,1:192,2:128" and margs.apc_decoder_embed_dims == "160"
-    assert sd["encoder.layers.2.fc1.weight"].shape == (128, 128) and sd["encoder.layers.0.pre_scaling.weight"].shape == (192, 256)
+    assert sd["encoder.layers.2.fc1.weight"].shape == (128, 128)
+    assert sd["encoder.layers.0.pre_scaling.weight"].shape == (192, 256)
     assert sd["decoder.layers.0.encoder_attn.q_proj.weight"].shape == (64, 160)
     assert sd["decoder.layers.0.encoder_attn.k_proj.weight"].shape == (64, 256)
     assert not any(k.endswith((".U", ".D", ".B")) for k in sd)

@@ -83,9 +83,9 @@ def collect_activations(model, batches, n: int, pad: int, inputs: List[str] = ()
                         seed: int = 1) -> Dict[str, torch.Tensor]:
     """``{module name: (n x width)}``: the first input of every module named in ``inputs`` (e.g.
     ``"decoder.layers.1.fc1"``, or an attention's query, ``"decoder.layers.1.encoder_attn"``: fairseq's fused
-    attention path never calls its ``q_proj`` module) and the (first) output of every module in ``outputs`` (e.g. a layer,
-    ``"encoder.layers.2"``), at ``n`` random non-padding positions of the module's side; every module of a
-    side sees the same positions (eval mode, teacher-forced)."""
+    attention path never calls its ``q_proj`` module) and the (first) output of every module in ``outputs``
+    (e.g. a layer, ``"encoder.layers.2"``), at ``n`` random non-padding positions of the module's side; every
+    module of a side sees the same positions (eval mode, teacher-forced)."""
     model.eval()
     modules = dict(model.named_modules())
     missing = [name for name in (*inputs, *outputs) if name not in modules]

@@ -5,7 +5,8 @@ setting: BERT-base, Table 2).
 
 The encoder is built as ``hf_bert`` builds it; then the layers named by ``--apc-encoder-ffn-dims`` /
 ``--apc-encoder-attn-dims`` / ``--apc-encoder-embed-dims`` are reparameterised exactly as in
-``apc_transformer`` (same modules, same modes: 'Compr. only' by default, ``--apc-train-original``, ``--apc-finalized``). The paper's APC-50-ff,
+``apc_transformer`` (same modules, same modes: 'Compr. only' by default, ``--apc-train-original``,
+``--apc-finalized``). The paper's APC-50-ff,
 "feed-forward compression on layers 3 to 12, limiting them to a dimension of 256", is
 ``--apc-encoder-ffn-dims 2:256,3:256,...,11:256``.
 

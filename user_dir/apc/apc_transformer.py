@@ -102,14 +102,14 @@ def apply_attention_compression(module, args, side: str, embed: dict) -> None:
 
 
 # decoder options whose extra modules work at the model's width inside a block (NormFormer, cross self-attention)
-_FULL_WIDTH_OPTIONS = ("cross_self_attention", "scale_attn", "scale_fc", "scale_heads", "scale_resids")
+_FULL_WIDTH_DECODER_OPTIONS = ("cross_self_attention", "scale_attn", "scale_fc", "scale_heads", "scale_resids")
 
 
 def apply_embedding_compression(module, args, side: str, embed: dict) -> None:
     if not embed:
         return
     flag = f"--apc-{side}-embed-dims"
-    for option in _FULL_WIDTH_OPTIONS:
+    for option in _FULL_WIDTH_DECODER_OPTIONS if side == "decoder" else ():
         if getattr(args, option, False):
             raise APCConfigError(f"{flag} is not supported with --{option.replace('_', '-')} (its modules "
                                  "work at the model's width inside the block)")

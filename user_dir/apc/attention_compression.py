@@ -136,17 +136,6 @@ class CompressedAttention(MultiheadAttention):
         if not hasattr(self, "cmp_e"):
             super().reset_parameters()  # only while MultiheadAttention.__init__ builds its throw-away layers
 
-    def compression_parameters(self):
-        return [p for m in (self.q_proj, self.k_proj, self.v_proj, self.out_proj) if isinstance(m, APCLinear)
-                for p in m.compression_parameters()]
-
-    @torch.no_grad()
-    def finalize_(self) -> None:
-        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            m = getattr(self, name)
-            if isinstance(m, APCLinear):
-                setattr(self, name, m.finalize())
-
 
 def head_blocks(t: torch.Tensor, heads: int) -> List[torch.Tensor]:
     """Split the last dimension into ``heads`` equal blocks."""

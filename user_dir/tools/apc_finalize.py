@@ -14,9 +14,9 @@ narrower than any stock fairseq attention: by default the model stays ``apc_tran
 for per-layer FFN widths. ``--pad-attention`` instead zero-pads every compressed head back to the
 original head size (attention_compression.pad_attention_state: the same function, since eq. 8 keeps
 the original ``sqrt(d_K)``), so that with uniform FFN widths the model is a stock ``transformer``:
-portable (stock fairseq, CTranslate2) but with the original attention's parameters and FLOPs. Embedding compression (per-block widths between a pre- and
-a post-scaling) has no stock form: such a model always stays ``--apc-finalized``, its ``D^PS``/``U^PS``
-plain dense layers.
+portable (stock fairseq, CTranslate2) but with the original attention's parameters and FLOPs.
+Embedding compression (per-block widths between a pre- and a post-scaling) has no stock form: such a
+model always stays ``--apc-finalized``, its ``D^PS``/``U^PS`` plain dense layers.
 
 A stock result is written by fc-export's writer (tools/export.py: its cfg is plain Python, its task
 ``translation``, its criterion ``label_smoothed_cross_entropy``, and the stock model's output is checked

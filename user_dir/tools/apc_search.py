@@ -70,9 +70,6 @@ def layer_parameters(dims: dict, model_args, stack_params: int) -> int:
     minus its layers' closed form, plus each layer's at its sizes (:func:`finalized_layer_parameters`)."""
     total = stack_params
     for side in SIDES:
-        n = len({i for key in ("ffn", "attn", "embed") for i in dims.get(f"{side}_{key}", {})})
-        if not n:
-            continue
         sizes = {key: dims.get(f"{side}_{key}", {}) for key in ("ffn", "attn", "embed")}
         runs = runs_of(sizes["embed"])
         ends = {run[0] for run in runs}, {run[-1] for run in runs}
@@ -280,7 +277,8 @@ def write_report(a, study, optuna):
         lines.append(f"| {t.number} | {sizes} | {t.user_attrs['ratio']:.3f} | {t.value:.4f} |")
     if done:
         best = done[0].user_attrs["dims"]
-        flags = " ".join(f"--{k.replace('_', '-')}-dims {v}" for k, v in best.items())  # encoder_ffn -> --encoder-ffn-dims
+        # encoder_ffn -> --encoder-ffn-dims, and so on
+        flags = " ".join(f"--{k.replace('_', '-')}-dims {v}" for k, v in best.items())
         if "decoder_attn" in best:
             flags += f" --cross-attn-dims {best['decoder_attn']}"
         lines += ["", f"Best: `python -m user_dir.tools.apc_init {a.teacher} --data {a.data} {flags} --out init.pt`"]
