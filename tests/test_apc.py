@@ -400,13 +400,16 @@ def test_bad_flag_through_the_model_builder_names_it(teacher_setup):
         (("128", None), {"embed": "320"}, "--apc-decoder-embed-dims '320'.*larger than the original embedding width"),
         ((None, None), {"embed": "1:64", "scale_attn": True}, "--apc-decoder-embed-dims is not supported with "
                                                                 "--scale-attn"),
+        ((None, None), {"embed": "64", "layerdrop": 0.1}, "--apc-decoder-embed-dims is not supported with "
+                                                          "--decoder-layerdrop"),
         (("128", None), {"keep": "0,2"}, "--encoder-layers-to-keep is not supported with --arch apc_transformer"),
     ]
     for dims, options, message in cases:
         embed, keep, scale_attn = options.pop("embed", None), options.pop("keep", None), options.pop("scale_attn", 0)
+        layerdrop = options.pop("layerdrop", 0.0)
         args = apc_args(teacher_setup["cfg"].model, *dims, **options)
         args.apc_decoder_embed_dims, args.encoder_layers_to_keep = embed, keep
-        args.scale_attn = scale_attn
+        args.scale_attn, args.decoder_layerdrop = scale_attn, layerdrop
         with pytest.raises(APCConfigError, match=message):
             APCTransformerModel.build_model(args, teacher_setup["task"])
 

@@ -109,6 +109,9 @@ def apply_embedding_compression(module, args, side: str, embed: dict) -> None:
     if not embed:
         return
     flag = f"--apc-{side}-embed-dims"
+    if getattr(args, f"{side}_layerdrop", 0) > 0:
+        raise APCConfigError(f"{flag} is not supported with --{side}-layerdrop: dropping the first or last block of "
+                             "a run would drop its pre- or post-scaling and change the stream's width")
     for option in _FULL_WIDTH_DECODER_OPTIONS if side == "decoder" else ():
         if getattr(args, option, False):
             raise APCConfigError(f"{flag} is not supported with --{option.replace('_', '-')} (its modules "
