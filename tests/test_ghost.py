@@ -17,8 +17,8 @@ from user_dir.common.teacher import FrozenTeacher, TeacherConfigError
 from user_dir.ghost.distillation_criterion import GhostDistillCriterion
 from user_dir.ghost.ghost_attention import GhostAttention
 from user_dir.ghost.ghost_model import ghost_config, ghost_defaults, ghost_model_args, kept_widths, parse_positions
-from user_dir.ghost.ghost_module import (GhostConfig, GhostConfigError, GhostConv, GhostLinear, depthwise_conv_time,
-                                         flops_outside_torch_counter)
+from user_dir.ghost.ghost_module import (GhostActivation, GhostConfig, GhostConfigError, GhostConv, GhostLinear,
+                                         depthwise_conv_time, flops_outside_torch_counter)
 from user_dir.ghost.importance import ImportanceMasks, accumulate_importance
 from user_dir.ghost.rewiring import kept_counts, load_pruned, prune_plan
 
@@ -102,6 +102,37 @@ def test_relu_ablation_lets_negative_ghost_features_through():
     base = torch.nn.functional.linear(x, relu.weight, relu.bias)
     assert (relu(x) - base).min() >= 0
     assert (linear(x) - base).min() < 0
+
+
+def hand_ghost(v, kernel, mask):
+    """ReLU(DWConv(v)) by hand: out[t, b, c] = sum_m kernel[c, m] v[t - 1 + m, b, c] (k = 3, zeros outside the
+    sequence), with v and the result zeroed where ``mask`` (B x T) marks padding."""
+    keep = (~mask).t().unsqueeze(-1).to(v.dtype)
+    padded = torch.nn.functional.pad(v * keep, (0, 0, 0, 0, 1, 1))
+    return torch.relu(sum(kernel[:, m] * padded[m: m + v.size(0)] for m in range(3))) * keep
+
+
+def test_ghost_after_ffn1_reads_the_intermediate_layer_after_its_activation():
+    """After FFN1 (section 4.2, Figure 4(d)): with a hand-set kernel the module returns A + ReLU(conv(A)) for
+    A = GELU(z), the intermediate layer's output, not the pre-activation placement GELU(z + ReLU(conv(z)));
+    --ghost-unshared is refused there, naming the flag."""
+    from fairseq.utils import get_activation_fn
+    torch.manual_seed(0)
+    T, B, C = 6, 2, 5
+    gelu = get_activation_fn("gelu")
+    module = GhostActivation(gelu, C, GhostConfig()).double()
+    kernel = torch.tensor([[0.2, 0.5, 0.3], [0.6, 0.1, 0.3], [0.1, 0.1, 0.8], [0.3, 0.3, 0.4], [0.5, 0.25, 0.25]],
+                          dtype=torch.float64)
+    with torch.no_grad():
+        module.ghost.weight.copy_(kernel.log().view(1, 1, C, 3))  # softmax over the taps gives the kernel back
+    z = 2 * torch.randn(T, B, C, dtype=torch.float64)
+    module.padding_mask = mask = padding([6, 4], T)
+    a = gelu(z)
+    assert torch.allclose(module(z), a + hand_ghost(a, kernel, mask), atol=1e-12)
+    assert not torch.allclose(module(z), gelu(z + hand_ghost(z, kernel, mask)), atol=1e-3)
+    assert module.ghost_parameter_count() == C * 3 and module.ghost_flops(T) == 2 * T * C * 3
+    with pytest.raises(GhostConfigError, match="--ghost-unshared with --ghost-positions ffn1"):
+        GhostActivation(gelu, C, GhostConfig(shared=False))
 
 
 @pytest.mark.parametrize("conv", ["dwconv", "conv1d_s", "conv1d_f", "conv2d"])
@@ -413,6 +444,31 @@ def test_new_positions_and_conv1d_f_load_the_pruned_teacher_and_train(tiny, vari
     assert all(p.grad is not None and p.grad.abs().max() > 0 for p in ghosts.values()), variant
     optimizer.step()
     assert all(not torch.equal(p, before[n]) for n, p in ghosts.items())
+
+
+def test_ffn1_ghost_sits_between_the_activation_and_fc2_of_every_layer(tiny):
+    """In a ghost_transformer encoder (ReLU), what fc2 reads is A + ReLU(conv(A)) with A = ReLU(fc1(x)) and the
+    batch's padding mask; fc1 and fc2 stay plain Linear layers at the kept width; counts: 64 x 3 per layer;
+    --ghost-unshared with ffn1 is refused when the model is built."""
+    student = randomise(ghost_student(tiny, 1, 64, "ffn1"), seed=5, scale=0.3)
+    layer = transformer_encoder(student).layers[0]
+    assert type(layer.fc1) is type(layer.fc2) is torch.nn.Linear and layer.fc2.in_features == 64
+    seen = {}
+    layer.fc1.register_forward_hook(lambda m, i, o: seen.update(z=o))
+    layer.fc2.register_forward_pre_hook(lambda m, i: seen.update(fc2_in=i[0]))
+    sample = tiny["batches"][0]["net_input"]
+    with torch.no_grad():
+        student(**sample)
+    kernel = torch.softmax(layer.activation_fn.ghost.weight[0, 0], -1)
+    a = torch.relu(seen["z"])
+    ghost = hand_ghost(a, kernel, sample["src_tokens"].eq(1))
+    assert ghost.abs().max() > 1e-2 and (seen["z"] < 0).any()
+    assert torch.allclose(seen["fc2_in"], a + ghost, atol=1e-10)
+    layers = len(transformer_encoder(student).layers)
+    assert sum(p.numel() for n, p in student.named_parameters() if ".ghost." in n) == layers * 64 * 3
+    assert flops_outside_torch_counter(student, 10) == layers * 2 * 10 * 64 * 3
+    with pytest.raises(GhostConfigError, match="--ghost-unshared with --ghost-positions ffn1"):
+        ghost_student(tiny, 1, 64, "o,ffn1", ghost_unshared=True)
 
 
 def test_attention_positions_refuse_what_they_cannot_build(tiny):

@@ -1,7 +1,8 @@
 """GhostBERT models (Huang et al., section 2.1, Figure 2): a fairseq encoder whose layers keep M
 heads and a narrower FFN (a genuinely smaller dense model), with ghost modules after O and after
-FFN2 (eqs 3 and 5), or at the other positions of Table 6 (after FFN1; after QK / after V inside the
-attention, ghost_attention.py, which leave V and O / O unpruned as section 4.2 says).
+FFN2 (eqs 3 and 5), or at the other positions of Table 6 (after FFN1: on the intermediate layer's
+output after the activation, fc2 reading it at its kept width, ghost_module.GhostActivation; after QK /
+after V inside the attention, ghost_attention.py, which leave V and O / O unpruned as section 4.2 says).
 
 * ``--arch ghost_transformer`` / ``ghost_transformer_iwslt_de_en``: fairseq's translation
   ``transformer`` with such an encoder (the decoder is unchanged);
@@ -31,7 +32,8 @@ from ..bert.hf_bert_model import HFBertModel, hf_bert, hf_minilm_l6
 from ..common.layer_lists import every_layer
 from ..common.structured_pruning import PrunedMultiheadAttention, resize_encoder_layer, transformer_encoder
 from .ghost_attention import GhostAttention
-from .ghost_module import ATTENTION_POSITIONS, CONV_TYPES, POSITIONS, GhostConfig, GhostConfigError, GhostLinear
+from .ghost_module import (ATTENTION_POSITIONS, CONV_TYPES, POSITIONS, GhostActivation, GhostConfig, GhostConfigError,
+                           GhostLinear)
 
 
 # the ghost_* architecture that prunes each supported model type
@@ -67,7 +69,8 @@ def add_ghost_args(parser) -> None:
                         help="where ghost modules go, comma-separated from " + ", ".join(POSITIONS)
                              + " (after QK: Conv2D on the kept heads' attention maps, V and O unpruned / "
                                "after V: DWConv from the M kept to the N_H - M pruned heads' contexts, O "
-                               "unpruned / after O / after FFN1 / after FFN2; section 4.2, Table 6; qk and v "
+                               "unpruned / after O / after FFN1: on act(X W1 + b1), added before fc2 / after "
+                               "FFN2; section 4.2, Table 6; qk and v "
                                "exclude each other); 'none' = pruned only (Table 3); paper: o,ffn2")
     parser.add_argument("--ghost-kernel-size", type=int, metavar="K",
                         help="convolution kernel size, odd (section 3.1, Figure 3 / Table 9; paper: 3)")
@@ -85,7 +88,8 @@ def add_ghost_args(parser) -> None:
                         help="ghost features per sub-layer, F of eqs 3 and 5 (Appendix B.4; paper: 1)")
     parser.add_argument("--ghost-unshared", action="store_true", default=None,
                         help="a ghost module per (feature, head) G_{f,h} instead of one shared by the heads "
-                             "(Appendix B.4; paper: shared, section 2.3)")
+                             "(Appendix B.4; paper: shared, section 2.3); after O and FFN2 only (refused with ffn1, "
+                             "whose depthwise module already has a kernel per fold neuron)")
 
 
 def ghost_defaults(args) -> None:
@@ -155,9 +159,9 @@ def ghost_encoder_layer(layer: nn.Module, kept_heads: int, kept_ffn: int, positi
     if "ffn2" in positions:
         layer.fc2 = GhostLinear(kept_ffn, layer.embed_dim, kept_heads, cfg)  # M folds of kept_ffn / M neurons
         ghosts.append(layer.fc2)
-    if "ffn1" in positions:
-        layer.fc1 = GhostLinear(layer.embed_dim, kept_ffn, 1, cfg)
-        ghosts.append(layer.fc1)
+    if "ffn1" in positions:  # after the activation: fairseq computes fc2(activation_dropout(activation_fn(fc1(x))))
+        layer.activation_fn = GhostActivation(layer.activation_fn, kept_ffn, cfg)
+        ghosts.append(layer.activation_fn)
     if ghosts:
         def give_padding_mask(module, args, kwargs, ghosts=tuple(ghosts)):
             mask = kwargs["encoder_padding_mask"] if "encoder_padding_mask" in kwargs else (

@@ -11,8 +11,25 @@ padding, kernel size k (3), each channel's kernel softmax-normalised over its k 
 2.2.2), no bias (the paper omits biases, and its count of 55.3K extra parameters for BERT-base is
 exactly 2 modules x 12 layers x 768 channels x 3 taps).
 
-This module is the ghost module after O, after FFN1 or after FFN2 (Table 6; ``--ghost-positions``);
-the positions inside the attention (after QK, after V) are in ``ghost_attention.py``.
+This module is the ghost module after O or after FFN2 (:class:`GhostLinear`) and after FFN1
+(:class:`GhostActivation`) (Table 6; ``--ghost-positions``); the positions inside the attention
+(after QK, after V) are in ``ghost_attention.py``.
+
+After FFN1 (section 4.2, Figure 4(d): "after the intermediate layer"): the ghost module reads the
+intermediate layer's output A = act(X W1 + b1) (GELU in BERT, the model's ``--activation-fn``), after
+the activation, and its features are added to it, A + sum_f ReLU(conv_f(A)); fc2 reads that, so its
+input width stays the kept d_ff M / N_H. Choices the paper leaves open, and ours:
+* Added, not concatenated as new neurons: Table 6 counts After FFN1 at 32M parameters and 2.0G
+  FLOPs at m = 1/12, the same as After O / After FFN2; new ghost neurons would need N_H - M more fc2
+  columns (as After V needs O unpruned: 39M), i.e. about 58M, or F d_f more (34M, 2.6G).
+* One depthwise module over all kept intermediate neurons (``units`` 1), as after O / FFN2 one
+  convolution reads the sub-layer's output. Table 6 runs After FFN1 at m = 1/12 only, where M = 1 and
+  every reading of eq 2 agrees; for M > 1 the M folds' neurons are concatenated (the H_h of eq 4 are
+  summed only after W2), so eq 2's sum over h has no common space to sum in, and the depthwise
+  kernel already has its own row for every neuron of every fold: ``--ghost-unshared`` (a module per
+  fold) would build the same module, and is refused there, naming the flag.
+* The ghost features join A before fairseq's activation dropout (as after O / FFN2 they join the
+  sub-layer output before its dropout).
 
 Forms:
 * **shared, the default** (section 2.3: F = 1, all G_{f,h} share one set of parameters): by
@@ -202,8 +219,8 @@ class GhostConv(nn.Module):
 
 
 class GhostLinear(nn.Linear):
-    """An output projection (attention's O, the FFN's fc2; or fc1 for the FFN1 position) followed
-    by the ghost module of its output: ``y = x W^T + b + sum_f ReLU(conv_f(y))`` (eqs 3, 5).
+    """An output projection (attention's O, the FFN's fc2) followed by the ghost module of its
+    output: ``y = x W^T + b + sum_f ReLU(conv_f(y))`` (eqs 3, 5).
 
     ``units`` is the number of heads (or folds) the input is made of; only the per-head form uses
     it. ``padding_mask`` (B x T, True at padding) is set by the owning layer before each forward.
@@ -255,6 +272,37 @@ class GhostLinear(nn.Linear):
 
     def ghost_flops(self, length: int) -> int:
         return self.ghost.flops(length)
+
+
+class GhostActivation(nn.Module):
+    """The FFN's activation followed by the ghost module of the intermediate layer after FFN1 (section 4.2,
+    Figure 4(d); see the module docstring): ``A = act(z)``, ``A + sum_f ReLU(conv_f(A))`` with z = X W1 + b1.
+    It replaces an encoder layer's ``activation_fn``, so fc1 and fc2 stay fairseq's Linear layers.
+    ``padding_mask`` (B x T, True at padding) is set by the owning layer before each forward."""
+
+    def __init__(self, activation_fn, channels: int, cfg: GhostConfig):
+        super().__init__()
+        if not cfg.shared:
+            raise GhostConfigError("--ghost-unshared with --ghost-positions ffn1: after FFN1 the folds' neurons are "
+                                   "concatenated, not summed (eq 4), and the depthwise module already has its own "
+                                   "kernel for every neuron of every fold; a module per fold would be the same one")
+        self.activation_fn, self.cfg = activation_fn, cfg
+        self.ghost = GhostConv(channels, 1, cfg)
+        self.padding_mask: Optional[torch.Tensor] = None
+
+    # zero padding before the convolution, the nonlinearity, zero ghost features at padding, the counts:
+    # the same as after O / FFN2
+    _masked, _ghost = GhostLinear._masked, GhostLinear._ghost
+    ghost_parameter_count, ghost_flops = GhostLinear.ghost_parameter_count, GhostLinear.ghost_flops
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        if z.dim() != 3:
+            raise ValueError("ghost modules expect time-first input (T x B x C), as fairseq's encoder layers pass")
+        a = self.activation_fn(z)
+        return a + self._ghost(self.ghost(self._masked(a).unsqueeze(2), self.padding_mask))
+
+    def extra_repr(self) -> str:
+        return f"activation_fn={getattr(self.activation_fn, '__name__', self.activation_fn)}"
 
 
 def flops_outside_torch_counter(model: nn.Module, length: int) -> int:
