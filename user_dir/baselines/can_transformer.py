@@ -38,6 +38,8 @@ from fairseq.modules import LayerNorm
 from fairseq.modules.fairseq_dropout import FairseqDropout
 from torch import Tensor
 
+from ..common.distributed_support import check_ddp_backend
+
 
 @with_incremental_state
 class CompressedAttentionLayer(nn.Module):
@@ -140,6 +142,11 @@ class CANTransformerDecoder(TransformerDecoder):
 @register_model("can_transformer")
 class CANTransformerModel(TransformerModel):
     """A fairseq Transformer whose decoder layers are CAN's compressed-attention layers."""
+
+    @classmethod
+    def build_model(cls, args, task):
+        check_ddp_backend(getattr(args, "ddp_backend", None), f"--arch {args.arch}")
+        return super().build_model(args, task)
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):

@@ -36,6 +36,7 @@ from omegaconf import II
 
 from ..common.kd_losses import interpolated_kd_loss, normalized_hidden_mse, word_kd_loss
 from ..common.layer_lists import dropping_sides
+from ..common.wrapped_forward import encode
 from ..common.word_kd_criterion import WordKDConfig, WordKDCriterion
 
 
@@ -95,9 +96,9 @@ class PatientKDCriterion(WordKDCriterion):
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
                  teacher_path=None, kd_alpha=0.5, kd_temperature=1.0, pkd_beta=10.0, pkd_encoder_map="skip",
                  pkd_decoder_map="skip", encoder_layers=None, decoder_layers=None, encoder_embed_dim=None,
-                 decoder_embed_dim=None):
+                 decoder_embed_dim=None, ddp_backend=None):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy,
-                         teacher_path, kd_alpha, kd_temperature)
+                         teacher_path, kd_alpha, kd_temperature, ddp_backend)
         if pkd_beta < 0:
             raise PatientKDConfigError(f"--pkd-beta {pkd_beta}: must be >= 0")
         self.beta = pkd_beta
@@ -129,18 +130,13 @@ class PatientKDCriterion(WordKDCriterion):
             raise PatientKDConfigError(f"--{side}-layerdrop with --criterion patient_kd: a dropped layer has no "
                                        f"hidden state for --pkd-{side}-map to match; train without layerdrop")
         net_input = sample["net_input"]
-        encoder_out = model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"],
-                                    return_all_hiddens=True)
-        net_output = model.decoder(net_input["prev_output_tokens"], encoder_out=encoder_out,
-                                   src_lengths=net_input["src_lengths"], return_all_hiddens=True)
+        # through the model's own forward (DDP averages only what it runs); the encoder's states on the way
+        encoder_out, net_output = encode(model, net_input, whole_decoder=True, return_all_hiddens=True)
         task_loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
 
         teacher = self.teacher.match(next(model.parameters()))
         with torch.no_grad():
-            t_encoder_out = teacher.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"],
-                                            return_all_hiddens=True)
-            t_output = teacher.decoder(net_input["prev_output_tokens"], encoder_out=t_encoder_out,
-                                       src_lengths=net_input["src_lengths"], return_all_hiddens=True)
+            t_encoder_out, t_output = encode(teacher, net_input, whole_decoder=True, return_all_hiddens=True)
         target = model.get_targets(sample, net_output)
         kd = word_kd_loss(net_output[0], t_output[0], self.temperature, pad_mask=target.eq(self.padding_idx))
         src_pad = net_input["src_tokens"].eq(self.padding_idx)

@@ -31,6 +31,8 @@ from fairseq.models.roberta.model import RobertaClassificationHead
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from torch import nn
 
+from ..common.distributed_support import check_ddp_backend
+
 POOLINGS = ("cls", "mean")
 
 
@@ -90,6 +92,7 @@ class HFBertModel(RobertaModel):
 
     @classmethod
     def build_model(cls, args, task):
+        check_ddp_backend(getattr(args, "ddp_backend", None), f"--arch {args.arch}")
         if args.segment_embeddings < 0:
             raise ValueError(f"--segment-embeddings {args.segment_embeddings}: the number of BERT token types "
                              "kept (0 or BERT's type_vocab_size, 2)")

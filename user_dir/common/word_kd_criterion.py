@@ -22,7 +22,9 @@ from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (LabelSmoothedCrossEntropyCriterion,
                                                              LabelSmoothedCrossEntropyCriterionConfig)
 from fairseq.logging import metrics
+from omegaconf import II
 
+from .distributed_support import check_ddp_backend
 from .kd_losses import interpolated_kd_loss, word_kd_loss
 from .teacher import load_frozen_teacher
 
@@ -35,13 +37,15 @@ class WordKDConfig(LabelSmoothedCrossEntropyCriterionConfig):
         default=0.5, metadata={"help": "weight of the KD term: (1-alpha)*CE + alpha*T^2*KL (default 0.5)"})
     kd_temperature: float = field(
         default=1.0, metadata={"help": "softmax temperature T of the KD term (default 1)"})
+    ddp_backend: str = II("distributed_training.ddp_backend")
 
 
 @register_criterion("kd", dataclass=WordKDConfig)
 class WordKDCriterion(LabelSmoothedCrossEntropyCriterion):
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
-                 teacher_path=None, kd_alpha=0.5, kd_temperature=1.0):
+                 teacher_path=None, kd_alpha=0.5, kd_temperature=1.0, ddp_backend=None):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
+        check_ddp_backend(ddp_backend, "a frozen teacher's criterion (--teacher-path)")
         if not 0.0 <= kd_alpha <= 1.0:
             raise ValueError(f"--kd-alpha {kd_alpha}: must lie in [0, 1]")
         if kd_temperature <= 0:

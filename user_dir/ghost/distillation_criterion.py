@@ -40,6 +40,7 @@ from fairseq.logging import metrics
 from ..common.layer_lists import dropping_sides, every_layer
 from ..common.structured_pruning import transformer_encoder
 from ..common.teacher import TeacherConfigError, load_frozen_teacher
+from ..common.wrapped_forward import encode, is_sentence_model, unused_output
 
 
 @dataclass
@@ -115,15 +116,9 @@ class GhostDistillCriterion(FairseqCriterion):
                 "distils layer l into layer l and needs equal depth and hidden size")
         self._checked = True
 
-    @staticmethod
-    def _encode(model, net_input, is_sentence):
-        if is_sentence:
-            return model.encoder.extract_features(net_input["src_tokens"])
-        return model.encoder(net_input["src_tokens"], src_lengths=net_input.get("src_lengths"))
-
     def forward(self, model, sample, reduce=True):
         net_input = sample["net_input"]
-        is_sentence = hasattr(model.encoder, "sentence_encoder")
+        is_sentence = is_sentence_model(model)
         encoder = transformer_encoder(model)
         teacher = self.teacher.match(next(model.parameters()))
         teacher_encoder = transformer_encoder(teacher)
@@ -135,36 +130,36 @@ class GhostDistillCriterion(FairseqCriterion):
                                      "hidden states; distil without layerdrop (the fine-tuning stage may use it)")
             self._check_teacher(encoder, teacher_encoder)
         need_prediction = self.lambda_pred > 0 or (is_sentence and not model.training)
+        head = {"classification_head_name": self.head} if need_prediction and is_sentence else {}
+        # through the model's own forward (DDP averages only what it runs); the hooks record M_l, F_l on the way
         with hidden_states(encoder) as student:
-            if need_prediction and is_sentence:
-                logits, _ = model(**net_input, features_only=True, classification_head_name=self.head)
-            elif need_prediction:
-                net_output = model(**net_input)
-            else:
-                self._encode(model, net_input, is_sentence)
+            _, output = encode(model, net_input, whole_decoder=need_prediction, **head)
         with torch.no_grad(), hidden_states(teacher_encoder) as target:
-            self._encode(teacher, net_input, is_sentence)
+            encode(teacher, net_input)
         keep = net_input["src_tokens"].ne(encoder.padding_idx).t().unsqueeze(-1).float()
         l_emb = masked_mse(student["emb"][0].transpose(0, 1), target["emb"][0].transpose(0, 1), keep)
         l_mha = sum(masked_mse(s, t, keep) for s, t in zip(student["mha"], target["mha"]))
         l_ffn = sum(masked_mse(s, t, keep) for s, t in zip(student["ffn"], target["ffn"]))
         loss = self.lambda_emb * l_emb + self.lambda_hidden * (l_mha + l_ffn)
+        if not need_prediction:  # a translation decoder eq 6 does not train: zero gradients (wrapped_forward.py)
+            loss = loss + unused_output(output)
         log = {"l_emb": l_emb.detach(), "l_mha": l_mha.detach(), "l_ffn": l_ffn.detach(), "sample_size": 1,
                "nsentences": net_input["src_tokens"].size(0), "ntokens": sample.get("ntokens", 0)}
         if self.lambda_pred > 0:
+            logits = output[0]
             if is_sentence and self.regression:
                 pred_loss = F.mse_loss(logits.view(-1).float(), sample["target"].view(-1).float())
             elif is_sentence:
                 pred_loss = F.cross_entropy(logits.float(), sample["target"].view(-1))
             else:
-                lprobs = model.get_normalized_probs(net_output, log_probs=True)
+                lprobs = model.get_normalized_probs(output, log_probs=True)
                 pred_loss, _ = label_smoothed_nll_loss(lprobs.view(-1, lprobs.size(-1)), sample["target"].view(-1),
                                                        self.eps, ignore_index=self.padding_idx, reduce=True)
                 pred_loss = pred_loss / sample["ntokens"]
             loss = loss + self.lambda_pred * pred_loss
             log["l_pred"] = pred_loss.detach()
         if need_prediction and is_sentence and not self.regression and "target" in sample:
-            log["ncorrect"] = (logits.argmax(-1) == sample["target"].view(-1)).sum().item()
+            log["ncorrect"] = (output[0].argmax(-1) == sample["target"].view(-1)).sum().item()
         log["loss"] = loss.detach()
         return loss, 1, log
 

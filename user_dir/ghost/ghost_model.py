@@ -29,6 +29,7 @@ from fairseq.models.transformer import TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture, transformer_iwslt_de_en
 
 from ..bert.hf_bert_model import HFBertModel, hf_bert, hf_minilm_l6
+from ..common.distributed_support import check_ddp_backend
 from ..common.layer_lists import every_layer
 from ..common.structured_pruning import PrunedMultiheadAttention, resize_encoder_layer, transformer_encoder
 from .ghost_attention import GhostAttention
@@ -205,6 +206,7 @@ class GhostEncoderMixin:
 
     @classmethod
     def build_model(cls, args, task):
+        check_ddp_backend(getattr(args, "ddp_backend", None), f"--arch {args.arch}")
         model = super().build_model(args, task)
         build_ghost_encoder(model, args)
         return model

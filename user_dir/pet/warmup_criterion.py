@@ -32,6 +32,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.logging import metrics
 from omegaconf import II
 
+from ..common.distributed_support import check_ddp_backend
 from ..common.teacher import load_frozen_teacher
 from .simplified_task import NUM_CLASSES, student_class_lprobs, teacher_labels
 
@@ -50,12 +51,14 @@ class PETWarmupConfig(FairseqDataclass):
                 "projection (the naive mappings of PET Table 10)"})
     decoder_embed_dim: int = II("model.decoder_embed_dim")
     sentence_avg: bool = II("optimization.sentence_avg")
+    ddp_backend: str = II("distributed_training.ddp_backend")
 
 
 @register_criterion("pet_warmup", dataclass=PETWarmupConfig)
 class PETWarmupCriterion(FairseqCriterion):
     def __init__(self, cfg: PETWarmupConfig, task):
         super().__init__(task)
+        check_ddp_backend(cfg.ddp_backend, "--criterion pet_warmup")
         if not (0.0 <= cfg.eps1 <= 1.0 and 0.0 <= cfg.eps2 <= 1.0):
             raise ValueError(f"--eps1 {cfg.eps1} / --eps2 {cfg.eps2}: thresholds are probabilities in [0, 1]")
         self.eps1, self.eps2, self.mapping = cfg.eps1, cfg.eps2, str(cfg.warmup_mapping)

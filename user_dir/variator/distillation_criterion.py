@@ -26,6 +26,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
 from ..common.glue_metrics import TASK_METRICS, glue_score
+from ..common.wrapped_forward import encode, is_sentence_model
 from .plugged_encoder import VariatorError
 
 
@@ -67,29 +68,33 @@ class VariatorDistillCriterion(FairseqCriterion):
             raise VariatorError(f"--glue-task {glue_task!r}: expected one of {', '.join(TASK_METRICS)}")
         self.task_weight, self.eps, self.glue_task = variator_task_weight, label_smoothing, glue_task
 
-    @staticmethod
-    def encode(model, net_input):
-        """Final encoder hidden states (B x T x C), their padding mask, and what the task head needs."""
+    def encode(self, model, net_input, with_task_output: bool):
+        """Final encoder hidden states (B x T x C), their padding mask, and the model's output, from one
+        forward of the whole model (wrapped_forward.encode): with ``with_task_output`` the sentence
+        classifier's logits or the translation decoder over every target position."""
         src_tokens = net_input["src_tokens"]
-        if hasattr(model.encoder, "sentence_encoder"):  # RoBERTa-style
-            features, _ = model.encoder.extract_features(src_tokens)
-            return features, src_tokens.eq(model.encoder.sentence_encoder.padding_idx), features
-        out = model.encoder(src_tokens, src_lengths=net_input.get("src_lengths"))
+        if is_sentence_model(model):
+            head = {"classification_head_name": self.head} if with_task_output else {}
+            features, output = encode(model, net_input, **head)
+            return features, src_tokens.eq(model.encoder.sentence_encoder.padding_idx), output
+        out, output = encode(model, net_input, whole_decoder=with_task_output)
         mask = out["encoder_padding_mask"][0] if out["encoder_padding_mask"] else src_tokens.eq(model.encoder.padding_idx)
-        return out["encoder_out"][0].transpose(0, 1), mask, out
+        return out["encoder_out"][0].transpose(0, 1), mask, output
 
     def forward(self, model, sample, reduce=True):
         if getattr(model, "variator", None) is None:
             raise VariatorError("variator_distill needs a model with Variator plugins: use --task variator_translation "
                                 "or variator_sentence_prediction")
         net_input = sample["net_input"]
+        is_sentence = is_sentence_model(model)
+        with_task_output = self.task_weight > 0 or (is_sentence and not model.training)
         with eval_mode(model):
-            hidden, pad, extra = self.encode(model, net_input)
+            hidden, pad, output = self.encode(model, net_input, with_task_output)
             if model.variator.active is None:  # --variator-ratio 0 (evaluation of the backbone): nothing to distil
                 target = hidden.detach()
             else:
                 with torch.no_grad(), model.variator.bypassed():
-                    target, _, _ = self.encode(model, net_input)
+                    target, _, _ = self.encode(model, net_input, with_task_output=False)
         keep = (~pad).unsqueeze(-1).to(torch.float32)
         ntokens = keep.sum()
         squared = ((hidden.float() - target.float()) ** 2).mean(-1, keepdim=True)
@@ -98,20 +103,14 @@ class VariatorDistillCriterion(FairseqCriterion):
         nsentences = net_input["src_tokens"].size(0)
         logging_output = {"mse": mse.detach() * ntokens, "ntokens": ntokens.detach(), "nsentences": nsentences,
                           "sample_size": 1}
-        is_sentence = hasattr(model.encoder, "sentence_encoder")
-        logits = None
-        if is_sentence and (self.task_weight > 0 or not model.training):
-            with eval_mode(model):
-                logits = model.classification_heads[self.head](extra, padding_mask=pad)
+        logits = output[0] if is_sentence and with_task_output else None
         if self.task_weight > 0:
             if is_sentence and self.regression:
                 task_loss = F.mse_loss(logits.view(-1).float(), sample["target"].view(-1).float())
             elif is_sentence:
                 task_loss = F.cross_entropy(logits.float(), sample["target"].view(-1), reduction="mean")
             else:
-                with eval_mode(model):
-                    decoder_out = model.decoder(net_input["prev_output_tokens"], encoder_out=extra)
-                lprobs = model.get_normalized_probs(decoder_out, log_probs=True)
+                lprobs = model.get_normalized_probs(output, log_probs=True)
                 task_loss, _ = label_smoothed_nll_loss(lprobs.view(-1, lprobs.size(-1)), sample["target"].view(-1),
                                                        self.eps, ignore_index=self.padding_idx, reduce=True)
                 task_loss = task_loss / sample["ntokens"]

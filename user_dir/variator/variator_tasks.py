@@ -20,6 +20,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from ..common.distributed_support import check_ddp_backend
 from .compression_plugin import PluginConfig
 from .plugged_encoder import VariatorError, attach_plugin_files, parse_layers
 
@@ -51,8 +52,9 @@ class VariatorConfig:
                 "authors' code uses 'tanh'"})
 
 
-def plug_model(model, cfg: VariatorConfig, from_checkpoint: bool):
+def plug_model(model, cfg: VariatorConfig, from_checkpoint: bool, model_cfg=None):
     """Freeze ``model``, attach the plugins ``cfg`` names, and select the active one."""
+    check_ddp_backend(getattr(model_cfg, "ddp_backend", None), "the Variator tasks")
     training = bool(cfg.variator_backbone) and not from_checkpoint
     if training:
         load_backbone(model, cfg.variator_backbone)
@@ -100,7 +102,7 @@ class VariatorTranslationTask(TranslationTask):
     """Translation with a frozen model accelerated by Variator plugins on its encoder."""
 
     def build_model(self, cfg, from_checkpoint=False):
-        return plug_model(super().build_model(cfg, from_checkpoint), self.cfg, from_checkpoint)
+        return plug_model(super().build_model(cfg, from_checkpoint), self.cfg, from_checkpoint, cfg)
 
 
 @dataclass
@@ -113,7 +115,7 @@ class VariatorSentencePredictionTask(SentencePredictionTask):
     """GLUE-style sentence(-pair) classification with a frozen encoder accelerated by Variator plugins."""
 
     def build_model(self, cfg, from_checkpoint=False):
-        return plug_model(super().build_model(cfg, from_checkpoint), self.cfg, from_checkpoint)
+        return plug_model(super().build_model(cfg, from_checkpoint), self.cfg, from_checkpoint, cfg)
 
 
 def active_plugin_parameters(model) -> int:
