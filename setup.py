@@ -53,6 +53,7 @@ setup(
             "fc-export-hf=user_dir.tools.export_hf:cli_main",
             "fc-export-onnx=user_dir.tools.export_onnx:cli_main",
             "fc-ct2=user_dir.tools.ct2_engine:cli_main",
+            "fc-significance=user_dir.tools.significance:cli_main",
             "fc-prepare-multi30k=preprocess.prepare_multi30k:cli_main",
             "fc-prepare-translation=preprocess.prepare_translation:cli_main",
             "fc-prepare-glue=preprocess.prepare_glue:cli_main",
