@@ -17,18 +17,39 @@ than its embedding, but eq. 8 keeps the original ``sqrt(d_K)``: padding every he
 queries, keys and values with zeros back to ``d_K`` (:func:`pad_attention_state`) gives a stock
 attention computing exactly the same function, at the original size.
 
-Initialisation (:func:`init_attention_svd`): ``D^Q, D^K`` per head by eq. 11's closed form
-(:func:`qk_svd_solution`). Per head ``i``, with ``A1 = X W_i^Q`` and ``A2 = X' W_i^K`` (``X' = X`` for
-self-attention, the encoder output for encoder-decoder attention), APC minimises the upper bound
-(eq. 11) ``|| A1 (I - D^Q (D^K)^T) A2^T ||_F``, whose optimum (Appendix B, eq. 14) is ``D^Q = A1^+ L^``,
-``D^K = A2^+ R^`` with ``L^, R^`` the first ``cmp`` columns of ``L Sigma^{1/2}`` and ``R Sigma^{1/2}`` for
-the SVD ``A1 A2^T = L Sigma R^T``. ``A1 A2^T`` is ``n1 x n2``; with thin QR factors ``A1 = Q1 R1``,
-``A2 = Q2 R2`` its SVD is ``Q1 P . S . (Q2 V)^T`` for the SVD ``R1 R2^T = P S V^T`` of a
-``d_head x d_head`` matrix, so nothing of size ``n1 x n2`` is ever formed (the proof of Appendix B
-holds for ``n1 != n2``: it only needs ``L^`` in the column space of ``A1``, ``R^`` in that of ``A2``).
-``D^V`` (paired with ``U^O``, error ``||SA(X) - SA(X) D^V U^O||``, eq. 9) per head by the top
-``cmp^a/H`` right singular vectors of that head's sampled outputs ``Y_i`` (a PCA without centring),
-then ``U^O`` by least squares on the concatenated heads.
+Initialisation (:func:`init_attention`): the five initialisations of section 4.2, chosen by
+``apc_init --init`` as for the FFN (the paper reports all five on its APC-15/50/90-opt architectures,
+which compress attention: Tables 6-8). Attention has two pairings (section 3.2): ``D^V`` with ``U^O``
+(eq. 9, error ``||SA(X) - SA(X) D^V U^O||``), a D/U pair like the FFN's; and ``D^Q`` with ``D^K``
+(eq. 11, ``|| A1 (I - D^Q (D^K)^T) A2^T ||_F`` per head ``i``, with ``A1 = X W_i^Q`` and ``A2 = X' W_i^K``,
+``X' = X`` for self-attention, the encoder output for encoder-decoder attention), where ``D^Q`` plays
+the FFN's ``D`` and ``(D^K)^T`` its ``U`` (``D^Q (D^K)^T`` is the ``D U`` that should be near ``I``). Per
+head, with ``d = d_K`` and ``c = cmp^a / H``:
+
+* ``random``: every block of ``D^Q, D^K, D^V`` and the full ``U^O`` ~ ``N(0, 1e-6)``.
+* ``reconstructive-random``: ``D^Q`` and ``D^V`` random as above; ``D^K`` minimises eq. 11 for that
+  ``D^Q`` (:func:`qk_regression_DK`: ``(D^K)^T = (A1 D^Q)^+ A1``, for ``A2`` of full column rank, the
+  maximal rank Appendix B assumes), ``U^O`` by least squares (eq. 9).
+* ``reconstructive-svd``: ``D^Q, D^K`` by eq. 11's closed form (:func:`qk_svd_solution`, section 3.2 and
+  Appendix B: ``D^Q = A1^+ L^``, ``D^K = A2^+ R^`` with ``L^, R^`` the first ``c`` columns of ``L Sigma^{1/2}``
+  and ``R Sigma^{1/2}`` for the SVD ``A1 A2^T = L Sigma R^T``); ``D^V`` the top ``c`` right singular vectors of
+  the head's sampled outputs ``Y_i`` (a PCA without centring), ``U^O`` by least squares. Our reading: for
+  attention the paper gives these SVD solutions of its pairing objectives (section 3.2) rather than the
+  FFN's singular vectors of ``W``; eq. 11's is the optimum of the QK reconstruction error.
+* ``neuron-pruning`` (Algorithm 1): the ``c`` dimensions of each head with the largest sensitivity
+  (neuron_sensitivity.attention_sensitivity: ``|dL/dM|`` of a mask on the ``q_proj`` outputs for QK --
+  masking ``q_j`` removes ``q_j k_j`` from every score -- and on the ``v_proj`` outputs for V), kept in
+  index order: ``D^Q = D^K`` the selection, ``D^V`` the selection and ``U^O = (D^V)^T``: exactly the
+  attention with the other query/key and value dimensions pruned.
+* ``kmeans`` (Algorithm 2): the ``d`` dimensions of each head clustered into ``c`` by their weights (a
+  query/key dimension by its ``W^Q`` and ``W^K`` rows together, a value dimension by its ``W^V`` row;
+  biases left out as for the FFN): ``D^Q`` and ``D^V`` the cluster means (``1/|S|``), ``D^K`` and ``U^O``
+  the memberships, so ``q~_i k~_i`` is the cluster's mean query times its summed key.
+
+``A1 A2^T`` is ``n1 x n2``; with thin QR factors ``A1 = Q1 R1``, ``A2 = Q2 R2`` its SVD is
+``Q1 P . S . (Q2 V)^T`` for the SVD ``R1 R2^T = P S V^T`` of a ``d x d`` matrix, so nothing of size
+``n1 x n2`` is ever formed (the proof of Appendix B holds for ``n1 != n2``: it only needs ``L^`` in the
+column space of ``A1``, ``R^`` in that of ``A2``).
 
 Choices the paper leaves open (its model is an encoder, BERT), and ours:
 
@@ -48,7 +69,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fairseq.modules.multihead_attention import MultiheadAttention
 
+from .initialisations import INITIALISATIONS, kmeans_clusters, merge_D_U, random_init, selection_D, top_neurons
 from .reparameterised_linear import APCLinear, BlockDiagonalAPCLinear
+
+# the initialisations that fit on sampled inputs of the attention
+SAMPLED_INITIALISATIONS = ("reconstructive-random", "reconstructive-svd")
 
 
 def qk_svd_solution(A1: torch.Tensor, A2: torch.Tensor, cmp: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -72,6 +97,15 @@ def qk_svd_solution(A1: torch.Tensor, A2: torch.Tensor, cmp: int) -> Tuple[torch
     DQ = torch.linalg.lstsq(A1, L_hat).solution
     DK = torch.linalg.lstsq(A2, R_hat).solution
     return DQ, DK
+
+
+def qk_regression_DK(A1: torch.Tensor, DQ: torch.Tensor) -> torch.Tensor:
+    """``D^K`` (``d_head x cmp``, float64) minimising eq. 11 for a fixed ``D^Q``: ``min || A1 A2^T - (A1 D^Q)
+    (D^K)^T A2^T ||_F`` is solved by ``(D^K)^T = (A1 D^Q)^+ A1 (A2^T)(A2^T)^+ = (A1 D^Q)^+ A1`` for keys ``A2``
+    of full column rank (Penrose's least-squares solution of ``P Y Q = M``), whatever the keys."""
+    A1 = A1.double()
+    P = A1 @ DQ.double()
+    return torch.linalg.lstsq(P, A1, driver="gelsd" if P.device.type == "cpu" else None).solution.t()
 
 
 def qk_objective(A1: torch.Tensor, A2: torch.Tensor, DQ: torch.Tensor, DK: torch.Tensor) -> float:
@@ -146,19 +180,18 @@ def _project(x: torch.Tensor, lin: nn.Linear) -> torch.Tensor:
     return F.linear(x.double(), lin.weight.double(), None if lin.bias is None else lin.bias.double())
 
 
-@torch.no_grad()
-def init_attention_svd(attn: CompressedAttention, queries: List[torch.Tensor],
-                       keys: Optional[List[torch.Tensor]] = None, causal: bool = False) -> None:
-    """Initialise ``D^Q, D^K`` (eq. 11) and ``D^V, U^O`` (eq. 9, see the module docstring) from the
-    uncompressed projections (``attn.*_proj.linear``) on real inputs: ``queries`` holds one ``(T_s, embed)``
-    tensor of non-padding positions per sentence, ``keys`` the matching ``(S_s, kdim)`` encoder outputs for
-    encoder-decoder attention (``None``: self-attention, keys = queries); ``causal`` masks future positions
-    (decoder self-attention). ``b_D``, ``b_U`` and ``B`` are set to 0 (section 4.2)."""
+def head_samples(attn: CompressedAttention, queries: List[torch.Tensor], keys: Optional[List[torch.Tensor]] = None,
+                 causal: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(Q, K, Y)`` of the uncompressed projections (``attn.*_proj.linear``) on real inputs, float64: the stacked
+    queries and keys (``q_proj``/``k_proj`` outputs) and every head's outputs before ``out_proj`` (``(sum T_s,
+    embed)``). ``queries`` holds one ``(T_s, embed)`` tensor of non-padding positions per sentence, ``keys`` the
+    matching ``(S_s, kdim)`` encoder outputs for encoder-decoder attention (``None``: self-attention, keys =
+    queries); ``causal`` masks future positions (decoder self-attention)."""
     keys = queries if keys is None else keys
     if len(keys) != len(queries):
         raise ValueError(f"{len(queries)} query sentences but {len(keys)} key sentences")
-    heads, c = attn.num_heads, attn.cmp_a // attn.num_heads
-    lin = {n: getattr(attn, n).linear for n in ("q_proj", "k_proj", "v_proj", "out_proj")}
+    heads = attn.num_heads
+    lin = {n: getattr(attn, n).linear for n in ("q_proj", "k_proj", "v_proj")}
     Q, K = _project(torch.cat(queries), lin["q_proj"]), _project(torch.cat(keys), lin["k_proj"])
     Y = []  # per-sentence attention outputs of all heads before out_proj, (T_s, embed)
     for xq, xk in zip(queries, keys):
@@ -173,15 +206,60 @@ def init_attention_svd(attn: CompressedAttention, queries: List[torch.Tensor],
                 scores = scores.masked_fill(mask, float("-inf"))
             per_head.append(torch.softmax(scores, -1) @ vh)
         Y.append(torch.cat(per_head, -1))
-    Y = torch.cat(Y)
-    DQ, DK, DV = (torch.zeros_like(getattr(attn, n).D, dtype=torch.float64) for n in ("q_proj", "k_proj", "v_proj"))
-    d = attn.original_embed_dim // heads
-    for i, (qh, kh, yh) in enumerate(zip(head_blocks(Q, heads), head_blocks(K, heads), head_blocks(Y, heads))):
-        dq, dk = qk_svd_solution(qh, kh, c)
-        DQ[i * d:(i + 1) * d, i * c:(i + 1) * c] = dq
-        DK[i * d:(i + 1) * d, i * c:(i + 1) * c] = dk
-        DV[i * d:(i + 1) * d, i * c:(i + 1) * c] = torch.linalg.svd(yh, full_matrices=False)[2][:c].t()
-    UO = torch.linalg.lstsq(Y @ DV, Y, driver="gelsd" if Y.device.type == "cpu" else None).solution
+    return Q, K, torch.cat(Y)
+
+
+@torch.no_grad()
+def init_attention(attn: CompressedAttention, method: str, queries: Optional[List[torch.Tensor]] = None,
+                   keys: Optional[List[torch.Tensor]] = None, causal: bool = False,
+                   scores: Optional[Tuple[torch.Tensor, torch.Tensor]] = None, seed: int = 1) -> None:
+    """Initialise ``D^Q, D^K, D^V`` and ``U^O`` of ``attn`` by ``method`` (one of the five of section 4.2; see the
+    module docstring) from the uncompressed projections. The reconstructive ones fit on real inputs
+    (``queries``, ``keys``, ``causal``: :func:`head_samples`); ``neuron-pruning`` reads ``scores``, the
+    sensitivities ``(query/key, value)`` of every output dimension of ``q_proj`` and ``v_proj`` (``(embed,)``
+    each). ``b_D``, ``b_U`` and ``B`` are set to 0 (section 4.2)."""
+    if method not in INITIALISATIONS:
+        raise ValueError(f"unknown APC initialisation {method!r}; choose from {', '.join(INITIALISATIONS)}")
+    heads, c = attn.num_heads, attn.cmp_a // attn.num_heads
+    embed = attn.original_embed_dim
+    d = embed // heads
+    if method in SAMPLED_INITIALISATIONS:
+        if queries is None:
+            raise ValueError(f"{method} needs sampled attention inputs")
+        Q, K, Y = head_samples(attn, queries, keys, causal)
+    if method == "neuron-pruning" and scores is None:
+        raise ValueError("neuron-pruning needs the attention's query/key and value sensitivities")
+    weights = {n: getattr(attn, n).linear.weight.detach().double().cpu() for n in ("q_proj", "k_proj", "v_proj")}
+    gen = torch.Generator().manual_seed(seed)
+    DQ, DK, DV = (torch.zeros(embed, heads * c, dtype=torch.float64) for _ in range(3))
+    UO_blocks = []  # per head c x d, for the selection and merging initialisations
+    for i in range(heads):
+        rows, cols = slice(i * d, (i + 1) * d), slice(i * c, (i + 1) * c)
+        if method == "random":
+            dq, dk, dv = (random_init(d, c, gen)[0] for _ in range(3))
+        elif method == "reconstructive-random":
+            dq, dv = random_init(d, c, gen)[0], random_init(d, c, gen)[0]
+            dk = qk_regression_DK(Q[:, rows], dq)
+        elif method == "reconstructive-svd":
+            dq, dk = qk_svd_solution(Q[:, rows], K[:, rows], c)
+            dv = torch.linalg.svd(Y[:, rows], full_matrices=False)[2][:c].t()
+        elif method == "neuron-pruning":
+            dq = dk = selection_D(top_neurons(scores[0].double().cpu()[rows], c), d)
+            dv = selection_D(top_neurons(scores[1].double().cpu()[rows], c), d)
+            UO_blocks.append(dv.t())
+        else:  # kmeans
+            qk_features = torch.cat([weights["q_proj"][rows], weights["k_proj"][rows]], dim=1)
+            dq, u = merge_D_U(kmeans_clusters(qk_features, c, seed), c)
+            dk = u.t()
+            dv, uo = merge_D_U(kmeans_clusters(weights["v_proj"][rows], c, seed), c)
+            UO_blocks.append(uo)
+        DQ[rows, cols], DK[rows, cols], DV[rows, cols] = dq, dk, dv
+    if method == "random":
+        UO = random_init(embed, heads * c, gen)[1]
+    elif method in SAMPLED_INITIALISATIONS:
+        UO = torch.linalg.lstsq(Y @ DV, Y, driver="gelsd" if Y.device.type == "cpu" else None).solution
+    else:
+        UO = torch.block_diag(*UO_blocks)
     for name, D in (("q_proj", DQ), ("k_proj", DK), ("v_proj", DV)):
         m = getattr(attn, name)
         m.reset_compression_parameters()

@@ -53,6 +53,26 @@ def hidden_sensitivity(model, batches, pad: int, num_batches: int) -> Dict[str, 
                             {name: (layer, layer.fc1.in_features, "input") for name, layer in layers.items()})
 
 
+def attention_sensitivity(model, batches, pad: int, num_batches: int, names) -> Dict[str, tuple]:
+    """``{"encoder.layers.i.self_attn": (query/key scores (embed,), value scores (embed,))}`` for every attention
+    of ``model`` named in ``names``, for attention compression's neuron-pruning initialisation
+    (attention_compression.py): the mask multiplies the ``q_proj`` output (``q_j k_j`` leaves every score
+    with ``q_j``) and the ``v_proj`` output."""
+    modules = dict(model.named_modules())
+    attentions = [modules[name] for name in names]
+    saved = [a.skip_embed_dim_check for a in attentions]
+    for a in attentions:  # fairseq's fused path reads the projections' weights and never calls q_proj / v_proj;
+        a.skip_embed_dim_check = True  # its unfused path computes the same attention through them
+    try:
+        scores = mask_sensitivity(model, batches, pad, num_batches, {
+            f"{name}.{proj}": (getattr(modules[name], proj), getattr(modules[name], proj).out_features, "output")
+            for name in names for proj in ("q_proj", "v_proj")})
+    finally:
+        for a, s in zip(attentions, saved):
+            a.skip_embed_dim_check = s
+    return {name: (scores[f"{name}.q_proj"], scores[f"{name}.v_proj"]) for name in names}
+
+
 def mask_sensitivity(model, batches, pad: int, num_batches: int, targets) -> Dict[str, torch.Tensor]:
     """Molchanov's first-order scores ``mean over batches |dL/dM|`` of a mask ``M = 1`` multiplying each target's
     output (``"output"``) or first input (``"input"``); ``targets`` is ``{name: (module, width, where)}``."""

@@ -7,13 +7,14 @@ encoder (GLUE, ``--task sentence_prediction``), the teacher, and write it as an 
     python -m user_dir.tools.apc_init GLUE-TEACHER.pt --data RTE.wordpiece \
         --encoder-ffn-dims 1:128,2:128,3:128,4:128,5:128 --out init.pt     # an APC-50-ff analogue
 
-The checkpoint holds the teacher's weights (frozen ``W`` of the compressed FFNs) and APC's ``U, D``
-from the chosen initialisation (``b_U, b_D, B = 0``). ``init.json`` beside it lists the
-``fairseq_flags`` that build the same model in ``fairseq-train`` (train it with
-``--finetune-from-model init.pt``, which also makes the run resumable) and each layer's
-reconstruction error (eq. 4) on sampled validation activations. Data-driven initialisations use
-``--samples`` token activations of the training split (paper: 5,000); neuron pruning scores neurons
-on ``--importance-batches`` training batches (neuron_sensitivity.py: the translation NLL, or the
+The checkpoint holds the teacher's weights (frozen ``W`` of the compressed layers) and APC's ``U, D``
+from the chosen initialisation, ``--init``, for every compression: FFN, attention and embedding
+(``b_U, b_D, B = 0``). ``init.json`` beside it lists the ``fairseq_flags`` that build the same model in
+``fairseq-train`` (train it with ``--finetune-from-model init.pt``, which also makes the run resumable)
+and each layer's reconstruction error (eq. 4) on sampled validation activations. Data-driven
+initialisations use ``--samples`` token activations of the training split (paper: 5,000); neuron
+pruning scores FFN neurons (and attention head dimensions, hidden dimensions) on
+``--importance-batches`` training batches (neuron_sensitivity.py: the translation NLL, or the
 sentence task's cross-entropy).
 """
 import argparse
@@ -29,11 +30,11 @@ import user_dir  # noqa: F401  registers apc_transformer, allows loading fairseq
 from fairseq import checkpoint_utils
 from user_dir.apc.activation_sampling import (collect_activations, collect_attention_inputs, collect_ffn_inputs,
                                               ffn_layers, sample_batches)
-from user_dir.apc.attention_compression import init_attention_svd
+from user_dir.apc.attention_compression import SAMPLED_INITIALISATIONS, init_attention as init_one_attention
 from user_dir.apc.embedding_compression import init_embedding_run, reading_projections
 from user_dir.common.model_flags import architecture_flags
 from user_dir.apc.initialisations import INITIALISATIONS, initialise
-from user_dir.apc.neuron_sensitivity import hidden_sensitivity, neuron_sensitivity
+from user_dir.apc.neuron_sensitivity import attention_sensitivity, hidden_sensitivity, neuron_sensitivity
 from user_dir.apc.reconstruction_error import ffn_reconstruction_error
 
 logger = logging.getLogger("apc_init")
@@ -150,17 +151,27 @@ def reconstruction_errors(model, X) -> dict:
             for name, layer in model.apc_layers()}
 
 
-def init_attention(model, teacher, task, samples: int, seed: int, max_tokens: int) -> None:
-    """Eq. 11 / eq. 9 initialisation of every compressed attention (attention_compression.py): encoder and
-    decoder self-attention, encoder-decoder attention, on the teacher's inputs to them."""
+def init_attention(model, teacher, task, samples: int, seed: int, max_tokens: int, method: str = "reconstructive-svd",
+                   importance_batches: int = 20) -> None:
+    """Initialise every compressed attention (encoder and decoder self-attention, encoder-decoder attention) by
+    ``method`` (attention_compression.py): the reconstructive ones on the teacher's inputs to them (eq. 11 /
+    eq. 9), neuron-pruning on the teacher's query/key and value dimension sensitivities."""
     layers = model.apc_attention_layers()
     if not layers:
         return
-    inputs = collect_attention_inputs(teacher, sample_batches(task, "train", max_tokens, seed), samples,
-                                      task.source_dictionary.pad(), [name for name, _ in layers])
+    names = [name for name, _ in layers]
+    pad = task.source_dictionary.pad()
+    inputs = scores = None
+    if method in SAMPLED_INITIALISATIONS:
+        inputs = collect_attention_inputs(teacher, sample_batches(task, "train", max_tokens, seed), samples, pad, names)
+    if method == "neuron-pruning":
+        scores = attention_sensitivity(teacher, sample_batches(task, "train", max_tokens, seed), pad,
+                                       importance_batches, names)
     for name, attn in layers:
-        queries, keys = inputs[name]
-        init_attention_svd(attn, queries, keys, causal=name.startswith("decoder.") and name.endswith("self_attn"))
+        queries, keys = inputs[name] if inputs is not None else (None, None)
+        causal = name.startswith("decoder.") and name.endswith("self_attn")
+        init_one_attention(attn, method, queries, keys, causal=causal, scores=None if scores is None else scores[name],
+                           seed=seed)
 
 
 def init_embedding(model, teacher, task, method: str, samples: int, seed: int, importance_batches: int,
@@ -226,7 +237,8 @@ def add_common_args(p):
                    "(as --apc-encoder-ffn-dims)")
     p.add_argument("--decoder-ffn-dims", default=None, help="cmp^f of the decoder FFNs (as --apc-decoder-ffn-dims)")
     p.add_argument("--encoder-attn-dims", default=None, help="cmp^a of the encoder self-attentions (as "
-                   "--apc-encoder-attn-dims); initialised by eq. 11 (D^Q, D^K) and eq. 9 (D^V, U^O)")
+                   "--apc-encoder-attn-dims); initialised by --init per head (attention_compression.py; "
+                   "reconstructive-svd: eq. 11's closed form for D^Q, D^K and eq. 9 for D^V, U^O)")
     p.add_argument("--decoder-attn-dims", default=None, help="cmp^a of the decoder self-attentions (as "
                    "--apc-decoder-attn-dims); initialised as --encoder-attn-dims, head outputs with the causal mask")
     p.add_argument("--cross-attn-dims", default=None, help="cmp^a of the decoder's encoder-decoder attentions (as "
@@ -238,7 +250,8 @@ def add_common_args(p):
     p.add_argument("--samples", type=int, default=5000,
                    help="token activations for the least-squares U (paper section 4.2: 5000)")
     p.add_argument("--importance-batches", type=int, default=20,
-                   help="training batches scoring neuron sensitivity (the paper does not say; default 20)")
+                   help="training batches scoring neuron (FFN), head-dimension (attention) and hidden-dimension "
+                        "(embedding) sensitivity for --init neuron-pruning (the paper does not say; default 20)")
     p.add_argument("--max-tokens", type=int, default=2048, help="tokens per batch when sampling (default 2048)")
     p.add_argument("--seed", type=int, default=1)
 
@@ -247,8 +260,10 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(p)
     p.add_argument("--init", choices=INITIALISATIONS, default="neuron-pruning",
-                   help="APC initialisation (section 4.2; default neuron-pruning, the best after 100 steps in "
-                        "the paper's Table 1)")
+                   help="APC initialisation of every compression: FFN, attention (per head: D^Q/D^K and D^V/U^O "
+                        "pairs, as the paper's Tables 6-8 apply all five to its attention-compressed "
+                        "architectures) and embedding (section 4.2; default neuron-pruning, the best after 100 "
+                        "steps in the paper's Table 1)")
     p.add_argument("--out", required=True, help="where to write the apc_transformer checkpoint")
     a = p.parse_args(argv)
     if a.samples <= 0:
@@ -262,7 +277,7 @@ def main(argv=None):
     teacher, cfg, task = load_teacher(a.teacher, a.data)
     model, args = build_apc_model(teacher, cfg, task, *dims)
     set_D_U(model, initial_D_U(model, teacher, task, a.init, a.samples, a.seed, a.importance_batches, a.max_tokens))
-    init_attention(model, teacher, task, a.samples, a.seed, a.max_tokens)
+    init_attention(model, teacher, task, a.samples, a.seed, a.max_tokens, a.init, a.importance_batches)
     init_embedding(model, teacher, task, a.init, a.samples, a.seed, a.importance_batches, a.max_tokens)
     X_valid = sample_activations(teacher, task, "valid", a.samples, a.seed, a.max_tokens)
     errors = reconstruction_errors(model, X_valid)
