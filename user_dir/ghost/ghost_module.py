@@ -145,6 +145,41 @@ def depthwise_conv_time(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     return outputs[0].unsqueeze(-1) if len(outputs) == 1 else torch.stack(outputs, dim=-1)
 
 
+def add_shifted_ghost(y: torch.Tensor, taps: torch.Tensor, relu: bool = True, keep: Optional[torch.Tensor] = None,
+                      scratch: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``y + sum_f act(conv_f(y * keep)) * keep`` for the shared depthwise form: ``y`` time-first (T x B x C),
+    ``taps`` the normalised kernel as F x k x C (each tap one contiguous vector over the channels), ``keep``
+    (T x B x 1) 0 at padding or None. The same values as GhostConv + GhostLinear._ghost (the reference form,
+    tested with its gradients; the multiply-adds run in the same order), in fewer passes over the activations:
+    per feature one multiply and k - 1 shifted multiply-adds into one buffer, masking and the ReLU in place
+    on it (relu(c) * keep = relu(c * keep), keep being 0 or 1), no reshapes, stacks or sums over singleton
+    dimensions; without autograd (inference) the features are added into ``y`` itself, which the callers pass
+    fresh (a projection's or an activation's output), and the first feature is computed in ``scratch`` (a
+    buffer of y's shape the caller keeps between calls) when given: on a CPU a fresh activation-sized tensor
+    costs its page faults, as much as two or three passes over it."""
+    grad = torch.is_grad_enabled() and (y.requires_grad or (torch.is_tensor(taps) and taps.requires_grad))
+    if torch.is_tensor(taps):  # (at inference GhostConv.taps gives its vectors, already in the model's dtype)
+        taps = taps.to(y.dtype)
+    x = y if keep is None else y * keep
+    k, T = len(taps[0]), y.size(0)
+    centre = k // 2
+    features = None
+    for f, tap in enumerate(taps):  # one feature f: its k channel vectors
+        c = torch.mul(x, tap[centre], out=scratch) if f == 0 and scratch is not None else x * tap[centre]
+        for m in range(k):
+            shift = m - centre  # c[t] += tap[m] * x[t + shift]
+            if shift < 0 and -shift < T:
+                c[-shift:].addcmul_(x[:shift], tap[m])
+            elif shift > 0 and shift < T:
+                c[:-shift].addcmul_(x[shift:], tap[m])
+        if keep is not None:
+            c.mul_(keep)
+        if relu:
+            c.relu_()
+        features = c if features is None else features + c  # (in place, F > 1 would change the ReLU's saved output)
+    return y + features if grad else y.add_(features)
+
+
 class GhostConv(nn.Module):
     """conv_{f,h} of eq 2 for ``units`` input units (1 in the shared form) of ``channels`` channels,
     F = ``cfg.features`` outputs, before the nonlinearity: input T x B x U x C, output T x B x F x C
@@ -165,6 +200,38 @@ class GhostConv(nn.Module):
             self.weight = nn.Parameter(torch.empty(f, 1, k, k))
         # fairseq's LightweightConv initialisation (the paper gives none)
         nn.init.xavier_uniform_(self.weight.view(-1, 1, k) if cfg.conv == "dwconv" else self.weight)
+        self._taps_cache = None  # (weight version, taps) of the last inference call
+        self._scratch: Optional[torch.Tensor] = None  # add_shifted_ghost's buffer at inference
+        self._scratch_view: Optional[torch.Tensor] = None  # ... shaped as the last call's activations
+
+    def taps(self) -> torch.Tensor:
+        """The shared DWConv's normalised kernel as F x k x C (:func:`add_shifted_ghost`). Without autograd
+        (inference) the softmax runs once per weight update, not once per forward: the result is kept as
+        nested tuples of its F x k contiguous channel vectors (no indexing per call: at batch 1 every
+        PyTorch call counts), keyed by the weight's version counter (bumped by optimizer steps and
+        state-dict loads), storage and dtype."""
+        if self.cfg.conv != "dwconv" or self.units != 1:
+            raise GhostConfigError("taps: the shared --ghost-conv dwconv form only")
+        if torch.is_grad_enabled() and self.weight.requires_grad:
+            return normalised_kernel(self.weight, self.cfg.softmax)[0].transpose(1, 2)  # through the softmax
+        key = (self.weight._version, self.weight.data_ptr(), self.weight.dtype)
+        if self._taps_cache is None or self._taps_cache[0] != key:
+            with torch.no_grad():
+                taps = normalised_kernel(self.weight, self.cfg.softmax)[0].transpose(1, 2).contiguous()
+            self._taps_cache = (key, tuple(tuple(feature.unbind(0)) for feature in taps.unbind(0)))
+        return self._taps_cache[1]
+
+    def scratch(self, like: torch.Tensor) -> torch.Tensor:
+        """A buffer of ``like``'s shape kept between inference calls (grown to the largest batch seen; like the
+        padding mask the owning layer sets, it makes a module serve one forward at a time)."""
+        view = self._scratch_view
+        if view is not None and view.shape == like.shape and view.dtype == like.dtype and view.device == like.device:
+            return view
+        n, buf = like.numel(), self._scratch
+        if buf is None or buf.numel() < n or buf.dtype != like.dtype or buf.device != like.device:
+            buf = self._scratch = torch.empty(n, dtype=like.dtype, device=like.device)
+        self._scratch_view = buf[:n].view(like.shape)
+        return self._scratch_view
 
     def forward(self, x: torch.Tensor, padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``x`` zero at padding; ``padding_mask`` (B x T, True at padding) is read by Conv1D_F only,
@@ -264,7 +331,16 @@ class GhostLinear(nn.Linear):
             raise ValueError("ghost modules expect time-first input (T x B x C), as fairseq's encoder layers pass")
         if not self.cfg.shared:
             return self.per_head_output(x)
-        y = super().forward(x)
+        return self._add_ghost(super().forward(x))
+
+    def _add_ghost(self, y: torch.Tensor) -> torch.Tensor:
+        """``y`` plus its ghost features (shared form): the depthwise convolution by :func:`add_shifted_ghost`,
+        the other convolution types by GhostConv (the reference form, ``_ghost(ghost(_masked(y)))``)."""
+        if self.cfg.conv == "dwconv":
+            keep = None if self.padding_mask is None else (~self.padding_mask).t().unsqueeze(-1).to(y.dtype)
+            inference = not (torch.is_grad_enabled() and (y.requires_grad or self.ghost.weight.requires_grad))
+            return add_shifted_ghost(y, self.ghost.taps(), self.cfg.relu, keep,
+                                     self.ghost.scratch(y) if inference else None)
         return y + self._ghost(self.ghost(self._masked(y).unsqueeze(2), self.padding_mask))
 
     def ghost_parameter_count(self) -> int:
@@ -292,14 +368,13 @@ class GhostActivation(nn.Module):
 
     # zero padding before the convolution, the nonlinearity, zero ghost features at padding, the counts:
     # the same as after O / FFN2
-    _masked, _ghost = GhostLinear._masked, GhostLinear._ghost
+    _masked, _ghost, _add_ghost = GhostLinear._masked, GhostLinear._ghost, GhostLinear._add_ghost
     ghost_parameter_count, ghost_flops = GhostLinear.ghost_parameter_count, GhostLinear.ghost_flops
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         if z.dim() != 3:
             raise ValueError("ghost modules expect time-first input (T x B x C), as fairseq's encoder layers pass")
-        a = self.activation_fn(z)
-        return a + self._ghost(self.ghost(self._masked(a).unsqueeze(2), self.padding_mask))
+        return self._add_ghost(self.activation_fn(z))
 
     def extra_repr(self) -> str:
         return f"activation_fn={getattr(self.activation_fn, '__name__', self.activation_fn)}"
