@@ -377,7 +377,8 @@ def test_distillation_gradients_reach_the_plugin_only(tiny):
     plug_model(model, cfg, from_checkpoint=False)
     model.train()
     src = task.source_dictionary.encode_line("ein kind springt in den see .", add_if_not_exist=False)[None]
-    sample = {"net_input": {"src_tokens": src.repeat(2, 1), "src_lengths": torch.tensor([src.size(1)] * 2)}}
+    sample = {"net_input": {"src_tokens": src.repeat(2, 1), "src_lengths": torch.tensor([src.size(1)] * 2),
+                            "prev_output_tokens": torch.full((2, 1), task.target_dictionary.eos())}}
     loss, _, logging = VariatorDistillCriterion(task)(model, sample)
     # eq. 1: the MSE between the plugged and the plain encoder's final states, by hand (no padding here)
     model.eval()
@@ -511,14 +512,15 @@ def test_plugins_train_on_a_real_glue_encoder_and_report_accuracy(glue_work, tmp
 # ---- scripts/bench_variator.py: folders, teachers, speed summaries and the table ----------------------------------
 @pytest.fixture(scope="module")
 def bench():
-    import importlib.util
+    """scripts/bench_variator.py imported as running it does: scripts/ on sys.path (benchlib, glue_bench)."""
+    import importlib
+    import sys
 
     from conftest import REPO
 
-    spec = importlib.util.spec_from_file_location("bench_variator", os.path.join(REPO, "scripts", "bench_variator.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    if os.path.join(REPO, "scripts") not in sys.path:
+        sys.path.insert(0, os.path.join(REPO, "scripts"))
+    return importlib.import_module("bench_variator")
 
 
 def test_benchmark_reuses_a_plugin_only_on_the_backbone_it_was_trained_on(bench, tmp_path):
@@ -560,16 +562,17 @@ def test_each_table_and_teacher_keeps_its_own_plugin_folders(bench, tmp_path):
     def commands(updates):
         return [["python", "-m", "fairseq_cli.train", "--max-update", updates, "--save-dir", str(folder / "ck")],
                 ["python", "-m", "user_dir.tools.variator_plugins", "export", str(folder / "ck" / "x.pt")]]
-    bench.check_settings(str(folder), commands("200"))
+    from benchlib import check_settings  # the stage bookkeeping every driver shares
+    check_settings(str(folder), commands("200"))
     assert json.loads((folder / "settings.json").read_text())[0][-1] == "DIR/ck"  # the folder itself, portable
-    bench.check_settings(str(folder), commands("200"))  # same configuration: reused
+    check_settings(str(folder), commands("200"))  # same configuration: reused
     with pytest.raises(SystemExit, match=rf"{folder} was made by other commands.*--max-update 800"):
-        bench.check_settings(str(folder), commands("800"))
+        check_settings(str(folder), commands("800"))
     other = tmp_path / "old"
     other.mkdir()
     (other / "DONE").touch()
     with pytest.raises(SystemExit, match="records no settings.json"):
-        bench.check_settings(str(other), commands("200"))
+        check_settings(str(other), commands("200"))
     old = {"run": "lr5e-5", "sha256": "a" * 64}
     new = {"run": "lr5e-5", "sha256": "b" * 64}  # the same lr retrained (RTE after the truncation fix)
     assert bench.adaptation_dir("w", "RTE", old) != bench.adaptation_dir("w", "RTE", new)
