@@ -46,9 +46,10 @@ def encode(model: nn.Module, net_input: dict, whole_decoder: bool = False, **kwa
     """One forward of the whole (possibly wrapped) model; returns ``(encoder_out, output)``.
 
     Sentence models: ``encoder_out`` is the final features (B x T x C) and ``output`` is the model's
-    (``(features, extra)``, or ``(logits, extra)`` with ``classification_head_name``). Translation models: ``encoder_out`` is the encoder's output dict (fairseq's
-    ``encoder_out`` / ``encoder_padding_mask`` / ``encoder_states``) and ``output`` the decoder's, over
-    every target position with ``whole_decoder``, else over the first one only. ``kwargs`` go to the
+    (``(features, extra)``, or ``(logits, extra)`` with ``classification_head_name``). Translation
+    models: ``encoder_out`` is the encoder's output dict (fairseq's ``encoder_out`` /
+    ``encoder_padding_mask`` / ``encoder_states``) and ``output`` the decoder's, over every target
+    position with ``whole_decoder``, else over the first one only. ``kwargs`` go to the
     model's forward (``return_all_hiddens``, ``classification_head_name`` ...)."""
     if is_sentence_model(model):
         with outputs_of(encoder=model.encoder) as found:
