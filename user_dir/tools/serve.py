@@ -1,0 +1,375 @@
+"""fc-serve: one frozen backbone and its Variator plugins behind an HTTP server that picks the plugin
+(the compression ratio k) from the load -- Variator's plug-and-play promise (Xiao et al., abstract and
+section 1: "dynamically select different compression plugins with varying acceleration ratios based on
+the current workload").
+
+    fc-serve work/glue/SST-2/checkpoints/checkpoint_best.pt --plugins k4.pt,k16.pt \\
+        --policy adaptive --target-p95-ms 250 --max-batch 32 --max-wait-ms 5 --port 8000
+    fc-serve checkpoints/multi30k.de-en/teacher.pt --source-lang de --target-lang en --lowercase \\
+        --plugins k4.pt --policy fixed:4
+
+Endpoints (JSON):
+
+* ``POST /classify`` ``{"texts": "one" | ["one", "two"]}`` or, for a sentence-pair task,
+  ``{"pairs": ["first", "second"] | [["a1", "b1"], ...]}``; optional ``"truncate": false`` refuses an
+  example longer than the model reads instead of cutting it as its training data was cut. Answers
+  ``{"results": [{"label", "label_index", "scores": {label: probability}, "k", "truncated"}, ...]}``.
+* ``POST /translate`` ``{"texts": "ein satz" | [...]}`` -> ``{"results": [{"translation", "k", "truncated"}]}``.
+* ``GET /health``: the model, policy, limits and the start-up cost table; ``GET /metrics``: Prometheus.
+
+Bad input is a 4xx whose ``detail`` names the field (``texts[2]: empty text``); more queued examples than
+``--max-queue`` is a 503 with ``Retry-After``; SIGTERM/SIGINT stop accepting connections and finish the
+requests in flight (uvicorn's graceful shutdown), then the worker drains its queue and exits.
+
+One process owns one model and one worker thread. To serve more traffic, run several replicas (one per
+core group or machine) behind a load balancer (README, "Serving Variator").
+"""
+import argparse
+import asyncio
+import json
+import logging
+import math
+import sys
+import time
+from contextlib import asynccontextmanager
+from typing import List, Optional, Sequence, Tuple
+
+logger = logging.getLogger("fc-serve")
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
+
+
+class BadRequest(Exception):
+    """A request the server will not queue: HTTP ``status`` with a message naming the field."""
+
+    def __init__(self, status: int, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.status, self.field, self.message = status, field, message
+
+
+# ---- requests: JSON -> examples (a tuple of one text, or of two for a pair) ---------------------------------
+def _text(value, field: str) -> str:
+    if not isinstance(value, str):
+        raise BadRequest(422, field, f"a text is a string, got {type(value).__name__}")
+    if not value.strip():
+        raise BadRequest(422, field, "empty text")
+    return value
+
+
+def _pair(value, field: str) -> Tuple[str, str]:
+    if not isinstance(value, list) or len(value) != 2:
+        raise BadRequest(422, field, "a pair is a list of two texts [first, second]")
+    return _text(value[0], f"{field}[0]"), _text(value[1], f"{field}[1]")
+
+
+def parse_request(body: bytes, endpoint: str, pair_task: bool, max_queue: int):
+    """(examples, field of each example, truncate or None) of a request body; BadRequest names what is wrong."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(400, "body", f"malformed JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise BadRequest(422, "body", f"a JSON object is expected, got {type(data).__name__}")
+    known = {"texts", "pairs", "truncate"} if endpoint == "classify" else {"texts", "truncate"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise BadRequest(422, unknown[0], f"unknown field (this endpoint reads {sorted(known)})")
+    truncate = data.get("truncate")
+    if truncate is not None and not isinstance(truncate, bool):
+        raise BadRequest(422, "truncate", f"true or false, got {truncate!r}")
+    given = [f for f in ("texts", "pairs") if f in data]
+    if len(given) != 1:
+        need = "\"texts\" or \"pairs\"" if endpoint == "classify" else "\"texts\""
+        raise BadRequest(422, "texts", f"give {need}" + (" (not both)" if len(given) > 1 else ""))
+    field = given[0]
+    if field == "pairs" and not pair_task:
+        raise BadRequest(422, "pairs", "this model classifies single sentences (its data has one input); "
+                                       "send \"texts\"")
+    if field == "texts" and pair_task:
+        raise BadRequest(422, "texts", "this model classifies sentence pairs (its data has two inputs); "
+                                       "send \"pairs\": [[first, second], ...]")
+    value = data[field]
+    one = isinstance(value, str) if field == "texts" else (isinstance(value, list) and bool(value)
+                                                            and all(isinstance(v, str) for v in value))
+    items = [value] if one else value
+    if not isinstance(items, list) or not items:
+        raise BadRequest(422, field, "a text or a non-empty list" if field == "texts" else
+                         "a pair [first, second] or a non-empty list of pairs")
+    if len(items) > max_queue:
+        raise BadRequest(413, field, f"{len(items)} examples in one request, more than the server ever queues "
+                                     f"(--max-queue {max_queue}); split it")
+    fields = [field] if one else [f"{field}[{i}]" for i in range(len(items))]
+    if field == "texts":
+        examples = [(_text(v, f),) for v, f in zip(items, fields)]
+    else:
+        examples = [_pair(v, f) for v, f in zip(items, fields)]
+    return examples, fields, truncate
+
+
+# ---- metrics --------------------------------------------------------------------------------------------------
+class ServerMetrics:
+    """Prometheus metrics of one server, in their own registry (several servers can share a process)."""
+
+    def __init__(self, table, max_batch: int):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        from .serving.cost_table import default_batch_sizes
+        r = self.registry = CollectorRegistry()
+        self.queue = Gauge("fc_serve_queue_examples", "Examples waiting in the queue (a forming batch included)",
+                           registry=r)
+        self.batch_size = Histogram("fc_serve_batch_size", "Examples per batch", registry=r,
+                                    buckets=default_batch_sizes(max_batch))
+        self.batches = Counter("fc_serve_batches", "Batches run, by Variator ratio k", ["k"], registry=r)
+        self.examples = Counter("fc_serve_examples", "Examples answered, by Variator ratio k", ["k"], registry=r)
+        self.chosen = Gauge("fc_serve_chosen_k", "Variator ratio k of the latest batch", registry=r)
+        self.predicted = Gauge("fc_serve_predicted_latency_seconds",
+                               "Adaptive policy: predicted latency of the queued work at the chosen k", registry=r)
+        self.batch_seconds = Histogram("fc_serve_batch_seconds", "Compute time of one batch, by k", ["k"],
+                                       registry=r, buckets=LATENCY_BUCKETS)
+        self.latency = Histogram("fc_serve_request_latency_seconds", "Request latency in the server, by endpoint",
+                                 ["endpoint"], registry=r, buckets=LATENCY_BUCKETS)
+        self.refused = Counter("fc_serve_refused_requests", "Requests refused, by reason", ["reason"], registry=r)
+        cost = Gauge("fc_serve_cost_table_seconds", "Start-up cost table: seconds of one batch by k and batch size",
+                     ["k", "batch_size"], registry=r)
+        for k, row in table.seconds.items():
+            for b, s in row.items():
+                cost.labels(k=str(k), batch_size=str(b)).set(s)
+
+    def record_batch(self, record) -> None:
+        self.batch_size.observe(record.size)
+        self.batches.labels(k=str(record.k)).inc()
+        self.examples.labels(k=str(record.k)).inc(record.size)
+        self.chosen.set(record.k)
+        if not math.isnan(record.predicted):
+            self.predicted.set(record.predicted)
+        self.batch_seconds.labels(k=str(record.k)).observe(record.seconds)
+
+
+# ---- the application ------------------------------------------------------------------------------------------
+def retry_after_seconds(queued: int, policy, table, max_batch: int) -> int:
+    """Whole seconds until the queue would be empty at the largest ratio the policy uses (at least 1)."""
+    from .serving.policy import predicted_latency
+    return max(1, math.ceil(predicted_latency([0.0] * queued, policy.largest_ratio, table, max_batch)))
+
+
+def create_app(backend, policy, table, settings: dict):
+    """The FastAPI application: ``settings`` holds max_batch, max_wait_ms, max_queue (and what /health shows)."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, Response
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    from .serving.backends import InputError
+    from .serving.batcher import Batcher, QueueFull
+
+    metrics = ServerMetrics(table, settings["max_batch"])
+    batcher = Batcher(backend.run, policy.choose, settings["max_batch"], settings["max_wait_ms"] / 1000.0,
+                      settings["max_queue"], on_batch=metrics.record_batch)
+    metrics.queue.set_function(lambda: batcher.queued)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        batcher.start()
+        logger.info("ready: %s, policy %s", backend.kind, policy.name)
+        yield
+        # uvicorn has stopped accepting and finished the requests in flight: end the worker. (uvicorn then
+        # re-raises the signal that stopped it, so a supervisor sees the process end by SIGTERM/SIGINT.)
+        batcher.stop(timeout=settings.get("graceful_timeout"))
+        print(f"fc-serve: shut down: requests in flight answered, {batcher.queued} examples left queued, "
+              "worker stopped", flush=True)
+
+    app = FastAPI(title="fc-serve", lifespan=lifespan)
+    app.state.batcher, app.state.metrics = batcher, metrics
+
+    def refuse(status: int, field: str, message: str, reason: str, headers=None):
+        metrics.refused.labels(reason=reason).inc()
+        return JSONResponse({"detail": f"{field}: {message}", "field": field}, status_code=status, headers=headers)
+
+    async def serve(request: Request, endpoint: str):
+        start = time.perf_counter()
+        if backend.kind != endpoint:
+            return refuse(404, "endpoint", f"this server serves a {backend.kind} model: POST /{backend.kind}",
+                          "wrong_endpoint")
+        try:
+            examples, fields, truncate = parse_request(await request.body(), endpoint,
+                                                       getattr(backend, "pair", False), settings["max_queue"])
+            payloads = backend.prepare(examples, settings["truncate"] if truncate is None else truncate)
+        except BadRequest as e:
+            return refuse(e.status, e.field, e.message, "bad_input")
+        except InputError as e:
+            return refuse(422, fields[e.index], str(e), "bad_input")
+        try:
+            futures = batcher.submit(payloads)
+        except QueueFull as e:
+            seconds = retry_after_seconds(e.queued, policy, table, settings["max_batch"])
+            return refuse(503, "queue", f"{e.queued} examples queued, bound {e.bound}: retry in {seconds} s",
+                          "queue_full", headers={"Retry-After": str(seconds)})
+        except RuntimeError as e:  # shutting down
+            return refuse(503, "server", str(e), "shutting_down", headers={"Retry-After": "1"})
+        results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+        metrics.latency.labels(endpoint=endpoint).observe(time.perf_counter() - start)
+        return {"results": results}
+
+    @app.post("/classify")
+    async def classify(request: Request):
+        return await serve(request, "classify")
+
+    @app.post("/translate")
+    async def translate(request: Request):
+        return await serve(request, "translate")
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "model": backend.describe(), "policy": policy.name, "ratios": backend.ratios,
+                "queued": batcher.queued, "cost_table": table.as_dict(),
+                **{k: v for k, v in settings.items() if k != "graceful_timeout"}}
+
+    @app.get("/metrics")
+    async def prometheus_metrics():
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+# ---- the command line -------------------------------------------------------------------------------------------
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fc-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint", help="fairseq checkpoint of the frozen backbone: a sentence_prediction classifier "
+                                      "(served at /classify) or a translation model (/translate)")
+    p.add_argument("--data", default=None, help="its data folder (default: the checkpoint's own --data for a "
+                                                "classifier, the checkpoint's folder for translation): dictionaries, "
+                                                "label names and, for GLUE, .prepared.json naming the tokenisation")
+    p.add_argument("--plugins", default="", help="Variator plugin files to attach, comma-separated "
+                                                 "(user_dir.tools.variator_plugins export); k=0, the backbone alone, "
+                                                 "is always served")
+    p.add_argument("--policy", default="adaptive",
+                   help="'fixed:K' (every batch at ratio K, 0 = backbone) or 'adaptive' (default: the smallest k "
+                        "whose predicted latency for the queued work meets --target-p95-ms, else the largest)")
+    p.add_argument("--target-p95-ms", type=float, default=250.0,
+                   help="adaptive policy's latency target in milliseconds (default 250; ours, no paper value)")
+    p.add_argument("--max-batch", type=int, default=32, help="most examples per batch (default 32, the GLUE "
+                                                             "recipes' batch size)")
+    p.add_argument("--max-wait-ms", type=float, default=5.0,
+                   help="longest an example waits for others to join its batch, in ms (default 5)")
+    p.add_argument("--max-queue", type=int, default=256,
+                   help="most examples queued; a request beyond it gets 503 with Retry-After (default 256)")
+    p.add_argument("--truncate", choices=("yes", "no"), default="yes",
+                   help="an example longer than the model reads: 'yes' cuts it as the training data was cut "
+                        "(default), 'no' refuses it (422); a request's \"truncate\" field overrides")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of the worker (default 1)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--graceful-timeout", type=float, default=30.0,
+                   help="seconds a shutdown waits for requests in flight (default 30)")
+    cost = p.add_argument_group("cost table (measured at start-up for the adaptive policy and Retry-After)")
+    cost.add_argument("--cost-table", default=None, help="read the table from this JSON (from --save-cost-table or "
+                                                         "GET /health) instead of measuring it")
+    cost.add_argument("--save-cost-table", default=None, help="write the table to this JSON")
+    cost.add_argument("--cost-texts", default=None,
+                      help="a file of example texts (one per line; a pair tab-separated) to time batches on "
+                           "(default: random ordinary tokens of --cost-length)")
+    cost.add_argument("--cost-length", type=int, default=None,
+                      help="tokens per random example when no --cost-texts (default 64 for a classifier, 32 for "
+                           "translation)")
+    cost.add_argument("--cost-batch-sizes", default=None,
+                      help="comma-separated batch sizes to time (default 1, 2, 4, ... up to --max-batch)")
+    cost.add_argument("--cost-runs", type=int, default=3, help="timed runs per cell; the median is kept (default 3)")
+    cls = p.add_argument_group("classification")
+    cls.add_argument("--head", default=None, help="classification head to serve (default: the checkpoint's only one)")
+    cls.add_argument("--wordpiece-vocab", default=None,
+                     help="the WordPiece vocabulary folder, when the one .prepared.json names has moved")
+    tr = p.add_argument_group("translation (fairseq-interactive's flags of the same names)")
+    tr.add_argument("--source-lang", default=None, help="source language (default: the checkpoint's)")
+    tr.add_argument("--target-lang", default=None, help="target language (default: the checkpoint's)")
+    tr.add_argument("--tokenizer", default="moses", help="fairseq tokenizer (default moses, with --moses-no-escape "
+                                                         "--moses-no-dash-splits as the shipped teacher's data)")
+    tr.add_argument("--bpe", default="subword_nmt", help="fairseq BPE (default subword_nmt)")
+    tr.add_argument("--bpe-codes", default=None, help="BPE codes (default: 'code' beside the checkpoint)")
+    tr.add_argument("--lowercase", action="store_true", help="lowercase the input (the shipped Multi30k teacher's "
+                                                             "data was lowercased)")
+    tr.add_argument("--beam", type=int, default=5, help="beam size (default 5, as the papers)")
+    tr.add_argument("--max-len-a", type=float, default=0, help="max length = a*src_len + b (fairseq default a=0)")
+    tr.add_argument("--max-len-b", type=int, default=200, help="max length = a*src_len + b (fairseq default b=200)")
+    p.add_argument("--log-level", default="info", help="uvicorn and fc-serve log level (default info)")
+    return p
+
+
+def cost_batches(backend, sizes: Sequence[int], texts: Optional[str], length: Optional[int]) -> dict:
+    """The timing batch of each size: the first examples of ``texts`` (cycled), or random tokens."""
+    if texts is None:
+        length = length or (64 if backend.kind == "classify" else 32)
+        return {b: backend.synthetic(b, length) for b in sizes}
+    with open(texts, encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f if line.strip()]
+    if not lines:
+        raise ValueError(f"--cost-texts {texts}: no text in it")
+    examples = [tuple(line.split("\t")) if getattr(backend, "pair", False) else (line,) for line in lines]
+    if any(len(e) != len(examples[0]) or (getattr(backend, "pair", False) and len(e) != 2) for e in examples):
+        raise ValueError(f"--cost-texts {texts}: this model reads " + ("pairs: one tab per line" if backend.pair
+                                                                     else "single texts"))
+    need = max(sizes)
+    payloads = backend.prepare([examples[i % len(examples)] for i in range(need)], truncate=True)
+    return {b: payloads[:b] for b in sizes}
+
+
+def build(args):
+    """(backend, cost table, policy, settings) from parsed arguments; ValueError names the flag."""
+    import torch
+
+    from .serving.backends import load_backend
+    from .serving.cost_table import CostTable, default_batch_sizes, measure
+    from .serving.policy import parse_policy
+
+    if args.threads < 1:
+        raise ValueError(f"--threads {args.threads}: at least 1")
+    torch.set_num_threads(args.threads)
+    backend = load_backend(args.checkpoint, data=args.data, plugins=args.plugins, head=args.head,
+                           wordpiece_vocab=args.wordpiece_vocab, source_lang=args.source_lang,
+                           target_lang=args.target_lang, tokenizer=args.tokenizer, bpe=args.bpe,
+                           bpe_codes=args.bpe_codes, lowercase=args.lowercase, beam=args.beam,
+                           max_len_a=args.max_len_a, max_len_b=args.max_len_b)
+    if args.cost_table:
+        table = CostTable.load(args.cost_table)
+    else:
+        try:
+            sizes = ([int(b) for b in args.cost_batch_sizes.split(",")] if args.cost_batch_sizes
+                     else default_batch_sizes(args.max_batch))
+        except ValueError:
+            raise ValueError(f"--cost-batch-sizes {args.cost_batch_sizes!r}: comma-separated integers") from None
+        batches = cost_batches(backend, sizes, args.cost_texts, args.cost_length)
+        length = round(sum(p["tokens"].numel() for p in batches[max(sizes)]) / max(sizes))
+        table = measure(lambda k, b: backend.run(batches[b], k), backend.ratios, sizes, args.cost_runs, length)
+        table.details.update(threads=args.threads, texts=args.cost_texts or "random tokens")
+    if args.save_cost_table:
+        table.save(args.save_cost_table)
+    policy = parse_policy(args.policy, backend.ratios, table, args.max_batch, args.target_p95_ms)
+    settings = {"max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms, "max_queue": args.max_queue,
+                "truncate": args.truncate == "yes", "threads": args.threads,
+                "target_p95_ms": args.target_p95_ms if policy.name == "adaptive" else None,
+                "graceful_timeout": args.graceful_timeout}
+    return backend, table, policy, settings
+
+
+def cli_main(argv: Optional[List[str]] = None):
+    args = get_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn
+    except ImportError as e:
+        sys.exit(f"fc-serve: {e.name} is missing; install the server's extra: pip install -e '.[serve]'")
+    from user_dir.variator.plugged_encoder import VariatorError
+    try:
+        backend, table, policy, settings = build(args)
+    except (ValueError, VariatorError, FileNotFoundError) as e:
+        sys.exit(f"fc-serve: {e}")
+    print(table.format(), flush=True)
+    print(f"fc-serve: {backend.kind} model, ratios {backend.ratios}, policy {policy.name}"
+          + (f" (target p95 {args.target_p95_ms:g} ms)" if policy.name == "adaptive" else ""), flush=True)
+    app = create_app(backend, policy, table, settings)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(), access_log=False,
+                timeout_graceful_shutdown=args.graceful_timeout)
+
+
+if __name__ == "__main__":
+    cli_main()

@@ -1,0 +1,115 @@
+"""The cost table: how long one batch takes on this machine, by Variator ratio k and batch size.
+
+Measured once at start-up on the served model (``measure``), printed, exposed by ``/health`` and
+``/metrics``, and read by the adaptive policy to predict when queued work would finish. A batch size
+between two measured ones is interpolated linearly (a batch's time grows about linearly with its
+size once past the fixed per-forward overhead); beyond the largest one it is extrapolated with the
+last segment's slope.
+"""
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Sequence
+
+
+def default_batch_sizes(max_batch: int) -> List[int]:
+    """1, 2, 4, ... up to ``max_batch``, and ``max_batch`` itself."""
+    sizes, b = [], 1
+    while b < max_batch:
+        sizes.append(b)
+        b *= 2
+    return sizes + [max_batch]
+
+
+@dataclass
+class CostTable:
+    seconds: Dict[int, Dict[int, float]]  # k -> batch size -> seconds of one batch
+    length: int = 0  # tokens per example in the timed batches (0: not measured here, e.g. a synthetic table)
+    source: str = "measured"
+    details: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.seconds:
+            raise ValueError("a cost table needs at least one ratio k")
+        self.seconds = {int(k): {int(b): float(s) for b, s in row.items()} for k, row in self.seconds.items()}
+        for k, row in self.seconds.items():
+            if not row or min(row) < 1 or min(row.values()) <= 0:
+                raise ValueError(f"cost table row k={k}: needs batch sizes >= 1 with positive seconds, got {row}")
+
+    @property
+    def ratios(self) -> List[int]:
+        return sorted(self.seconds)
+
+    def batch_seconds(self, k: int, size: int) -> float:
+        """Predicted seconds of one batch of ``size`` examples at ratio ``k``."""
+        if size <= 0:
+            return 0.0
+        row = self.seconds[k]
+        sizes = sorted(row)
+        if size in row:
+            return row[size]
+        if len(sizes) == 1:
+            return row[sizes[0]] * size / sizes[0]
+        if size < sizes[0]:
+            lo, hi = sizes[0], sizes[1]
+        elif size > sizes[-1]:
+            lo, hi = sizes[-2], sizes[-1]
+        else:
+            hi = next(s for s in sizes if s > size)
+            lo = max(s for s in sizes if s < size)
+        slope = (row[hi] - row[lo]) / (hi - lo)
+        return max(row[lo] + slope * (size - lo), 1e-9)
+
+    def as_dict(self) -> dict:
+        return {"seconds": {str(k): {str(b): s for b, s in sorted(row.items())} for k, row in sorted(self.seconds.items())},
+                "length": self.length, "source": self.source, "details": self.details}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CostTable":
+        return cls(d["seconds"], d.get("length", 0), d.get("source", "file"), d.get("details", {}))
+
+    @classmethod
+    def load(cls, path: str) -> "CostTable":
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+        d = d.get("cost_table", d)  # a /health answer holds it under "cost_table"
+        table = cls.from_dict(d)
+        table.source = f"file {path}"
+        return table
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.as_dict(), f, indent=1)
+
+    def format(self) -> str:
+        """The table as text: a row per k, milliseconds per batch by batch size."""
+        sizes = sorted({b for row in self.seconds.values() for b in row})
+        head = "k \\ batch | " + " | ".join(f"{b:>7}" for b in sizes)
+        lines = [f"cost table ({self.source}; ms per batch" + (f", {self.length} tokens per example)" if self.length
+                                                               else ")"), head]
+        for k in self.ratios:
+            cells = [f"{self.seconds[k][b] * 1000:7.1f}" if b in self.seconds[k] else f"{'-':>7}" for b in sizes]
+            lines.append(f"{k:>9} | " + " | ".join(cells))
+        return "\n".join(lines)
+
+
+def measure(run_batch: Callable[[int, int], None], ratios: Sequence[int], batch_sizes: Sequence[int],
+            runs: int, length: int, clock=time.perf_counter) -> CostTable:
+    """Time ``run_batch(k, size)`` ``runs`` times for every k and batch size (after one untimed warm-up of
+    each) and keep the median. Within each run the ratios take turns at each size, the order reversed
+    every other run, so every k sees the same moments of a machine shared with other work."""
+    if runs < 1:
+        raise ValueError(f"--cost-runs {runs}: at least 1")
+    times = {k: {b: [] for b in batch_sizes} for k in ratios}
+    for b in batch_sizes:
+        for k in ratios:
+            run_batch(k, b)  # warm-up: first-call allocations, lazily built kernels
+    for r in range(runs):
+        for b in batch_sizes:
+            for k in (list(ratios) if r % 2 == 0 else list(reversed(ratios))):
+                start = clock()
+                run_batch(k, b)
+                times[k][b].append(clock() - start)
+    seconds = {k: {b: statistics.median(ts) for b, ts in row.items()} for k, row in times.items()}
+    return CostTable(seconds, length, "measured at start-up", {"runs": runs, "statistic": "median"})

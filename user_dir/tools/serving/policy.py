@@ -1,0 +1,98 @@
+"""Which Variator plugin a batch runs with: Variator's plug-and-play promise (abstract and section 1:
+"dynamically select different compression plugins with varying acceleration ratios based on the
+current workload") as a policy.
+
+* ``fixed:K``: every batch at ratio K (0: the backbone alone).
+* ``adaptive``: before each batch, for every attached ratio k from the smallest up, predict when the
+  queued work would finish if it all ran at k (FIFO batches of the maximum size, times from the cost
+  table), and take the first k whose worst-off example (its wait so far plus its predicted completion)
+  meets the latency target; if none does (overload), the largest k.
+
+The maths are pure functions of the queue's ages and the cost table, so they are tested on hand-made
+numbers (tests/test_serve.py).
+"""
+from dataclasses import dataclass
+from typing import Sequence, Tuple
+
+from .cost_table import CostTable
+
+
+def predicted_latency(ages: Sequence[float], k: int, table: CostTable, max_batch: int) -> float:
+    """Seconds until the worst-off queued example is answered if every queued example runs at ratio ``k``.
+
+    ``ages`` are the seconds each queued example has waited, oldest first (the queue is FIFO). The
+    queue runs as batches of ``max_batch``; batch m finishes after batches 0..m, and its oldest example
+    (the first of the batch) is its worst-off one: latency = its age + that finish time."""
+    if max_batch < 1:
+        raise ValueError(f"max_batch {max_batch}: at least 1")
+    worst, clock = 0.0, 0.0
+    for start in range(0, len(ages), max_batch):
+        clock += table.batch_seconds(k, min(max_batch, len(ages) - start))
+        worst = max(worst, ages[start] + clock)
+    return worst
+
+
+def choose_ratio(ages: Sequence[float], table: CostTable, max_batch: int, target: float) -> Tuple[int, float]:
+    """(k, predicted seconds): the smallest ratio whose predicted latency for the queued work is within
+    ``target`` seconds, or the largest ratio when none is (overload)."""
+    predicted = 0.0
+    for k in table.ratios:
+        predicted = predicted_latency(ages, k, table, max_batch)
+        if predicted <= target:
+            return k, predicted
+    return table.ratios[-1], predicted
+
+
+@dataclass
+class FixedPolicy:
+    ratio: int
+
+    @property
+    def name(self) -> str:
+        return f"fixed:{self.ratio}"
+
+    @property
+    def largest_ratio(self) -> int:
+        return self.ratio
+
+    def choose(self, ages: Sequence[float]) -> Tuple[int, float]:
+        return self.ratio, float("nan")
+
+
+@dataclass
+class AdaptivePolicy:
+    table: CostTable
+    max_batch: int
+    target: float  # seconds
+
+    name = "adaptive"
+
+    @property
+    def largest_ratio(self) -> int:
+        return self.table.ratios[-1]
+
+    def choose(self, ages: Sequence[float]) -> Tuple[int, float]:
+        return choose_ratio(ages, self.table, self.max_batch, self.target)
+
+
+def parse_policy(spec: str, ratios: Sequence[int], table: CostTable, max_batch: int, target_ms: float):
+    """``fixed:K`` (K one of the attached ratios, 0 = backbone) or ``adaptive``; errors name --policy."""
+    if spec == "adaptive":
+        missing = sorted(set(ratios) - set(table.ratios))
+        if missing:
+            raise ValueError(f"--policy adaptive: the cost table has no row for k in {missing} "
+                             f"(it has {table.ratios}; measure it with these plugins or fix --cost-table)")
+        if target_ms <= 0:
+            raise ValueError(f"--target-p95-ms {target_ms}: must be positive")
+        sub = CostTable({k: table.seconds[k] for k in ratios}, table.length, table.source, table.details)
+        return AdaptivePolicy(sub, max_batch, target_ms / 1000.0)
+    if spec.startswith("fixed:"):
+        try:
+            k = int(spec.split(":", 1)[1])
+        except ValueError:
+            raise ValueError(f"--policy {spec!r}: fixed:K takes an integer ratio K (0 = the backbone alone)") from None
+        if k not in ratios:
+            raise ValueError(f"--policy {spec}: no plugin with k={k} is attached (ratios: {list(ratios)}; "
+                             "add its file to --plugins)")
+        return FixedPolicy(k)
+    raise ValueError(f"--policy {spec!r}: 'adaptive' or 'fixed:K'")
