@@ -49,8 +49,15 @@ def fold_linear(
     """Eqs 1-2 in torch's convention: returns ``(weight~, bias~)`` of the dense compressed layer,
     ``weight~ = (U W D + B)^T`` of shape ``cmp_out x cmp_in`` and ``bias~ = D^T W^T b_U + D^T b + b_D``.
 
-    ``weight`` is ``nn.Linear.weight`` (``out x in``), i.e. the paper's ``W^T``.
+    ``weight`` is ``nn.Linear.weight`` (``out x in``), i.e. the paper's ``W^T``. Half-precision tensors
+    (a model trained or loaded with ``--fp16``/``--bf16``) are folded in float32 and the result is cast
+    back to ``weight``'s dtype once: folding ``U W D`` in bfloat16 rounds every intermediate product,
+    and ``finalize_()`` of a half-precision model would then differ from ``apc_finalize`` (which
+    folds in float32) on the same weights.
     """
+    dtype = weight.dtype
+    work = torch.promote_types(dtype, torch.float32)  # float64 stays float64
+    weight, bias, U, b_U, D, b_D, B = (None if t is None else t.to(work) for t in (weight, bias, U, b_U, D, b_D, B))
     W = weight.t()  # paper's in x out
     b = bias if bias is not None else weight.new_zeros(weight.size(0))
     W_t = W
@@ -66,7 +73,7 @@ def fold_linear(
             c = c + b_D
     if B is not None:
         W_t = W_t + B
-    return W_t.t().contiguous(), c.contiguous()
+    return W_t.t().contiguous().to(dtype), c.contiguous().to(dtype)
 
 
 class APCLinear(nn.Module):

@@ -65,8 +65,10 @@ class MeanPoolClassificationHead(RobertaClassificationHead):
         if padding_mask is None:
             raise ValueError("--classification-pooling mean needs the padding mask: call the head as "
                              "head(features, padding_mask=src_tokens.eq(pad)) or through the model's forward")
-        keep = (~padding_mask).unsqueeze(-1).to(features.dtype)
-        x = (features * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)
+        # the mean in float32, cast back once: in bfloat16 a count of tokens is exact only up to 256 (301
+        # tokens count as 300), which moved a 301-token mean by a whole bfloat16 step
+        keep = (~padding_mask).unsqueeze(-1).to(torch.float32)
+        x = ((features.float() * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)).to(features.dtype)
         x = self.dropout(x)
         x = self.dense(x)
         x = self.activation_fn(x)

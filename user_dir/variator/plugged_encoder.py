@@ -104,6 +104,10 @@ class VariatorPlugins(nn.Module):
     def __init__(self, model: nn.Module):
         super().__init__()
         self.signature = backbone_signature(model)
+        # a backbone weight (in a list: not registered, the backbone is not ours): a plugin attached later
+        # takes its device and dtype, which model.half() / .to() change in place, so a plugin attached to a
+        # model already in half precision runs in half precision too
+        self._backbone_reference = [next(transformer_encoder(model).parameters())]
         self.plugins = nn.ModuleDict()
         self.active: Optional[str] = None
         self._placeholders = set()  # sets whose weights must come from the checkpoint being loaded
@@ -130,9 +134,8 @@ class VariatorPlugins(nn.Module):
         plugin_set = PluginSet(self.signature["embed_dim"], config)
         if state_dict is not None:
             plugin_set.load_state_dict(state_dict, strict=True)
-        reference = next(self.parameters(), None)
-        if reference is not None:
-            plugin_set.to(device=reference.device, dtype=reference.dtype)
+        reference = self._backbone_reference[0]
+        plugin_set.to(device=reference.device, dtype=reference.dtype)
         self.plugins[key] = plugin_set
         if placeholder:
             self._placeholders.add(key)
