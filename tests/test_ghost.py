@@ -735,3 +735,60 @@ def test_bench_ghost_glue_part_keeps_the_translation_part_and_labels_its_rows(tm
         bench.glue_setup(argparse.Namespace(glue_work=str(tmp_path)), "XYZ")
     with pytest.raises(SystemExit, match=r"--glue-task MRPC: no teacher .*TASKS=MRPC bash scripts/glue_teachers.sh"):
         bench.glue_setup(argparse.Namespace(glue_work=str(tmp_path)), "MRPC")
+
+
+# ---- --ghost-zero-init (issue 32: the paper does not say how ghost modules start) -----------------------
+def test_zero_init_starts_as_the_pruned_model_then_trains_the_kernel(tiny):
+    model = tiny["model"]
+    plan = prune_plan(*accumulate_importance(model, nll, tiny["batches"][:1]), 1, 64)
+    pruned = ghost_student(tiny, 1, 64, "none")
+    zero = ghost_student(tiny, 1, 64, "o,ffn1,ffn2", ghost_zero_init=True)
+    plain = ghost_student(tiny, 1, 64, "o,ffn1,ffn2")
+    for student in (pruned, zero, plain):
+        load_pruned(student, model, plan)
+    sample = tiny["batches"][0]
+    with torch.no_grad():
+        reference = pruned(**sample["net_input"])[0]
+        assert torch.equal(zero(**sample["net_input"])[0], reference)  # exactly the pruned model (inference path)
+        assert not torch.allclose(plain(**sample["net_input"])[0], reference)  # xavier-initialised modules perturb it
+    scales = [m.scale for m in zero.modules() if isinstance(m, GhostConv)]
+    kernels = [m.weight for m in zero.modules() if isinstance(m, GhostConv)]
+    assert len(scales) == 3 and all(float(s) == 0 for s in scales)
+    zero.train()
+    nll(zero, sample).backward()
+    assert all(s.grad is not None and float(s.grad.abs()) > 0 for s in scales)  # the scales move first ...
+    assert all(float(w.grad.abs().sum()) == 0 for w in kernels)  # ... the kernels once a scale is not 0
+    with torch.no_grad():
+        for s in scales:
+            s.fill_(0.5)
+    zero.zero_grad()
+    nll(zero, sample).backward()
+    assert all(float(w.grad.abs().sum()) > 0 for w in kernels)
+    # counts: one scalar per module; after QK / V is refused, naming the flag
+    layer = transformer_encoder(zero).layers[0]
+    assert layer.fc2.ghost_parameter_count() == layer.fc2.ghost.weight.numel() + 1
+    with pytest.raises(GhostConfigError, match="--ghost-zero-init"):
+        ghost_student(tiny, 1, 64, "v,ffn2", ghost_zero_init=True)
+
+
+def test_zero_init_scale_on_the_fast_path_equals_the_reference_form():
+    torch.manual_seed(0)
+    T, B, C = 7, 3, 16
+    cfg = GhostConfig(zero_init=True)
+    fast = GhostLinear(C, C, 1, cfg).double()
+    with torch.no_grad():
+        fast.ghost.scale.fill_(-0.7)
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    mask[1, 5:] = True
+    fast.padding_mask = mask
+    x = torch.randn(T, B, C, dtype=torch.double, requires_grad=True)
+    y_fast = fast(x)
+    y_ref = torch.nn.functional.linear(x, fast.weight, fast.bias)
+    y_ref = y_ref + fast._ghost(fast.ghost(fast._masked(y_ref).unsqueeze(2), mask))
+    torch.testing.assert_close(y_fast, y_ref)
+    g_fast = torch.autograd.grad(y_fast.sum(), [x, fast.ghost.scale, fast.ghost.weight])
+    g_ref = torch.autograd.grad(y_ref.sum(), [x, fast.ghost.scale, fast.ghost.weight])
+    for a, b in zip(g_fast, g_ref):
+        torch.testing.assert_close(a, b)
+    with torch.no_grad():  # the in-place inference path
+        torch.testing.assert_close(fast(x), y_ref)

@@ -87,6 +87,10 @@ def add_ghost_args(parser) -> None:
                         help="no nonlinearity on the ghost features (Table 4 '- ReLU'; paper: ReLU, eq 2)")
     parser.add_argument("--ghost-features", type=int, metavar="F",
                         help="ghost features per sub-layer, F of eqs 3 and 5 (Appendix B.4; paper: 1)")
+    parser.add_argument("--ghost-zero-init", action="store_true", default=None,
+                        help="multiply each ghost module's features by a learnable scale initialised to 0, so the "
+                             "model starts exactly as the pruned one (ours: the paper does not say how ghost modules "
+                             "start; default off, the kernels' xavier initialisation); after O / FFN1 / FFN2 only")
     parser.add_argument("--ghost-unshared", action="store_true", default=None,
                         help="a ghost module per (feature, head) G_{f,h} instead of one shared by the heads "
                              "(Appendix B.4; paper: shared, section 2.3); after O and FFN2 only (refused with ffn1, "
@@ -105,6 +109,7 @@ def ghost_defaults(args) -> None:
     args.ghost_no_relu = bool(getattr(args, "ghost_no_relu", False))
     args.ghost_features = getattr(args, "ghost_features", None) or 1
     args.ghost_unshared = bool(getattr(args, "ghost_unshared", False))
+    args.ghost_zero_init = bool(getattr(args, "ghost_zero_init", False))
 
 
 def parse_positions(spec: str) -> tuple:
@@ -123,7 +128,7 @@ def parse_positions(spec: str) -> tuple:
 def ghost_config(args) -> GhostConfig:
     return GhostConfig(kernel_size=args.ghost_kernel_size, conv=args.ghost_conv, softmax=not args.ghost_no_softmax,
                        relu=not args.ghost_no_relu, features=args.ghost_features, shared=not args.ghost_unshared,
-                       conv1d_f_length=args.ghost_conv1d_f_length)
+                       conv1d_f_length=args.ghost_conv1d_f_length, zero_init=args.ghost_zero_init)
 
 
 def kept_widths(args, heads: int, ffn: int) -> tuple:
@@ -189,6 +194,10 @@ def build_ghost_encoder(model: nn.Module, args) -> None:
         raise GhostConfigError(f"--ghost-conv / --ghost-features / --ghost-unshared configure the modules after O, "
                                f"FFN1 and FFN2; --ghost-positions {args.ghost_positions} has none (after QK is "
                                "Conv2D and after V DWConv, Table 6)")
+    if cfg.zero_init and any(p in ATTENTION_POSITIONS for p in positions):
+        raise GhostConfigError(f"--ghost-zero-init scales the modules after O, FFN1 and FFN2; --ghost-positions "
+                               f"{args.ghost_positions} puts one inside the attention (after QK / V), which generates "
+                               "heads rather than adding features")
     if not cfg.shared and kept_ffn % kept_heads and "ffn2" in positions:
         raise GhostConfigError(f"--ghost-unshared: --ghost-ffn-dim {kept_ffn} does not split into "
                                f"{kept_heads} folds")
