@@ -76,8 +76,8 @@ class Run:
 
 def train_bf16(caplog, save_dir, *argv, validate=False) -> Run:
     """``fairseq-train ARGV --bf16 --cpu`` for UPDATES updates (see the module docstring), checked: every
-    logged number finite, a positive gradient norm at every update, bf16 model with float32 master weights,
-    finite saved weights."""
+    logged number finite, a positive gradient norm at every update, a bf16 model (its saved weights are bf16
+    values) with float32 master weights and Adam moments, all finite."""
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq_cli.train import main
@@ -105,8 +105,11 @@ def train_bf16(caplog, save_dir, *argv, validate=False) -> Run:
     state = run.state()
     assert state["cfg"]["common"]["bf16"] and state["optimizer_history"][-1]["optimizer_name"] == "FP16Optimizer"
     for part in ("model", "criterion"):
-        bad = [k for k, v in (state.get(part) or {}).items() if v.is_floating_point() and not torch.isfinite(v).all()]
+        tensors = {k: v for k, v in (state.get(part) or {}).items() if v.is_floating_point()}
+        bad = [k for k, v in tensors.items() if not torch.isfinite(v).all()]
         assert not bad, (part, bad)
+        # fairseq saves half-precision weights as float32; these are bf16 values: the model trained in bf16
+        assert all(torch.equal(v, v.to(torch.bfloat16).float()) for v in tensors.values()), part
     moments = [t for s in state["last_optimizer_state"]["state"].values() for t in (s["exp_avg"], s["exp_avg_sq"])]
     assert moments and all(torch.isfinite(t).all() and t.dtype == torch.float32 for t in moments)
     return run
