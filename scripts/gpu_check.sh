@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check (issue 31): every method of the plug-in trains a few updates on the shipped teacher's
-# data in float32 (the reference), with --fp16 and with --bf16, validates, translates a few test
+# data in float32 (the reference), with --fp16 and with --bf16 (stock, and with fairseq's implied --tpu
+# undone: bf16-notpu below), validates, translates a few test
 # sentences (fairseq-generate; CTranslate2 on the GPU where it is installed), and one table says per
 # row: finished, final loss, finite, seconds.
 #
@@ -10,8 +11,8 @@
 #   bash scripts/gpu_check.sh --only pet,apc --precisions bf16          # a part of it
 #
 # Options: --only METHODS (comma-separated, of: pet word-kd patient-kd can variator ghost apc),
-# --precisions LIST (of fp32 fp16 bf16 amp memory-efficient-fp16; default fp32,fp16,bf16; a CPU runs
-# fp32 and bf16 only), --updates N (per training step; default 10 on CUDA, 3 on a CPU), --jobs N
+# --precisions LIST (of fp32 fp16 bf16 bf16-notpu amp memory-efficient-fp16; default fp32,fp16,bf16,
+# bf16-notpu; a CPU runs fp32, bf16 and bf16-notpu only), --updates N (per training step; default 10 on CUDA, 3 on a CPU), --jobs N
 # (method chains at a time; default 6 on CUDA, 1 on a CPU), --budget SECONDS (start no step after this
 # long; the report then lists the rest as not run, and the same command continues), --work DIR
 # (default work/gpu_check), --out FILE (the report; default WORK/gpu_check.md: results/gpu_check.md
@@ -45,6 +46,10 @@
 #   ghost       user_dir.tools.ghost_prune (m = 2/4, ghost modules after O and FFN2), then ghost_distill
 #   apc         user_dir.tools.apc_init (FFNs 1024 -> 256, neuron pruning), apc_activation_kd,
 #               user_dir.tools.apc_finalize, then generation with the finalized (stock) checkpoint
+# Precisions: fp32 (no flag), fp16 (--fp16), amp (--amp), memory-efficient-fp16 (CUDA only), bf16 (--bf16 as
+# fairseq takes it: fairseq 0.12 turns --bf16 into --tpu, fairseq/options.py, and its Trainer then asks
+# torch_xla for a device), bf16-notpu (--bf16 through WORK/bin/fairseq_train_bf16.py, which undoes that one
+# implication and runs fairseq_cli.train unchanged: fairseq's own bfloat16 training on CUDA or a CPU).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -52,7 +57,7 @@ CMDLINE="bash scripts/gpu_check.sh${*:+ $*}"
 [ "${DEVICE:-auto}" = auto ] || CMDLINE="DEVICE=$DEVICE $CMDLINE"
 ALL_METHODS="pet word-kd patient-kd can variator ghost apc"
 ONLY=""; PRECISIONS=""; UPDATES=""; JOBS=""; BUDGET=0; WORK=work/gpu_check; OUT=""; FRESH=0; DRY_RUN=0
-usage() { sed -n '2,47p' "$0"; exit "${1:-0}"; }
+usage() { sed -n '2,53p' "$0"; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) ONLY="${2//,/ }"; shift 2 ;;
@@ -72,8 +77,8 @@ for m in $ONLY; do
   [[ " $ALL_METHODS " == *" $m "* ]] || { echo "gpu_check.sh: --only $m: not one of: $ALL_METHODS" >&2; exit 2; }
 done
 for p in $PRECISIONS; do
-  [[ " fp32 fp16 bf16 amp memory-efficient-fp16 " == *" $p "* ]] ||
-    { echo "gpu_check.sh: --precisions $p: not one of fp32 fp16 bf16 amp memory-efficient-fp16" >&2; exit 2; }
+  [[ " fp32 fp16 bf16 bf16-notpu amp memory-efficient-fp16 " == *" $p "* ]] ||
+    { echo "gpu_check.sh: --precisions $p: not one of fp32 fp16 bf16 bf16-notpu amp memory-efficient-fp16" >&2; exit 2; }
 done
 for v in BUDGET ${UPDATES:+UPDATES} ${JOBS:+JOBS}; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "gpu_check.sh: --$(tr 'A-Z' 'a-z' <<< "$v") must be a number, got '${!v}'" >&2; exit 2; }
@@ -86,12 +91,13 @@ TEACHER="$SHIPPED/teacher.pt"
 TRAIN_LINES="${TRAIN_LINES:-2000}"; VALID_LINES="${VALID_LINES:-200}"; TEST_LINES="${TEST_LINES:-100}"
 MAX_TOKENS="${MAX_TOKENS:-4096}"
 START=$(date +%s)
+CORES=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # GNU nproc reports OMP_NUM_THREADS where it is set
 DEADLINE=$(( BUDGET > 0 ? START + BUDGET : 0 ))
 say() { printf '[gpu_check %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { echo "gpu_check.sh: $*" >&2; exit 2; }
 past_deadline() { [ "$DEADLINE" -gt 0 ] && [ "$(date +%s)" -ge "$DEADLINE" ]; }
 
-[ "$FRESH" = 1 ] && rm -rf "$WORK"
+[ "$FRESH" = 1 ] && [ "$DRY_RUN" = 0 ] && rm -rf "$WORK"
 mkdir -p "$WORK"
 SITE="$ROOT/$WORK/site"; [[ "$WORK" = /* ]] && SITE="$WORK/site"
 export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}"
@@ -109,23 +115,24 @@ if [ "$DEVICE" = auto ]; then
 fi
 [ "$DEVICE" = cuda ] || [ "$DEVICE" = cpu ] || die "DEVICE must be auto, cuda or cpu, got '$DEVICE'"
 [ "$DEVICE" = cpu ] || [ "$CUDA" = 1 ] || die "DEVICE=cuda but torch sees no CUDA device"
+PRECISIONS="${PRECISIONS:-fp32 fp16 bf16 bf16-notpu}"
 if [ "$DEVICE" = cuda ]; then
-  PRECISIONS="${PRECISIONS:-fp32 fp16 bf16}"; UPDATES="${UPDATES:-10}"; JOBS="${JOBS:-6}"
-  THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / JOBS > 0 ? $(nproc) / JOBS : 1 ))}"
+  UPDATES="${UPDATES:-10}"; JOBS="${JOBS:-6}"; THREADS="${OMP_NUM_THREADS:-$(( CORES / JOBS > 0 ? CORES / JOBS : 1 ))}"
 else
-  PRECISIONS="${PRECISIONS:-fp32 fp16 bf16}"; UPDATES="${UPDATES:-3}"; JOBS="${JOBS:-1}"
-  THREADS="${OMP_NUM_THREADS:-1}"
+  UPDATES="${UPDATES:-3}"; JOBS="${JOBS:-1}"; THREADS="${OMP_NUM_THREADS:-1}"
 fi
 export OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"
 # what makes rows comparable: a work folder holds the rows of one setting
 SETTINGS="device=$DEVICE updates=$UPDATES max_tokens=$MAX_TOKENS train_lines=$TRAIN_LINES valid_lines=$VALID_LINES test_lines=$TEST_LINES"
-if [ -f "$WORK/settings" ] && [ "$(cat "$WORK/settings")" != "$SETTINGS" ]; then
-  die "$WORK holds rows made with '$(cat "$WORK/settings")', not '$SETTINGS': pass --fresh or another --work"
+if [ "$DRY_RUN" = 0 ]; then
+  if [ -f "$WORK/settings" ] && [ "$(cat "$WORK/settings")" != "$SETTINGS" ]; then
+    die "$WORK holds rows made with '$(cat "$WORK/settings")', not '$SETTINGS': pass --fresh or another --work"
+  fi
+  echo "$SETTINGS" > "$WORK/settings"
 fi
-echo "$SETTINGS" > "$WORK/settings"
 PRECISIONS_RUN=""
 for p in $PRECISIONS; do
-  if [ "$DEVICE" = cpu ] && [[ "$p" != fp32 && "$p" != bf16 ]]; then continue; fi
+  if [ "$DEVICE" = cpu ] && [[ "$p" != fp32 && "$p" != bf16* ]]; then continue; fi
   PRECISIONS_RUN="$PRECISIONS_RUN $p"
 done
 say "device $DEVICE, precisions$PRECISIONS_RUN, methods $METHODS, $UPDATES updates, $JOBS job(s) x $THREADS thread(s)"
@@ -159,9 +166,9 @@ setup() {
     [ -n "$fairseq_source" ] || die "no $WHEELS/fairseq_fixed-0.12.3.1.tar.gz: run bash scripts/gpu_check_fetch.sh"
     mkdir -p "$WORK/build"
     if ! ls "$WORK"/build/fairseq_fixed-*.whl >/dev/null 2>&1; then
-      say "1/4 set-up: building fairseq-fixed against torch $TORCH_VERSION ($(nproc) cores; minutes)"
+      say "1/4 set-up: building fairseq-fixed against torch $TORCH_VERSION ($CORES cores; minutes)"
       local cfg no_ninja
-      cfg="$(mktemp)"; printf '[build_ext]\nparallel = %s\n' "$(nproc)" > "$cfg"
+      cfg="$(mktemp)"; printf '[build_ext]\nparallel = %s\n' "$CORES" > "$cfg"
       # a `ninja` that fails `ninja --version` makes torch use its plain (parallel-safe) builder
       no_ninja="$(mktemp -d)"; printf '#!/bin/sh\nexit 1\n' > "$no_ninja/ninja"; chmod +x "$no_ninja/ninja"
       env -u CUDA_HOME PATH="$no_ninja:$PATH" DIST_EXTRA_CONFIG="$cfg" \
@@ -176,7 +183,8 @@ setup() {
   fi
   lacking="$(missing)"
   [ -z "$lacking" ] || die "still missing after the set-up: $lacking; fetch them here with: bash scripts/gpu_check_fetch.sh --python-version $PYVER --packages 'NAME==VERSION ...'"
-  echo "installed into $SITE from $WHEELS: $installed (fairseq-fixed built here)" > "$WORK/setup.done"
+  echo "installed into $WORK/site from $WHEELS: $installed$([[ " $installed " != *" fairseq-fixed "* ]] ||
+    echo " (fairseq-fixed built from its source against torch $TORCH_VERSION)")" > "$WORK/setup.done"
 }
 SETUP_START=$(date +%s)
 if [ "$DRY_RUN" = 1 ]; then
@@ -219,7 +227,7 @@ steps_of() {  # the steps of a method, in order: NAME:KIND
 }
 precision_flags() {
   case "$1" in
-    fp32) ;; fp16) echo --fp16 ;; bf16) echo --bf16 ;; amp) echo --amp ;;
+    fp32) ;; fp16) echo --fp16 ;; bf16|bf16-notpu) echo --bf16 ;; amp) echo --amp ;;
     memory-efficient-fp16) echo --memory-efficient-fp16 ;;
   esac
 }
@@ -277,6 +285,7 @@ chain() {  # chain PRECISION METHOD: the method's steps in order, stopping at th
   read -r -a prec_flags <<< "$(precision_flags "$prec") ${CPU_FLAG[*]}"
   gen_prec=("${CPU_FLAG[@]}"); [ "$prec" = fp16 ] && gen_prec+=(--fp16)  # fairseq-generate has only --fp16
   local train=("$PYTHON" -m fairseq_cli.train "$DATA" "${TRAIN[@]}" "${prec_flags[@]}")
+  [ "$prec" = bf16-notpu ] && train=("$PYTHON" "$WORK/bin/fairseq_train_bf16.py" "${train[@]:3}")
   local generate=("$PYTHON" -m fairseq_cli.generate "$DATA" "${GENERATE[@]}" "${gen_prec[@]}")
   case "$method" in
     pet)
@@ -338,20 +347,24 @@ else:
 PY
 )
   if [ -n "$why" ]; then skip "$row" "$why"; return 0; fi
-  case "$prec" in fp32) compute=float32 ;; bf16) compute=bfloat16 ;; *) compute=float16 ;; esac
-  [ "$DEVICE" = cpu ] && [ "$compute" = float16 ] && compute=float32
+  case "$prec" in fp32) compute=float32 ;; bf16*) compute=bfloat16 ;; *) compute=float16 ;; esac
+  # the row's type where CTranslate2 supports it on this device (CPUs: rarely float16 or bfloat16), else float32
+  "$PYTHON" -c 'import ctranslate2, sys; sys.exit(sys.argv[2] not in ctranslate2.get_supported_compute_types(sys.argv[1]))' \
+    "$DEVICE" "$compute" || compute=float32
   # torch's CUDA libraries (pip's nvidia-* packages), where CTranslate2 looks for cuBLAS and cuDNN
   local libs; libs=$("$PYTHON" -c 'import glob, os, sys
 print(":".join(glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-packages", "nvidia", "*", "lib"))))')
   local convert=("$PYTHON" -m user_dir.tools.ct2_engine convert "$dir/1-kd/checkpoint_last.pt" --data "$DATA"
     --out "$row/model")
-  local decode=("$PYTHON" "$WORK/ct2_decode.py" "$row/model" "$DATA" "$DEVICE" "$compute")
+  local decode=("$PYTHON" "$WORK/bin/ct2_decode.py" "$row/model" "$DATA" "$DEVICE" "$compute")
   LD_LIBRARY_PATH="${libs:+$libs:}${LD_LIBRARY_PATH:-}" run_step "$row" "" \
     bash -c "$(printf '%q ' "${convert[@]}")&& $(printf '%q ' "${decode[@]}")" || true
 }
-# ct2_engine's decoding on DEVICE (its command line has no --device), in fairseq-generate's output format
-write_ct2_decode() {
-  cat > "$WORK/ct2_decode.py" <<'PY'
+# two launchers the rows use (the report shows them): ct2_engine's decoding on DEVICE (its command line has
+# no --device), and fairseq-train with --bf16 off TPUs
+write_launchers() {
+  mkdir -p "$WORK/bin"
+  cat > "$WORK/bin/ct2_decode.py" <<'PY'
 """CTranslate2 translation of a fairseq test set on a device: python ct2_decode.py MODEL DATA DEVICE COMPUTE_TYPE"""
 import sys
 
@@ -364,10 +377,36 @@ decoded = ct2_engine.decode(model, batches, lengths, beam=5, compute_type=comput
 ct2_engine.write_generate_format(ct2_engine.hypotheses_as_text(task, batches, decoded, "subword_nmt"), sys.stdout)
 print("ctranslate2", decoded["ctranslate2"], "on", device, compute_type, file=sys.stderr)
 PY
+  cat > "$WORK/bin/fairseq_train_bf16.py" <<'PY'
+"""fairseq-train --bf16 off TPUs: fairseq 0.12 turns --bf16 into --tpu (fairseq/options.py), so its Trainer asks
+torch_xla for a device; this undoes that one implication, then runs fairseq_cli.train unchanged (its Trainer
+and optimizer have a bfloat16 path: the model and batches in bfloat16, float32 master weights, no loss scale)."""
+import logging
+import os
+import runpy
+import sys
+
+# fairseq_cli.train's logging, set before fairseq's imports log anything
+logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", datefmt="%Y-%m-%d %H:%M:%S",
+                    level=os.environ.get("LOGLEVEL", "INFO").upper(), stream=sys.stdout)
+from fairseq import options  # noqa: E402
+
+parse_args_and_arch = options.parse_args_and_arch
+
+
+def parse_without_tpu(*args, **kwargs):
+    parsed = parse_args_and_arch(*args, **kwargs)
+    (parsed[0] if isinstance(parsed, tuple) else parsed).tpu = False
+    return parsed
+
+
+options.parse_args_and_arch = parse_without_tpu
+runpy.run_module("fairseq_cli.train", run_name="__main__", alter_sys=True)
+PY
 }
 
 say "3/4 rows (logs under $WORK/rows/)"
-[ "$DRY_RUN" = 1 ] || write_ct2_decode
+[ "$DRY_RUN" = 1 ] || write_launchers
 for prec in $PRECISIONS; do
   for method in $METHODS; do
     for s in $(steps_of "$method"); do

@@ -34,12 +34,14 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ["pet", "word-kd", "patient-kd", "can", "variator", "ghost", "apc"]
-PRECISIONS = ["fp32", "fp16", "bf16", "amp", "memory-efficient-fp16"]
-PRECISION_FLAGS = {"fp32": "(none)", "fp16": "--fp16", "bf16": "--bf16", "amp": "--amp",
-                   "memory-efficient-fp16": "--memory-efficient-fp16"}
-INNER_LOSS = re.compile(r"\| train_inner \|.*?\bloss=([^,\s]+)")
-EPOCH_LOSS = re.compile(r"\| train \|.*?\| loss ([^\s|]+)")
-VALID_LOSS = re.compile(r"\| valid \|.*?\| loss ([^\s|]+)")
+PRECISIONS = ["fp32", "fp16", "bf16", "bf16-notpu", "amp", "memory-efficient-fp16"]
+PRECISION_FLAGS = {"fp32": "(none)", "fp16": "--fp16", "bf16": "--bf16",
+                   "bf16-notpu": "--bf16 through bin/fairseq_train_bf16.py (fairseq's implied --tpu undone)",
+                   "amp": "--amp", "memory-efficient-fp16": "--memory-efficient-fp16"}
+# fairseq's log lines ("| train_inner | epoch 001: ... loss=12.3, ..."; "| valid | ... | loss 9.6 | ...")
+INNER_LOSS = re.compile(r"\btrain_inner\b.*?\bloss=([^,\s]+)")
+EPOCH_LOSS = re.compile(r"\btrain\b[ |:]+epoch \d+ \| loss ([^\s|]+)")
+VALID_LOSS = re.compile(r"valid on '[^']*' subset \| loss ([^\s|]+)")
 GAVE_UP = ("Minimum loss scale reached", "FloatingPointError")
 ERROR_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Exit|Interrupt)\b|error:|ERROR\b)")
 # causes recognised in a failed row's log, said once under the table
@@ -116,7 +118,7 @@ def bleu(hypotheses, references):
         import sacrebleu
     except ImportError:
         return None
-    return sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none").score
+    return sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", force=True).score
 
 
 def read_row(folder):
@@ -192,7 +194,7 @@ def read_rows(work):
         if row["status"] != "not run":
             continue
         before = [r for r in rows if (r["precision"], r["method"]) == (row["precision"], row["method"])
-                  and r["order"] < row["order"] and r["status"] in ("failed", "skipped", "not run")]
+                  and r["order"] < row["order"] and r["status"] in ("failed", "skipped")]
         row["finished"] = (f"not run: {before[0]['step']} did not finish" if before
                            else "not run yet (time budget: run the same command again)")
         row["pending"] = not before
@@ -246,7 +248,7 @@ def render(rows, work, args):
     setup = (read(os.path.join(work, "setup.done"), "") or "not done").strip()
     setup_seconds = (read(os.path.join(work, "setup.seconds"), "") or "").strip()
     pending = sum(bool(r.get("pending")) for r in rows)
-    out = ["# GPU check: every method for a few updates in float32, --fp16 and --bf16", "",
+    out = ["# GPU check: every method for a few updates in float32, with --fp16 and with --bf16", "",
            f"Made by `{args.command}` on {datetime.date.today().isoformat()} "
            f"({args.jobs} job(s) at a time, {args.threads} thread(s) each, device {args.device}).", ""]
     out += [f"- {line}" for line in machine(args.device)]
@@ -278,7 +280,13 @@ def render(rows, work, args):
     for r in rows:
         if r["precision"] == shown and r["command"]:
             out += [f"{r['method']} / {r['step']}:", "", "```", r["command"], "```", ""]
-    out += ["</details>", "", f"Logs: `{os.path.relpath(os.path.join(work, 'rows'), ROOT)}/PRECISION/METHOD/STEP/log` "
+    out += ["</details>", ""]
+    for launcher in sorted(glob.glob(os.path.join(work, "bin", "*.py"))):
+        out += [f"<details><summary>bin/{os.path.basename(launcher)} (written by gpu_check.sh)</summary>", "",
+                "```python", (read(launcher, "") or "").rstrip(), "```", "", "</details>", ""]
+    rows_dir = os.path.abspath(os.path.join(work, "rows"))
+    logs_at = os.path.relpath(rows_dir, ROOT) if rows_dir.startswith(ROOT + os.sep) else rows_dir
+    out += [f"Logs: `{logs_at}/PRECISION/METHOD/STEP/log` "
             "on the machine that ran the check.", ""]
     return "\n".join(out)
 

@@ -84,6 +84,7 @@ def test_report_reads_losses_finiteness_failures_and_rows_not_run(tmp_path):
     _row(work, "fp16/pet/3-generate", "generate", 0, "T-0\ttwo dogs\nH-0\t-inf\ttwo dogs\n")
     _row(work, "fp16/word-kd/1-kd", "train", skipped="not run on a CPU (fairseq's --fp16 needs CUDA)")
     _row(work, "fp32/word-kd/1-kd", "train")  # not run, nothing before it failed: the time budget ended first
+    _row(work, "fp32/word-kd/2-generate", "generate")
     out = tmp_path / "gpu_check.md"
     status = report.main([str(work), "--out", str(out), "--device", "cpu", "--command", "bash scripts/gpu_check.sh"])
     text = out.read_text()
@@ -106,6 +107,7 @@ def test_report_reads_losses_finiteness_failures_and_rows_not_run(tmp_path):
     assert rows[("pet", "generate", "fp16")]["finite"] == "no: scores: 1 of 1 non-finite"
     assert rows[("word-kd", "kd", "fp16")]["finished"] == "skipped: not run on a CPU (fairseq's --fp16 needs CUDA)"
     assert rows[("word-kd", "kd", "fp32")]["finished"].startswith("not run yet (time budget")
+    assert rows[("word-kd", "generate", "fp32")]["finished"].startswith("not run yet (time budget")
     # the table is ordered by method, step, then precision
     assert list(rows)[:3] == [("pet", "warmup", "fp32"), ("pet", "warmup", "fp16"), ("pet", "warmup", "bf16")]
     # a CPU run never writes the GPU report
@@ -122,7 +124,7 @@ def _dry_run(tmp_path, *args):
 def test_every_row_command_parses_with_fairseq_and_chains_its_checkpoints(tmp_path):
     from fairseq import options
 
-    proc = _dry_run(tmp_path, "--precisions", "fp32,fp16,bf16", "--updates", "2")
+    proc = _dry_run(tmp_path, "--updates", "2")  # the default precisions: fp32, fp16, bf16, bf16-notpu
     assert proc.returncode == 0, proc.stderr
     rows = dict(line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
     work = str(tmp_path / "work")
@@ -130,22 +132,27 @@ def test_every_row_command_parses_with_fairseq_and_chains_its_checkpoints(tmp_pa
              "patient-kd": ["1-kd", "2-generate"], "can": ["1-kd", "2-generate"],
              "variator": ["1-train", "2-export", "3-generate"], "ghost": ["1-prune", "2-distill", "3-generate"],
              "apc": ["1-init", "2-train", "3-finalize", "4-generate"]}
-    assert set(rows) == {f"{p}/{m}/{s}" for p in ("fp32", "fp16", "bf16") for m, ss in steps.items() for s in ss}
+    precisions = ("fp32", "fp16", "bf16", "bf16-notpu")
+    assert set(rows) == {f"{p}/{m}/{s}" for p in precisions for m, ss in steps.items() for s in ss}
     assert all(rows[k] == "skipped: not run on a CPU (fairseq's --fp16 needs CUDA)" for k in rows if k.startswith("fp16/"))
     criteria = {"pet/1-warmup": "pet_warmup", "pet/2-kd": "kd", "word-kd/1-kd": "kd", "patient-kd/1-kd": "patient_kd",
                 "can/1-kd": "kd", "variator/1-train": "variator_distill"}
-    for precision in ("fp32", "bf16"):
+    for precision in ("fp32", "bf16", "bf16-notpu"):
         for key, criterion in criteria.items():
             argv = shlex.split(rows[f"{precision}/{key}"])
-            assert argv[1:3] == ["-m", "fairseq_cli.train"], argv
+            # bf16-notpu: fairseq-train's arguments through the launcher that undoes --bf16's implied --tpu
+            launcher = ["-m", "fairseq_cli.train"] if precision != "bf16-notpu" else [f"{work}/bin/fairseq_train_bf16.py"]
+            assert argv[1:1 + len(launcher)] == launcher, argv
+            argv = argv[:1] + ["-m", "fairseq_cli.train"] + argv[1 + len(launcher):]
             try:
                 args = options.parse_args_and_arch(options.get_training_parser(), argv[3:])
             except SystemExit as e:
                 raise AssertionError(f"{precision}/{key}: fairseq-train rejects {argv}") from e
             assert args.criterion == criterion and args.cpu and args.max_update == 2
-            assert args.bf16 == (precision == "bf16") and not args.fp16
+            assert args.bf16 == precision.startswith("bf16") and not args.fp16
             assert args.save_dir == f"{work}/rows/{precision}/{key}"
-        kd = options.parse_args_and_arch(options.get_training_parser(), shlex.split(rows[f"{precision}/pet/2-kd"])[3:])
+        kd = options.parse_args_and_arch(options.get_training_parser(),
+                                         shlex.split(rows[f"{precision}/pet/2-kd"])[2 if precision == "bf16-notpu" else 3:])
         assert kd.finetune_from_model == f"{work}/rows/{precision}/pet/1-warmup/checkpoint_last.pt"
         # each translation reads the checkpoint its chain saved last (apc: the finalized one)
         for key, path in [("pet/3-generate", "pet/2-kd/checkpoint_last.pt"), ("can/2-generate", "can/1-kd/checkpoint_last.pt"),
