@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
 # The GPU check (issue 31): every method of the plug-in trains a few updates on the shipped teacher's
-# data in float32 (the reference), with --fp16 and with --bf16 (stock, and with fairseq's implied --tpu
-# undone: bf16-notpu below), validates, translates a few test
-# sentences (fairseq-generate; CTranslate2 on the GPU where it is installed), and one table says per
-# row: finished, final loss, finite, seconds.
+# data in float32 (the reference), with --fp16 and with --bf16 (as fairseq takes it, and with its implied
+# --tpu undone: bf16-notpu below), validates, translates a few test sentences (fairseq-generate, and
+# CTranslate2 on the same device where it is installed); one table says per row: finished, final loss,
+# finite, seconds.
 #
-#   bash scripts/gpu_check.sh                                   # on a CUDA machine -> work/gpu_check/gpu_check.md
-#   bash scripts/gpu_check.sh --budget 540 --out "$OUT/gpu_check.md"   # on the device machine (scripts/gpu_check_fetch.sh first)
-#   DEVICE=cpu PYTHON=.venv/bin/python bash scripts/gpu_check.sh       # the same pipeline on a CPU (no fp16 rows)
-#   bash scripts/gpu_check.sh --only pet,apc --precisions bf16          # a part of it
+#   bash scripts/gpu_check.sh                                  # a CUDA machine -> work/gpu_check/gpu_check.md
+#   bash scripts/gpu_check.sh --budget 540 --out results/gpu_check.md   # the device machine (fetch first:
+#                                                              # scripts/gpu_check_fetch.sh, carried wheels/gpu)
+#   DEVICE=cpu PYTHON=.venv/bin/python bash scripts/gpu_check.sh      # the same pipeline on a CPU (no fp16 rows)
+#   bash scripts/gpu_check.sh --only pet,apc --precisions bf16-notpu  # a part of it
 #
 # Options: --only METHODS (comma-separated, of: pet word-kd patient-kd can variator ghost apc),
 # --precisions LIST (of fp32 fp16 bf16 bf16-notpu amp memory-efficient-fp16; default fp32,fp16,bf16,
-# bf16-notpu; a CPU runs fp32, bf16 and bf16-notpu only), --updates N (per training step; default 10 on CUDA, 3 on a CPU), --jobs N
-# (method chains at a time; default 6 on CUDA, 1 on a CPU), --budget SECONDS (start no step after this
-# long; the report then lists the rest as not run, and the same command continues), --work DIR
-# (default work/gpu_check), --out FILE (the report; default WORK/gpu_check.md: results/gpu_check.md
-# only when named, and only from a GPU run), --fresh (forget earlier rows), --dry-run (print each
-# row's command, run nothing; the flags that ghost_prune and apc_init write show as <...>).
+# bf16-notpu; a CPU runs fp32, bf16 and bf16-notpu only), --updates N (per training step; default 10 on
+# CUDA, 3 on a CPU), --jobs N (method chains at a time; default 6 on CUDA, 1 on a CPU), --budget SECONDS
+# (start no step after this long: the report lists the rest as still to run, exit status 3, and the same
+# command continues), --work DIR (default work/gpu_check), --out FILE (the report; default
+# WORK/gpu_check.md: results/gpu_check.md only when named, and only from a GPU run), --fresh (forget
+# earlier rows), --dry-run (print each row's command, run nothing; the flags that ghost_prune and apc_init
+# write show as <...>).
 # Environment: DEVICE (auto: cuda where torch sees one, else stop; cpu), PYTHON (default python3: the
-# one that holds torch), WHEELS (default wheels/gpu), OMP_NUM_THREADS (per job; CPU default 1).
+# one that holds torch), WHEELS (default wheels/gpu), OMP_NUM_THREADS (per job; CPU default 1),
+# TRAIN_LINES, VALID_LINES, TEST_LINES, MAX_TOKENS (the data slice and batch size, below).
 #
 # Stages, each resumable (a marker in WORK; a second command continues where the first stopped):
 # 1. set-up: the machine's own torch (a CUDA torch is ~800 MB: it is never carried); if fairseq or a
@@ -57,7 +60,7 @@ CMDLINE="bash scripts/gpu_check.sh${*:+ $*}"
 [ "${DEVICE:-auto}" = auto ] || CMDLINE="DEVICE=$DEVICE $CMDLINE"
 ALL_METHODS="pet word-kd patient-kd can variator ghost apc"
 ONLY=""; PRECISIONS=""; UPDATES=""; JOBS=""; BUDGET=0; WORK=work/gpu_check; OUT=""; FRESH=0; DRY_RUN=0
-usage() { sed -n '2,53p' "$0"; exit "${1:-0}"; }
+usage() { sed -n '2,55p' "$0"; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) ONLY="${2//,/ }"; shift 2 ;;
@@ -129,6 +132,7 @@ if [ "$DRY_RUN" = 0 ]; then
     die "$WORK holds rows made with '$(cat "$WORK/settings")', not '$SETTINGS': pass --fresh or another --work"
   fi
   echo "$SETTINGS" > "$WORK/settings"
+  echo "$CMDLINE" >> "$WORK/commands"  # every command that added rows, for the report
 fi
 PRECISIONS_RUN=""
 for p in $PRECISIONS; do

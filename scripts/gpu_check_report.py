@@ -248,8 +248,12 @@ def render(rows, work, args):
     setup = (read(os.path.join(work, "setup.done"), "") or "not done").strip()
     setup_seconds = (read(os.path.join(work, "setup.seconds"), "") or "").strip()
     pending = sum(bool(r.get("pending")) for r in rows)
+    commands = []  # the commands that added rows to this work folder (gpu_check.sh appends each), then this one
+    for command in (read(os.path.join(work, "commands"), "") or "").splitlines() + [args.command]:
+        if command.strip() and command.strip() not in commands:
+            commands.append(command.strip())
     out = ["# GPU check: every method for a few updates in float32, with --fp16 and with --bf16", "",
-           f"Made by `{args.command}` on {datetime.date.today().isoformat()} "
+           "Made by " + ", then ".join(f"`{c}`" for c in commands) + f" on {datetime.date.today().isoformat()} "
            f"({args.jobs} job(s) at a time, {args.threads} thread(s) each, device {args.device}).", ""]
     out += [f"- {line}" for line in machine(args.device)]
     out += [f"- Settings: {settings}; precision flags: "
