@@ -236,7 +236,7 @@ precision_flags() {
   esac
 }
 # the recipe's optimisation (scripts/bench_translation.py's OPTIM) with the lr warm-up fitted to the budget
-TRAIN=(--user-dir user_dir --optimizer adam --adam-betas "(0.9,0.98)" --lr 1e-3 --lr-scheduler inverse_sqrt
+TRAIN=(--user-dir user_dir --optimizer adam --adam-betas "(0.9,0.98)" --lr-scheduler inverse_sqrt
   --warmup-init-lr 1e-7 --warmup-updates "$(( UPDATES > 1 ? UPDATES / 2 : 1 ))" --weight-decay 1e-4 --dropout 0.1
   --max-tokens "$MAX_TOKENS" --max-update "$UPDATES" --seed 1 --log-format simple --log-interval 1
   --no-progress-bar --num-workers 0 --no-epoch-checkpoints)
@@ -288,7 +288,10 @@ chain() {  # chain PRECISION METHOD: the method's steps in order, stopping at th
   dir="$WORK/rows/$prec/$method"
   read -r -a prec_flags <<< "$(precision_flags "$prec") ${CPU_FLAG[*]}"
   gen_prec=("${CPU_FLAG[@]}"); [ "$prec" = fp16 ] && gen_prec+=(--fp16)  # fairseq-generate has only --fp16
-  local train=("$PYTHON" -m fairseq_cli.train "$DATA" "${TRAIN[@]}" "${prec_flags[@]}")
+  # peak learning rates: APC's paper step size 1e-4 (section 4.3, as scripts/bench_apc.py), GhostBERT's
+  # distillation as scripts/bench_ghost.py, the students' as scripts/bench_translation.py
+  local lr=1e-3; [ "$method" = apc ] && lr=1e-4; [ "$method" = ghost ] && lr=5e-4
+  local train=("$PYTHON" -m fairseq_cli.train "$DATA" "${TRAIN[@]}" --lr "$lr" "${prec_flags[@]}")
   [ "$prec" = bf16-notpu ] && train=("$PYTHON" "$WORK/bin/fairseq_train_bf16.py" "${train[@]:3}")
   local generate=("$PYTHON" -m fairseq_cli.generate "$DATA" "${GENERATE[@]}" "${gen_prec[@]}")
   case "$method" in

@@ -168,5 +168,6 @@ def test_every_row_command_parses_with_fairseq_and_chains_its_checkpoints(tmp_pa
             argv = shlex.split(rows[f"{precision}/{key}"])
             assert f"<the flags of {work}/rows/{precision}/{tool_output}>" in argv
             assert argv[argv.index("--criterion") + 1] == criterion
+            assert argv[argv.index("--lr") + 1] == {"ghost_distill": "5e-4", "apc_activation_kd": "1e-4"}[criterion]
     bad = subprocess.run(["bash", SCRIPT, "--only", "pet,bert"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "--only bert: not one of" in bad.stderr
