@@ -4,17 +4,19 @@
 #
 #   bash scripts/gpu_check_fetch.sh                          # for Python 3.12 (the device image's) -> wheels/gpu/
 #   bash scripts/gpu_check_fetch.sh --python-version 3.11    # another Python; several can share one folder
-#   bash scripts/gpu_check_fetch.sh --packages 'bitarray==3.12.3 cffi==2.0.0'   # other binary/pure wheels
+#   bash scripts/gpu_check_fetch.sh --packages 'cffi==2.0.0'  # also these (what gpu_check.sh's set-up names)
+#   # then, on the GPU machine, with wheels/gpu carried there:
+#   bash scripts/gpu_check.sh --budget 540 --out results/gpu_check.md
 #
 # What is fetched (--dest, default wheels/gpu, ignored by git; carry it to the GPU machine):
 # * fairseq-fixed==0.12.3.1 as its source archive: it compiles C++/Cython extensions against the torch
 #   it is built beside, so gpu_check.sh builds it there, against that machine's torch (a torch CUDA
 #   wheel is ~800 MB: the check uses the torch the machine already has);
 # * wheels (--only-binary :all:, manylinux x86_64, CPython --python-version) of what fairseq and the
-#   plug-in import and the device image lacks (/work/.library/device/KINDS.md lists what it holds:
-#   torch, numpy, scipy, scikit-learn, sacrebleu, regex, PyYAML, Cython, ... but not these): hydra-core
+#   plug-in import and a CUDA image with PyTorch lacks (the one this was planned for holds torch, numpy,
+#   scipy, scikit-learn, sacrebleu, regex, PyYAML, Cython, setuptools, wheel, but not these): hydra-core
 #   and omegaconf (fairseq's configs, the versions fairseq pins), bitarray (fairseq's indexed data),
-#   sacremoses and subword-nmt (preprocess/: Moses tokens, BPE). --packages replaces this list;
+#   sacremoses and subword-nmt (preprocess/: Moses tokens, BPE); --packages adds others;
 # * antlr4-python3-runtime 4.9.3 (omegaconf's parser), which PyPI has as a source archive only,
 #   built here into its pure-Python wheel.
 # Nothing resolves dependencies (--no-deps): a package the machine lacks beyond these is named by
@@ -30,12 +32,12 @@ PACKAGES="hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.12.3 sacremoses==0.2.0 
 FAIRSEQ_SPEC="fairseq-fixed==0.12.3.1"
 ANTLR_SPEC="antlr4-python3-runtime==4.9.3"
 LIMIT_MIB=64   # what one device call carries: tracked and untracked files plus the carried folders
-usage() { sed -n '2,26p' "$0"; exit "${1:-0}"; }
+usage() { sed -n '2,25p' "$0"; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --python-version) PYVER="$2"; shift 2 ;;
     --dest) DEST="$2"; shift 2 ;;
-    --packages) PACKAGES="$2"; shift 2 ;;
+    --packages) PACKAGES="$PACKAGES $2"; shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "gpu_check_fetch.sh: unknown option $1" >&2; usage 2 ;;
   esac
