@@ -352,7 +352,7 @@ else:
     if sys.argv[1] == "cuda" and ctranslate2.get_cuda_device_count() == 0:
         print(f"ctranslate2 {ctranslate2.__version__} sees no CUDA device")
 PY
-)
+) || why="ctranslate2 does not import (see: $PYTHON -c 'import ctranslate2')"
   if [ -n "$why" ]; then skip "$row" "$why"; return 0; fi
   case "$prec" in fp32) compute=float32 ;; bf16*) compute=bfloat16 ;; *) compute=float16 ;; esac
   # the row's type where CTranslate2 supports it on this device (CPUs: rarely float16 or bfloat16), else float32
@@ -360,7 +360,7 @@ PY
     "$DEVICE" "$compute" || compute=float32
   # torch's CUDA libraries (pip's nvidia-* packages), where CTranslate2 looks for cuBLAS and cuDNN
   local libs; libs=$("$PYTHON" -c 'import glob, os, sys
-print(":".join(glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-packages", "nvidia", "*", "lib"))))')
+print(":".join(glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-packages", "nvidia", "*", "lib"))))') || libs=""
   local convert=("$PYTHON" -m user_dir.tools.ct2_engine convert "$dir/1-kd/checkpoint_last.pt" --data "$DATA"
     --out "$row/model")
   local decode=("$PYTHON" "$WORK/bin/ct2_decode.py" "$row/model" "$DATA" "$DEVICE" "$compute")
