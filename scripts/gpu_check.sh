@@ -14,7 +14,7 @@
 # Options: --only METHODS (comma-separated, of: pet word-kd patient-kd can variator ghost apc),
 # --precisions LIST (of fp32 fp16 bf16 bf16-notpu amp memory-efficient-fp16; default fp32,fp16,bf16,
 # bf16-notpu; a CPU runs fp32, bf16 and bf16-notpu only), --updates N (per training step; default 10 on
-# CUDA, 3 on a CPU), --jobs N (method chains at a time; default 6 on CUDA, 1 on a CPU), --budget SECONDS
+# CUDA, 3 on a CPU), --jobs N (method chains at a time; default 8 on CUDA, 1 on a CPU), --budget SECONDS
 # (start no step after this long: the report lists the rest as still to run, exit status 3, and the same
 # command continues), --work DIR (default work/gpu_check), --out FILE (the report; default
 # WORK/gpu_check.md: results/gpu_check.md only when named, and only from a GPU run), --fresh (forget
@@ -120,7 +120,7 @@ fi
 [ "$DEVICE" = cpu ] || [ "$CUDA" = 1 ] || die "DEVICE=cuda but torch sees no CUDA device"
 PRECISIONS="${PRECISIONS:-fp32 fp16 bf16 bf16-notpu}"
 if [ "$DEVICE" = cuda ]; then
-  UPDATES="${UPDATES:-10}"; JOBS="${JOBS:-6}"; THREADS="${OMP_NUM_THREADS:-$(( CORES / JOBS > 0 ? CORES / JOBS : 1 ))}"
+  UPDATES="${UPDATES:-10}"; JOBS="${JOBS:-8}"; THREADS="${OMP_NUM_THREADS:-$(( CORES / JOBS > 0 ? CORES / JOBS : 1 ))}"
 else
   UPDATES="${UPDATES:-3}"; JOBS="${JOBS:-1}"; THREADS="${OMP_NUM_THREADS:-1}"
 fi
@@ -144,7 +144,7 @@ say "device $DEVICE, precisions$PRECISIONS_RUN, methods $METHODS, $UPDATES updat
 # ---- 1. set-up -------------------------------------------------------------------------------------
 # module -> distribution, for what fairseq, the plug-in and preprocess/ import
 REQUIRED="torch:torch numpy:numpy scipy:scipy sklearn:scikit-learn sacrebleu:sacrebleu regex:regex yaml:PyYAML
-  tqdm:tqdm packaging:packaging hydra:hydra-core omegaconf:omegaconf antlr4:antlr4-python3-runtime
+  tqdm:tqdm packaging:packaging Cython:Cython hydra:hydra-core omegaconf:omegaconf antlr4:antlr4-python3-runtime
   bitarray:bitarray sacremoses:sacremoses subword_nmt:subword-nmt"
 missing() {  # the distributions of REQUIRED (and fairseq-fixed) that PYTHON cannot import
   "$PYTHON" - $REQUIRED fairseq:fairseq-fixed <<'PY'
