@@ -144,12 +144,16 @@ say "device $DEVICE, precisions$PRECISIONS_RUN, methods $METHODS, $UPDATES updat
 # ---- 1. set-up -------------------------------------------------------------------------------------
 # module -> distribution, for what fairseq, the plug-in and preprocess/ import
 REQUIRED="torch:torch numpy:numpy scipy:scipy sklearn:scikit-learn sacrebleu:sacrebleu regex:regex yaml:PyYAML
-  tqdm:tqdm packaging:packaging Cython:Cython hydra:hydra-core omegaconf:omegaconf antlr4:antlr4-python3-runtime
+  tqdm:tqdm packaging:packaging hydra:hydra-core omegaconf:omegaconf antlr4:antlr4-python3-runtime
   bitarray:bitarray sacremoses:sacremoses subword_nmt:subword-nmt"
-missing() {  # the distributions of REQUIRED (and fairseq-fixed) that PYTHON cannot import
+missing() {  # the distributions of REQUIRED and fairseq-fixed (and what builds it) that PYTHON cannot import
   "$PYTHON" - $REQUIRED fairseq:fairseq-fixed <<'PY'
 import importlib.util, sys
-print(" ".join(d for m, d in (a.split(":") for a in sys.argv[1:]) if importlib.util.find_spec(m) is None))
+lacking = [d for m, d in (a.split(":") for a in sys.argv[1:]) if importlib.util.find_spec(m) is None]
+if "fairseq-fixed" in lacking:  # built from its source here: its build needs these
+    lacking += [d for m, d in [("Cython", "Cython"), ("setuptools", "setuptools"), ("wheel", "wheel")]
+                if importlib.util.find_spec(m) is None]
+print(" ".join(lacking))
 PY
 }
 setup() {
