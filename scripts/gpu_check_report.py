@@ -266,7 +266,8 @@ def render(rows, work, args):
     out += ["Data: the embedded Multi30k DE->EN slice through the shipped teacher's BPE and dictionary "
             "(checkpoints/multi30k.de-en/); the teacher is the shipped `teacher.pt`. Train loss: the last update's "
             "(`train_inner`); valid loss: fairseq's validation at the end of the step. Finite: the log's losses, "
-            "the saved weights, the translations' scores. BLEU: sacrebleu, tokenize none, on the tokenised, "
+            "the saved weights (fairseq's checkpoint writer casts float16/bfloat16 tensors to float32, so every "
+            "precision saves float32), the translations' scores. BLEU: sacrebleu, tokenize none, on the tokenised, "
             "BPE-removed test slice (a few updates: only the teacher-backed rows translate well). fairseq-generate "
             "has no bfloat16 path: it decodes bf16-trained checkpoints in float32 (and fp16 ones with --fp16).", ""]
     out += ["| method | step | precision | finished | train loss (last update) | valid loss | finite | seconds | notes |",
