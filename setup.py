@@ -51,6 +51,7 @@ setup(
         "console_scripts": [
             "fc-average-checkpoints=user_dir.tools.average_checkpoints:cli_main",
             "fc-measure=user_dir.tools.measure:cli_main",
+            "fc-flags=user_dir.tools.checkpoint_flags:cli_main",
             "fc-export=user_dir.tools.export:cli_main",
             "fc-export-hf=user_dir.tools.export_hf:cli_main",
             "fc-export-onnx=user_dir.tools.export_onnx:cli_main",
