@@ -253,21 +253,21 @@ def check_modules(model: nn.Module, head: str) -> None:
     allowed = _allowed_types()
     parts = {"encoder.sentence_encoder": model.encoder.sentence_encoder,
              f"classification_heads.{head}": model.classification_heads[head]}
-    for prefix, part in parts.items():
-        for name, module in part.named_modules(prefix=prefix):
-            reason = _refusal(module)
-            if reason:
-                raise ExportHFError(f"{name} ({type(module).__name__}): {reason}")
-            if module._forward_hooks or module._forward_pre_hooks:
-                what = ("APC's embedding compression (a pre-/post-scaling around the block, per-block widths)"
-                        if getattr(module, "cmp_e", None) else "a forward hook")
-                raise ExportHFError(f"{name} ({type(module).__name__}): {what} changes what this module computes; "
-                                    "BERT's layers have no such step: export to ONNX (python -m "
-                                    "user_dir.tools.export_onnx)")
-            if type(module) not in allowed:
-                raise ExportHFError(f"{name}: a {type(module).__module__}.{type(module).__name__} has no mapped "
-                                    "transformers counterpart (export to ONNX instead)")
-
+    modules = [(name, module) for prefix, part in parts.items() for name, module in part.named_modules(prefix=prefix)]
+    for name, module in modules:  # what the method added, named, before the generic checks
+        reason = _refusal(module)
+        if reason:
+            raise ExportHFError(f"{name} ({type(module).__name__}): {reason}")
+    for name, module in modules:
+        if module._forward_hooks or module._forward_pre_hooks:
+            what = ("APC's embedding compression (a pre-/post-scaling around the block, per-block widths)"
+                    if getattr(module, "cmp_e", None) else "a forward hook")
+            raise ExportHFError(f"{name} ({type(module).__name__}): {what} changes what this module computes; "
+                                "BERT's layers have no such step: export to ONNX (python -m "
+                                "user_dir.tools.export_onnx)")
+        if type(module) not in allowed:
+            raise ExportHFError(f"{name}: a {type(module).__module__}.{type(module).__name__} has no mapped "
+                                "transformers counterpart (export to ONNX instead)")
 
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_accurate": "gelu_new", "relu": "relu"}  # fairseq name -> transformers
 
@@ -309,7 +309,8 @@ def padding_cost(shape: dict) -> dict:
     d, dh, wide = shape["hidden"], shape["head_dim"], max(shape["ffn"])
     heads = sum((shape["heads"] - h) * dh * (4 * d + 3) for h in shape["kept_heads"])  # Q, K, V rows + O columns
     ffn = sum((wide - f) * (2 * d + 1) for f in shape["ffn"])  # fc1 rows (+ bias) + fc2 columns
-    compact = sum(4 * h * dh * d + 3 * h * dh + d + 2 * f * d + f + d for h, f in zip(shape["kept_heads"], shape["ffn"]))
+    compact = sum(4 * h * dh * d + 3 * h * dh + 2 * f * d + f + 6 * d  # + the biases of O and fc2, two LayerNorms
+                  for h, f in zip(shape["kept_heads"], shape["ffn"]))
     return {"heads": heads, "ffn": ffn, "compact_layers": compact}
 
 
