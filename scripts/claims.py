@@ -1,0 +1,164 @@
+#!/usr/bin/env python
+"""results/claims.md: one row per central claim of each paper, as measured here.
+
+    python scripts/claims.py                              # -> work/results/claims.md (reads results/claims/*.json)
+    python scripts/claims.py --out results/claims.md      # the committed table
+
+Each claim names the benchmark table (a driver's JSON, written with ``--seeds``) that holds its paired
+comparison (``benchlib.bleu_comparison`` / ``glue_comparison``: A - B over (seed, example) units, its
+95% interval and p) and the threshold the paper's claim sets on A - B: "A beats B" is A - B > 0, "a
+drop under 2 points" is A - B > -2. The verdict is mechanical:
+
+* **reproduced**: the whole 95% interval of A - B is on the claim's side of the threshold and p < 0.05
+  where the threshold is 0 (a plain "A beats B");
+* **not reproduced**: the whole interval is on the other side;
+* **inconclusive at this budget**: the interval straddles the threshold;
+
+and a claim whose comparison has fewer than 3 seeds is "inconclusive (N seed(s))" whatever its interval.
+A claim whose table has not been measured yet says so, with the command that measures it.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+from benchlib import ROOT, default_out, invocation, write_text
+
+# (method, claim, the paper's evidence, where our comparison lives, the label it has there, threshold on
+#  A - B, the command that measures it). Label matching is case-insensitive on the comparison's label.
+CLAIMS = [
+    dict(method="PET", claim="the shared-layer student (warm-up + KD) beats a word-KD student of the same size",
+         paper="PET Table 7 (IWSLT'14 DE->EN): PET 34.36 BLEU at 9.51% of the teacher, above the KD baselines",
+         json="results/claims/pet_vs_wordkd.json", label="word-kd", threshold=0.0, flip=True,
+         command="python scripts/bench_translation.py --methods pet word-kd --seeds 1,2,3 --jobs 2 --threads 1 "
+                 "--out results/claims/pet_vs_wordkd"),
+    dict(method="Variator", claim="k = 4 plugins on the FFNs lose under 2 points (translation encoder)",
+         paper="Variator Table 1 (T5-base, k = 4): 53% of FLOPs saved, average drop < 2 points",
+         json="results/claims/variator_mt.json", label="k=4", threshold=-2.0,
+         command="python scripts/bench_variator.py --parts translation --ratios 4 --no-ablations --seeds 1,2,3 "
+                 "--out results/claims/variator_mt"),
+    dict(method="GhostBERT", claim="ghost modules beat pruned-only at m = 1/4 (translation encoder, 4 heads)",
+         paper="GhostBERT Tables 1/10 (BERT-base, m = 3/12): MRPC 86.5 vs 85.1, RTE 72.9 vs 68.6",
+         json="results/claims/ghostbert_mt.json", label="ghost", threshold=0.0,
+         command="python scripts/bench_ghost.py --widths 1/4 --variants pruned,ghost,ghost-zero-init --seeds 1,2,3 "
+                 "--out results/claims/ghostbert_mt"),
+    dict(method="GhostBERT", claim="ghost modules with --ghost-zero-init beat pruned-only at m = 1/4 (translation)",
+         paper="(ours: the paper does not say how ghost modules start)",
+         json="results/claims/ghostbert_mt.json", label="zero", threshold=0.0,
+         command="python scripts/bench_ghost.py --widths 1/4 --variants pruned,ghost,ghost-zero-init --seeds 1,2,3 "
+                 "--out results/claims/ghostbert_mt"),
+    dict(method="GhostBERT", claim="ghost modules beat pruned-only at m = 3/12 on MRPC",
+         paper="GhostBERT Tables 1/10 (BERT-base, m = 3/12): MRPC 86.5 vs 85.1",
+         json="results/claims/ghostbert_mrpc.json", label="ghost", threshold=0.0,
+         command="python scripts/bench_ghost.py --glue-task MRPC --widths 3/12 --variants pruned,ghost --seeds 1,2,3 "
+                 "--out results/claims/ghostbert_mrpc"),
+    dict(method="GhostBERT", claim="ghost modules beat pruned-only at m = 3/12 on SST-2",
+         paper="GhostBERT Tables 1/10 (BERT-base, m = 3/12): SST-2 above pruned-only",
+         json="results/claims/ghostbert_sst2.json", label="ghost", threshold=0.0,
+         command="python scripts/bench_ghost.py --glue-task SST-2 --widths 3/12 --variants pruned,ghost --seeds 1,2,3 "
+                 "--out results/claims/ghostbert_sst2"),
+    dict(method="APC", claim="the APC-50-ff analogue keeps >= 97% of the teacher (MRPC) and beats neuron pruning",
+         paper="APC Tables 2-3 (BERT-base): APC-50-ff 85.3 / Finalized 83.1 vs neuron pruning 85.3 (MRPC acc)",
+         json="results/claims/apc_mrpc.json", label="pruning", threshold=0.0,
+         command="python scripts/bench_apc_glue.py --glue-task MRPC --seeds 1,2,3 --out results/claims/apc_mrpc"),
+]
+
+
+def comparisons_in(data):
+    """Every paired comparison (a dict with label, diff, low, high, p) anywhere in a driver's JSON."""
+    found = []
+    if isinstance(data, dict):
+        if {"label", "diff", "low", "high", "p"} <= data.keys():
+            found.append(data)
+        for v in data.values():
+            found.extend(comparisons_in(v))
+    elif isinstance(data, list):
+        for v in data:
+            found.extend(comparisons_in(v))
+    return found
+
+
+def commands_in(data):
+    """The command lines recorded in a driver's JSON (its provenance), in order, without repeats."""
+    found = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if k == "command" and isinstance(v, str):
+                found.append(v)
+            else:
+                found.extend(commands_in(v))
+    elif isinstance(data, list):
+        for v in data:
+            found.extend(commands_in(v))
+    return list(dict.fromkeys(found))
+
+
+def verdict(c, threshold, flip=False):
+    """The mechanical verdict of the module docstring; ``flip``: the claim is B > A (B - A > threshold)."""
+    low, high = (-c["high"], -c["low"]) if flip else (c["low"], c["high"])
+    seeds = c.get("seeds", 1)
+    if seeds < 3:
+        return f"inconclusive ({seeds} seed{'s' if seeds != 1 else ''})"
+    if low > threshold and (threshold != 0 or c["p"] < 0.05):
+        return "reproduced"
+    if high < threshold:
+        return "not reproduced"
+    return "inconclusive at this budget"
+
+
+def claim_row(spec, root):
+    path = os.path.join(root, spec["json"])
+    if not os.path.isfile(path):
+        return None, f"not measured yet: `{spec['command']}`"
+    with open(path) as f:
+        data = json.load(f)
+    matches = [c for c in comparisons_in(data) if spec["label"].lower() in c["label"].lower()]
+    if not matches:
+        return None, f"`{spec['json']}` holds no comparison labelled '{spec['label']}': `{spec['command']}`"
+    return matches[0], commands_in(data)
+
+
+def render(root, argv):
+    lines = ["# The papers' central claims, as measured here", "",
+             f"Made by `{invocation('claims.py', argv)}` from the benchmark tables named in each row. "
+             "Each row is a paired comparison A vs B over (seed, test example) units "
+             "(user_dir/common/significance.py: sacreBLEU's paired bootstrap for BLEU, a paired bootstrap "
+             "interval and permutation test for GLUE); the verdict compares the 95% interval of A - B with the "
+             "claim's threshold (scripts/claims.py's docstring). Budgets, machines and seeds are those of the "
+             "named table, whose header states its selection protocol.", "",
+             "| method | claim | paper | comparison (A vs B) | metric | seeds | A | B | A - B [95% interval] | p | "
+             "threshold on A - B | verdict | table |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    details = []
+    for spec in CLAIMS:
+        c, info = claim_row(spec, root)
+        table = f"`{spec['json'].replace('.json', '.md')}`"
+        if c is None:
+            lines.append(f"| {spec['method']} | {spec['claim']} | {spec['paper']} | - | - | - | - | - | - | - | - | "
+                         f"{info} | - |")
+            continue
+        side = f"B - A > {spec['threshold']:g}" if spec.get("flip") else f"> {spec['threshold']:g}"
+        lines.append(f"| {spec['method']} | {spec['claim']} | {spec['paper']} | {c['label']} | {c.get('metric', '')} | "
+                     f"{c.get('seeds', 1)} | {c['a']:.2f} | {c['b']:.2f} | {c['diff']:+.2f} [{c['low']:+.2f}, "
+                     f"{c['high']:+.2f}] | {c['p']:.3g} | {side} | {verdict(c, spec['threshold'], spec.get('flip'))} | "
+                     f"{table} |")
+        details.append(f"- {spec['method']}, {spec['claim']}: " + "; ".join(f"`{cmd}`" for cmd in info))
+    if details:
+        lines += ["", "Commands behind the measured rows:", "", *details]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=None, help="the table (default work/results/claims.md; committed: results/claims.md)")
+    p.add_argument("--root", default=ROOT, help="where the claims' JSON paths are read from (default: the repository)")
+    args = p.parse_args(argv)
+    out = args.out or default_out("claims") + ".md"
+    write_text(out, render(args.root, argv))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
