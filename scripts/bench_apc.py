@@ -2,9 +2,15 @@
 """The APC benchmark on the reference Multi30k DE->EN teacher (../shared/teachers/multi30k.de-en):
 feed-forward compression (APC paper eq. 12) of every encoder and decoder FFN, 1024 -> cmp^f.
 
-    python scripts/bench_apc.py                 # -> results/apc.md, results/apc.json, results/apc_bleu_vs_params.png
+    python scripts/bench_apc.py                 # -> work/results/apc.md, apc.json, apc_bleu_vs_params.png
     python scripts/bench_apc.py --parts inits   # only the initialisation comparison at --compare-size
     python scripts/bench_apc.py --parts embed word-kd   # embedding compression; word-KD students of --sizes
+
+The seed runs of the committed tables (each seed trains in --work/seed<k>/, resumable):
+
+    python scripts/bench_apc.py --parts sizes inits --all-params --max-sentences 500 --seeds 1,2,3 --out results/apc
+    python scripts/bench_apc.py --updates 300 --sizes 128 --parts sizes embed word-kd --kd-updates 300,2000 \
+        --max-sentences 500 --seeds 1,2,3 --out results/apc_300_updates
 
 Stages, each a stock command (``--user-dir user_dir``), skipped when its output exists (resumable):
 1. ``python -m user_dir.tools.apc_init`` for every initialisation at ``--compare-size`` and the paper's
@@ -13,7 +19,8 @@ Stages, each a stock command (``--user-dir user_dir``), skipped when its output 
 2. ``fairseq-train --arch apc_transformer ... --finetune-from-model init.pt`` for ``--updates`` updates:
    only U, D, B, b_U, b_D train (Table 3 "Compr. only"), CE loss (the paper's choice, section 4.3),
    Adam at the paper's step size 1e-4 with linear decay to 0 (section 4.3); 30 updates by default
-   (the paper trains 100 steps; 30 fit the grid into a shared 2-core CPU's time).
+   (the paper trains 100 steps; 30 fit the grid into a shared 2-core CPU's time), validated ``--validations``
+   times at the same update points (every variant alike).
    At ``--compare-size`` every initialisation, and with ``--all-params`` also Table 3's "All Params"
    (``--apc-train-original``) with neuron-pruning init.
 3. ``python -m user_dir.tools.apc_finalize``: a stock ``transformer`` checkpoint with FFN width cmp^f.
@@ -21,46 +28,46 @@ Stages, each a stock command (``--user-dir user_dir``), skipped when its output 
    network, Algorithm 1) then fine-tuned as a stock ``transformer`` with all parameters trainable, the
    same updates, loss and optimizer -- which is also Table 3's "Finalized" strategy.
 5. ``fc-measure`` (user_dir.tools.measure) on the teacher and every finalized model in one run: BLEU
-   (beam 5) on test_2016_flickr, non-embedding parameters, sentences/s.
+   (beam 5) on test_2016_flickr, non-embedding parameters, sentences/s -- of the last checkpoint, the
+   primary score; the best-of-N checkpoint (validation loss) is scored beside it (sacreBLEU of
+   fairseq-generate's output). Every model's hypotheses are kept detokenised (``hypotheses/``, test-set
+   order) for the paired tests: APC against neuron pruning (+FT) and against the word-KD student of its size
+   (sacreBLEU's paired bootstrap over seeds and sentences).
+Seeds (``--seeds 1,2,3``): every stage per seed in ``--work``/seed<k>/; tables give the mean, spread and
+every seed.
 
 ``--max-sentences N`` measures on the test sentences with id below N (the committed tables: 500, to fit
 the measurement into a shared 2-core machine's time). Runs of one work folder are shared between the
 two ``--parts`` (a ``.running`` marker makes the second wait for the first).
 
 Our choices: dropout 0.1 in fine-tuning (the teacher trained with 0.3; the paper does not say),
-max 2,048 tokens per batch, seed 1, one thread per run.
+max 2,048 tokens per batch, one thread per run.
 """
 import argparse
 import json
 import os
-import shlex
-import subprocess
+import re
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
+from benchlib import (ROOT, SHARED, add_seed_arguments, aggregate, bleu_comparison, default_out, fmt,
+                      generate_hypotheses, invocation, logger, machine, multi30k_references, num,
+                      protocol_text, pyplot, sacrebleu_of, seed_dir, seeds_of, seeds_text, selection_flags, significance_lines,
+                      stage, validation_plan, write_json, write_text)
+from benchlib import run as run_logged
+
 TEACHER = os.path.join(SHARED, "teachers", "multi30k.de-en", "teacher.pt")
 DATA = os.path.join(SHARED, "teachers", "multi30k.de-en", "data-bin")
 INITS = ("random", "reconstructive-random", "reconstructive-svd", "neuron-pruning", "kmeans")
 PY = sys.executable
 
 
-def log(msg):
-    print(time.strftime("[%H:%M:%S] ") + msg, flush=True)
+log = logger("bench_apc")
 
 
 def run(cmd, logfile, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
-    log("$ " + " ".join(shlex.quote(str(c)) for c in cmd))
-    with open(logfile, "a") as f:
-        f.write("$ " + " ".join(shlex.quote(str(c)) for c in cmd) + "\n")
-        f.flush()
-        proc = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}); see {logfile}")
+    log("$ " + " ".join(str(c) for c in cmd))
+    run_logged(cmd, logfile, threads)
 
 
 def train_flags(args):
@@ -69,8 +76,8 @@ def train_flags(args):
             "--max-update", str(args.updates), "--max-tokens", "2048", "--dropout", "0.1",
             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0",
             "--seed", str(args.seed), "--cpu", "--num-workers", "0", "--no-epoch-checkpoints",
-            "--save-interval-updates", str(max(10, args.updates // 4)), "--keep-interval-updates", "1",
-            "--disable-validation", "--log-format", "simple", "--log-interval", "10", "--no-progress-bar"]
+            *selection_flags(args.plan, 0, args.updates, "loss"),
+            "--log-format", "simple", "--log-interval", "10", "--no-progress-bar"]
 
 
 def init_stage(args, work, init, size, attn=None, embed=None):
@@ -103,17 +110,23 @@ def train(args, work, name, init_ckpt, flags, recipe=None):
     running = save_dir + ".running"  # another bench process (e.g. the other --parts) trains it now: wait for it
     while not os.path.exists(done) and os.path.exists(running) and _alive(int(open(running).read() or 0)):
         time.sleep(30)
+    start = ["--finetune-from-model", init_ckpt] if init_ckpt else []
+    cmd = [PY, "-m", "fairseq_cli.train", args.data, "--user-dir", "user_dir", *flags,
+           *(recipe if recipe is not None else train_flags(args)), *start, "--save-dir", save_dir]
     if not os.path.exists(done):
         os.makedirs(save_dir, exist_ok=True)
         with open(running, "w") as f:
             f.write(str(os.getpid()))
-        start = ["--finetune-from-model", init_ckpt] if init_ckpt else []
-        run([PY, "-m", "fairseq_cli.train", args.data, "--user-dir", "user_dir", *flags,
-             *(recipe if recipe is not None else train_flags(args)), *start, "--save-dir", save_dir],
-            os.path.join(save_dir + ".log"), args.threads)
-        open(done, "w").close()
+        log("$ " + " ".join(str(c) for c in cmd))
+    stage(save_dir, [cmd], args.threads, logfile=save_dir + ".log")
+    if os.path.exists(running):
         os.remove(running)
     return last
+
+
+def best_of(last, validations):
+    """The best-of-N checkpoint beside a run's last one (None when N < 2: it is the last)."""
+    return os.path.join(os.path.dirname(last), "checkpoint_best.pt") if validations > 1 else None
 
 
 def _alive(pid: int) -> bool:
@@ -171,26 +184,36 @@ def word_kd_flags(args, updates: int):
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(min(400, updates // 2)), "--warmup-init-lr", "1e-7",
             "--weight-decay", "1e-4", "--dropout", "0.1", "--max-tokens", "2048", "--max-update", str(updates),
             "--max-epoch", "1000", "--seed", str(args.seed), "--cpu", "--num-workers", "0", "--no-epoch-checkpoints",
-            "--save-interval-updates", "250", "--keep-interval-updates", "1", "--disable-validation",
-            "--log-format", "simple", "--log-interval", "50", "--no-progress-bar"]
+            *selection_flags(validation_plan(updates, updates, args.kd_validations, "--kd-validations"), 0, updates,
+                             "loss"), "--log-format", "simple", "--log-interval", "50", "--no-progress-bar"]
 
 
 def measure(args, work, tag, models):
-    """fc-measure on the teacher and ``models`` [(name, checkpoint)] in one run; cached by the names."""
+    """fc-measure on the teacher and ``models`` [(name, checkpoint, best-of-N checkpoint or None)] in one run;
+    cached by the names. Every model's hypotheses kept (its measured checkpoint, the primary score) and its
+    best-of-N checkpoint's sacreBLEU: ``{"measure": fc-measure's JSON, "outputs": {name: {...}}}``."""
     tag = tag + (f"_first{args.max_sentences}" if args.max_sentences else "")
     out_json = os.path.join(work, f"measure_{tag}.json")
     names = ["teacher"] + [m[0] for m in models]
-    if os.path.exists(out_json) and [r["name"] for r in json.load(open(out_json))["rows"]] == names:
-        return json.load(open(out_json))
-    run([PY, "-m", "user_dir.tools.measure", args.data, "--path", args.teacher, *[m[1] for m in models],
-         "--names", *names, "--runs", args.runs, "--cpu", "--threads", args.threads,
-         *(["--max-sentences", args.max_sentences] if args.max_sentences else []),
-         "--out", os.path.join(work, f"measure_{tag}.md"), "--json", out_json], os.path.join(work, "log.txt"),
-        args.threads)
-    return json.load(open(out_json))
+    if not (os.path.exists(out_json) and [r["name"] for r in json.load(open(out_json))["rows"]] == names):
+        run([PY, "-m", "user_dir.tools.measure", args.data, "--path", args.teacher, *[m[1] for m in models],
+             "--names", *names, "--runs", args.runs, "--cpu", "--threads", args.threads,
+             *(["--max-sentences", args.max_sentences] if args.max_sentences else []),
+             "--out", os.path.join(work, f"measure_{tag}.md"), "--json", out_json], os.path.join(work, "log.txt"),
+            args.threads)
+    references = multi30k_references(os.path.join(args.work, "test.raw.en"))
+    outputs = {}
+    for name, checkpoint, best in models:
+        slug = os.path.join(work, "hypotheses", re.sub(r"[^A-Za-z0-9_.-]+", "_", name))
+        outputs[name] = {"hypotheses": generate_hypotheses(args.data, checkpoint, slug + ".last.txt", args.threads,
+                                                           max_sentences=args.max_sentences)}
+        if best:
+            hyps = generate_hypotheses(args.data, best, slug + ".best.txt", args.threads, max_sentences=args.max_sentences)
+            outputs[name]["sacrebleu_best"] = sacrebleu_of(hyps, references)
+    return {"measure": json.load(open(out_json)), "outputs": outputs}
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", default=TEACHER)
     p.add_argument("--data", default=DATA)
@@ -208,7 +231,12 @@ def main():
                    help="fine-tuning updates per run (paper: 100 steps; default 30 so the grid fits ~1.5 h on a "
                         "shared 2-core CPU)")
     p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (paper: 1e-4, linear decay)")
-    p.add_argument("--seed", type=int, default=1)
+    add_seed_arguments(p, default="1")
+    p.add_argument("--validations", type=int, default=3,
+                   help="validations of every APC / pruning / control run at the same update points (default 3: "
+                        "every 10 of 30 updates); the last checkpoint is the primary score, the best-of-N beside it")
+    p.add_argument("--kd-validations", type=int, default=4,
+                   help="validations of every word-KD student (default 4: they train --kd-updates each)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--runs", type=int, default=1, help="timed runs of fc-measure (median)")
     p.add_argument("--embed-sizes", default="192,128",
@@ -226,16 +254,66 @@ def main():
                         "comparison at --compare-size; embed: embedding compression at every --embed-sizes vs "
                         "hidden-dimension pruning; word-kd: a word-KD student of every --sizes' size; searched: "
                         "the best sizes of --search-out")
-    p.add_argument("--out", default=os.path.join(ROOT, "results", "apc"), help="results prefix (.md/.json/.png)")
+    p.add_argument("--out", default=default_out("apc"), help="results prefix (.md/.json/.png; default work/results/apc, "
+                   "the committed one: results/apc)")
     p.add_argument("--report-only", action="store_true", help="rewrite OUT.md and the plot from OUT.json")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    args.seeds = seeds_of(p, args)
     if args.report_only:
         report(args, json.load(open(args.out + ".json")))
         return
-    work = os.path.join(args.work, f"u{args.updates}_lr{args.lr:g}_s{args.seed}")
+    args.plan = validation_plan(args.updates, args.updates, args.validations)
+    for n in (int(x) for x in args.kd_updates.split(",")) if "word-kd" in args.parts else ():
+        validation_plan(n, n, args.kd_validations, "--kd-validations")  # checked before anything trains
+    command = invocation("bench_apc.py", argv)
+    by_seed = {seed: run_seed(argparse.Namespace(**dict(vars(args), seed=seed)), command) for seed in args.seeds}
+    result = {"command": command, "updates": args.updates, "lr": args.lr, "seeds": args.seeds,
+              "teacher": args.teacher, "validations": args.validations, "plan": list(args.plan),
+              "kd_validations": args.kd_validations, "machine": machine(), "threads": args.threads}
+    for part in by_seed[args.seeds[0]]:
+        result[part] = over_seeds({seed: parts[part] for seed, parts in by_seed.items()})
+    result["comparisons"] = comparisons(result, args.seeds, multi30k_references(os.path.join(args.work, "test.raw.en")))
+    report(args, result)
+
+
+def over_seeds(by_seed):
+    """One part from its seeds' parts: each model's measured row with its numbers as summaries over the seeds,
+    every seed's hypotheses, the best-of-N sacreBLEU as a summary, every seed's measurement."""
+    first = next(iter(by_seed.values()))
+    names = [r["name"] for r in first["measure"]["rows"]]
+    rows = [aggregate({seed: next(r for r in part["measure"]["rows"] if r["name"] == name)
+                       for seed, part in by_seed.items()}) for name in names]
+    outputs = {name: {"hypotheses": {str(seed): part["outputs"][name]["hypotheses"] for seed, part in by_seed.items()}}
+               for name in first["outputs"]}
+    for name in outputs:
+        if "sacrebleu_best" in first["outputs"][name]:
+            outputs[name]["sacrebleu_best"] = aggregate({seed: part["outputs"][name]["sacrebleu_best"]
+                                                         for seed, part in by_seed.items()})
+    part = {k: v for k, v in first.items() if k not in ("measure", "outputs")}
+    return dict(part, measure=dict(first["measure"], rows=rows), outputs=outputs,
+                per_seed={str(seed): p["measure"] for seed, p in by_seed.items()})
+
+
+def comparisons(result, seeds, references):
+    """The paired tests of the claims the tables make: APC against neuron pruning + FT at every size (and
+    embedding compression against hidden-dimension pruning), and against the word-KD students of its size."""
+    hyps = {name: o["hypotheses"] for part in ("sizes", "embed", "word-kd", "inits") if part in result
+            for name, o in result[part]["outputs"].items()}
+    pairs = [(f"APC {size}", f"pruning+FT {size}") for size in
+             (n.split(" ")[1] for n in hyps if re.fullmatch(r"APC \d+", n))]
+    pairs += [(f"APC embed {e}", f"hidden pruning+FT {e}") for e in
+              (n.split(" ")[2] for n in hyps if re.fullmatch(r"APC embed \d+", n))]
+    pairs += [(f"APC {n.split(' ')[2].rstrip(',')}", n) for n in hyps if n.startswith("word-KD student")]
+    return [bleu_comparison(f"{a} vs {b}", a, b, [hyps[a][str(s)] for s in seeds], [hyps[b][str(s)] for s in seeds],
+                            references)
+            for a, b in pairs if a in hyps and b in hyps]
+
+
+def run_seed(args, command):
+    """Every stage of ``args.parts`` with seed ``args.seed``, in the seed's own folder: {part: record}."""
+    work = os.path.join(seed_dir(args.work, args.seed), f"u{args.updates}_lr{args.lr:g}")
     os.makedirs(work, exist_ok=True)
-    result = {"command": "python scripts/bench_apc.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-              "updates": args.updates, "lr": args.lr, "seed": args.seed, "teacher": args.teacher}
+    result = {"command": command}
     if "sizes" in args.parts:
         models, meta = [], {}
         for size in args.sizes.split(","):
@@ -244,13 +322,15 @@ def main():
             last = train(args, work, f"apc-np_{size}", ckpt, info["fairseq_flags"])
             apc = finalize(args, work, last, os.path.join(work, f"apc-np_{size}_final.pt"))
             ft = train(args, work, f"pruning-ft_{size}", pruned, stock_flags(info["fairseq_flags"], size))
-            models += [(f"APC {size}", apc), (f"pruning+FT {size}", ft), (f"pruned {size}", pruned)]
+            models += [(f"APC {size}", apc, best_of(last, args.validations)), (f"pruning+FT {size}", ft, best_of(ft, args.validations)),
+                       (f"pruned {size}", pruned, None)]
             if args.attn_dims:
                 ckpt_a, info_a = init_stage(args, work, "neuron-pruning", size, args.attn_dims)
                 last_a = train(args, work, f"apc-np_{size}_attn{args.attn_dims}", ckpt_a, info_a["fairseq_flags"])
                 name = f"APC {size} + attention {args.attn_dims}"
                 models.append((name, finalize(args, work, last_a,
-                                              os.path.join(work, f"apc-np_{size}_attn{args.attn_dims}_final.pt"))))
+                                              os.path.join(work, f"apc-np_{size}_attn{args.attn_dims}_final.pt")),
+                               best_of(last_a, args.validations)))
                 meta[name] = {"cmp_f": int(size), "what": f"APC, neuron-pruning init, compression only, and every "
                               f"attention (encoder, decoder, cross) at cmp^a = {args.attn_dims} (eq. 11 init; "
                               "finalized as apc_transformer --apc-finalized)"}
@@ -259,9 +339,9 @@ def main():
                                                 "fine-tuned (= APC 'Finalized')"},
                          f"pruned {size}": {"cmp_f": int(size), "what": "neuron pruning, no training"}})
         name, control, what = control_run(args, work, info["fairseq_flags"])
-        models.append((name, control))
+        models.append((name, control, best_of(control, args.validations)))
         meta[name] = {"cmp_f": 1024, "what": what}
-        result["sizes"] = {"measure": measure(args, work, "sizes", models), "meta": meta, "updates": args.updates,
+        result["sizes"] = {**measure(args, work, "sizes", models), "meta": meta, "updates": args.updates,
                            "command": result["command"]}
     if "inits" in args.parts:
         size = args.compare_size
@@ -272,35 +352,38 @@ def main():
             name = "apc-np" if init == "neuron-pruning" else f"apc-{init}"
             last = train(args, work, f"{name}_{size}", ckpt, info["fairseq_flags"])
             models.append((f"{init} + {args.updates} updates",
-                           finalize(args, work, last, os.path.join(work, f"{name}_{size}_final.pt"))))
+                           finalize(args, work, last, os.path.join(work, f"{name}_{size}_final.pt")),
+                           best_of(last, args.validations)))
         ckpt, info = init_stage(args, work, "neuron-pruning", size)
         if args.all_params:
             last = train(args, work, f"apc-np-all-params_{size}", ckpt, info["fairseq_flags"] + ["--apc-train-original"])
             models.append(("neuron-pruning, All Params",
-                           finalize(args, work, last, os.path.join(work, f"apc-np-all_{size}_final.pt"))))
+                           finalize(args, work, last, os.path.join(work, f"apc-np-all_{size}_final.pt")),
+                           best_of(last, args.validations)))
         pruned = finalize(args, work, ckpt, os.path.join(work, f"pruned_{size}.pt"))
-        models.append(("neuron-pruning, Finalized", train(args, work, f"pruning-ft_{size}", pruned,
-                                                          stock_flags(info["fairseq_flags"], size))))
+        ft = train(args, work, f"pruning-ft_{size}", pruned, stock_flags(info["fairseq_flags"], size))
+        models.append(("neuron-pruning, Finalized", ft, best_of(ft, args.validations)))
         result["inits"] = {"cmp_f": int(size), "reconstruction_error_valid": recon, "updates": args.updates,
-                           "command": result["command"], "measure": measure(args, work, "inits", models)}
+                           "command": result["command"], **measure(args, work, "inits", models)}
     if "embed" in args.parts:
         models, meta = [], {}
         for e in args.embed_sizes.split(","):
             ckpt, info = init_stage(args, work, "reconstructive-svd", None, embed=e)
             last = train(args, work, f"apc-svd_embed{e}", ckpt, info["fairseq_flags"])
-            models.append((f"APC embed {e}", finalize(args, work, last, os.path.join(work, f"apc-svd_embed{e}_final.pt"))))
+            models.append((f"APC embed {e}", finalize(args, work, last, os.path.join(work, f"apc-svd_embed{e}_final.pt")),
+                           best_of(last, args.validations)))
             meta[f"APC embed {e}"] = {"cmp_e": int(e), "what": "APC embedding compression, reconstructive-SVD init, "
                                       "compression only"}
             ckpt, info = init_stage(args, work, "neuron-pruning", None, embed=e)
             pruned = finalize(args, work, ckpt, os.path.join(work, f"hidden-pruned_embed{e}.pt"))
             ft = train(args, work, f"hidden-pruning-ft_embed{e}", pruned, info["fairseq_flags"] + ["--apc-finalized"])
-            models.append((f"hidden pruning+FT {e}", ft))
+            models.append((f"hidden pruning+FT {e}", ft, best_of(ft, args.validations)))
             meta[f"hidden pruning+FT {e}"] = {"cmp_e": int(e), "what": "hidden-dimension pruning (the neuron-pruning "
                                               "init of embedding compression, finalized), all parameters fine-tuned"}
         name, control, what = control_run(args, work, info["fairseq_flags"])
-        models.append((name, control))
+        models.append((name, control, best_of(control, args.validations)))
         meta[name] = {"cmp_e": 256, "what": what}
-        result["embed"] = {"measure": measure(args, work, "embed", models), "meta": meta, "updates": args.updates,
+        result["embed"] = {**measure(args, work, "embed", models), "meta": meta, "updates": args.updates,
                            "command": result["command"]}
     if "searched" in args.parts:
         dims = best_searched(args.search_out)
@@ -314,13 +397,13 @@ def main():
         last = train(args, work, "apc-searched", init, info["fairseq_flags"])
         spec = "; ".join(f"{k} {v}" for k, v in sorted(dims.items()))
         name, control, what = control_run(args, work, info["fairseq_flags"])
-        models = [("APC, searched sizes", finalize(args, work, last, os.path.join(work, "apc-searched_final.pt"))),
-                  (name, control)]
+        models = [("APC, searched sizes", finalize(args, work, last, os.path.join(work, "apc-searched_final.pt")),
+                   best_of(last, args.validations)), (name, control, best_of(control, args.validations))]
         meta = {"APC, searched sizes": {"sizes": spec, "what": f"the best candidate of the Optuna search in "
                                         f"`{os.path.relpath(args.search_out, ROOT)}`, {args.search_init} init, "
                                         "compression only"},
                 name: {"sizes": "the teacher's", "what": what}}
-        result["searched"] = {"measure": measure(args, work, "searched", models), "meta": meta,
+        result["searched"] = {**measure(args, work, "searched", models), "meta": meta,
                               "updates": args.updates, "command": result["command"]}
     if "word-kd" in args.parts:
         models, meta = [], {}
@@ -328,27 +411,34 @@ def main():
             _, info = init_stage(args, work, "neuron-pruning", size)
             for n in (int(x) for x in args.kd_updates.split(",")):
                 name = f"word-KD student {size}, {n} updates"
-                models.append((name, train(args, work, f"word-kd_{size}_u{n}", None, stock_flags(info["fairseq_flags"], size),
-                                           recipe=word_kd_flags(args, n))))
+                last = train(args, work, f"word-kd_{size}_u{n}", None, stock_flags(info["fairseq_flags"], size),
+                             recipe=word_kd_flags(args, n))
+                models.append((name, last, best_of(last, args.kd_validations)))
                 meta[name] = {"cmp_f": int(size), "what": f"stock transformer of FFN width {size} (the teacher's other "
                               f"sizes) trained from scratch with word-level KD, {n} updates"}
-        result["word-kd"] = {"measure": measure(args, work, "word-kd", models), "meta": meta,
+        result["word-kd"] = {**measure(args, work, "word-kd", models), "meta": meta,
                              "kd_updates": args.kd_updates, "command": result["command"]}
-    report(args, result)
+    return {part: record for part, record in result.items() if part != "command"}
 
 
 def _fmt(x, nd=2):
-    return f"{x:.{nd}f}"
+    """A number, or over seeds its mean, spread and every seed (benchlib.fmt)."""
+    return fmt(x, nd)
 
 
-def model_table(rows, meta, size: str, teacher_size: int) -> list:
-    """Markdown rows of fc-measure ``rows``, each with its ``meta`` entry (the size ``size``, e.g. ``cmp_f``)."""
+def model_table(rows, meta, size: str, teacher_size: int, outputs=None) -> list:
+    """Markdown rows of fc-measure ``rows``, each with its ``meta`` entry (the size ``size``, e.g. ``cmp_f``);
+    with ``outputs`` (a part made with seeds), each model's best-of-N sacreBLEU beside."""
+    best = outputs is not None
     lines = [f"| model | {size.replace('_', '^')} | what | BLEU (tok) | sacreBLEU | non-emb. params | % of teacher | "
-             "sent/s |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "sent/s |" + (" best-of-N sacreBLEU |" if best else ""),
+             "| --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if best else "")]
     for r in rows:
         m = meta.get(r["name"], {size: teacher_size, "what": "the teacher"})
+        cell = (outputs or {}).get(r["name"], {}).get("sacrebleu_best")
         lines.append(f"| {r['name']} | {m[size]} | {m['what']} | {_fmt(r['bleu_tok'])} | {_fmt(r['sacrebleu'])} | "
-                     f"{r['non_embedding_params']:,} | {_fmt(r['compression_rate'], 1)} | {_fmt(r['sentences_per_s'], 1)} |")
+                     f"{r['non_embedding_params']:,} | {num(r['compression_rate']):.1f} | {num(r['sentences_per_s']):.1f} |"
+                     + (f" {_fmt(cell) if cell is not None else '-'} |" if best else ""))
     return lines + [""]
 
 
@@ -360,12 +450,19 @@ def report(args, result):
     for part in ("sizes", "inits", "embed", "word-kd", "searched"):  # parts not run now keep their earlier record
         if part not in result and part in old:
             result[part] = old[part]
+    new = "seeds" in result  # made with seeds: means, spreads and every seed; best-of-N beside; paired tests
+    seeds = (f"{seeds_text(result['seeds'])} (each BLEU: mean +- sample std [min, max] over the seeds, then every "
+             "seed's value; sent/s: the mean)" if new else f"Seed {result['seed']}")
     lines = ["# APC on the reference Multi30k DE->EN teacher", "",
-             f"Commands: " + "; ".join(f"`{result[p]['command']}` ({p})"
+             "Commands: " + "; ".join(f"`{result[p]['command']}` ({p})"
                                       for p in ("sizes", "inits", "embed", "word-kd", "searched") if p in result)
-             + f". Seed {result['seed']}; fine-tuning: Adam lr {result['lr']:g} with linear decay to 0 over the run's "
+             + f". {seeds}; fine-tuning: Adam lr {result['lr']:g} with linear decay to 0 over the run's "
              "updates, CE loss, max 2,048 tokens, dropout 0.1, one thread.",
-             f"Machine: {machine_description()}. Teacher: `{os.path.relpath(result['teacher'], ROOT)}` "
+             *([protocol_text(result["updates"], tuple(result["plan"]), "validation loss",
+                              f"Adam {result['lr']:g} decaying linearly to 0 over the run, the same for every APC, "
+                              f"pruning and control run (the word-KD students: their own recipe, validated "
+                              f"{result['kd_validations']} times at equal intervals)")] if new else []),
+             f"Machine: {result.get('machine') or machine_description()}. Teacher: `{os.path.relpath(result['teacher'], ROOT)}` "
              "(3+3 layers, width 256, FFN 1024). BLEU: tokenised BLEU4 as fairseq-generate's, beam 5, "
              "test_2016_flickr (the number of sentences is given per table), every model finalized (a stock `transformer` "
              "checkpoint unless its row says otherwise). "
@@ -376,7 +473,7 @@ def report(args, result):
         meta = result["sizes"]["meta"]
         lines += [f"## APC vs neuron pruning at several cmp^f (1024 -> cmp^f in all 6 FFNs), "
                   f"{result['sizes']['updates']} updates", "", f"BLEU on {rows[0]['sentences']} test sentences.", "",
-                  *model_table(rows, meta, "cmp_f", 1024)]
+                  *model_table(rows, meta, "cmp_f", 1024, result["sizes"].get("outputs"))]
     if "inits" in result:
         inits = result["inits"]
         lines += [f"## Initialisations (Table 1 / Table 5 analogue) and fine-tuning strategies (Table 3), cmp^f = "
@@ -406,7 +503,7 @@ def report(args, result):
                   f"BLEU on {rows[0]['sentences']} test sentences. One run of blocks per side (J_b omitted between "
                   "blocks of one size): D^PS before the first block, U^PS after the last. Finalized models stay "
                   "`apc_transformer --apc-finalized` (no stock architecture has per-block widths).", "",
-                  *model_table(rows, meta, "cmp_e", 256)]
+                  *model_table(rows, meta, "cmp_e", 256, result["embed"].get("outputs"))]
     if "word-kd" in result:
         rows, meta = result["word-kd"]["measure"]["rows"], result["word-kd"]["meta"]
         lines += [f"## Word-KD students of APC's sizes, from scratch ({result['word-kd']['kd_updates']} updates)", "",
@@ -414,16 +511,17 @@ def report(args, result):
                   "pruned model of that cmp^f, trained from random initialisation with word-level KD (`--criterion "
                   "kd`, alpha 0.5, T = 1, label smoothing 0.1) from the same teacher; Adam lr 1e-3, inverse_sqrt, "
                   "min(400, updates / 2) warm-up updates, dropout 0.1, max 2,048 tokens.", "",
-                  *model_table(rows, meta, "cmp_f", 1024)]
+                  *model_table(rows, meta, "cmp_f", 1024, result["word-kd"].get("outputs"))]
     if "searched" in result:
         rows, meta = result["searched"]["measure"]["rows"], result["searched"]["meta"]
         lines += [f"## The Optuna search's best sizes (section 4.1), {result['searched']['updates']} updates", "",
                   f"BLEU on {rows[0]['sentences']} test sentences. Finalized as `apc_transformer --apc-finalized` "
-                  "(per-layer widths).", "", *model_table(rows, meta, "sizes", "the teacher's")]
-    for ext, write in ((".json", lambda f: json.dump(result, f, indent=1)), (".md", lambda f: f.write("\n".join(lines)))):
-        with open(args.out + ext + ".tmp", "w") as f:  # whole files only: two --parts may finish together
-            write(f)
-        os.replace(args.out + ext + ".tmp", args.out + ext)
+                  "(per-layer widths).", "", *model_table(rows, meta, "sizes", "the teacher's", result["searched"].get("outputs"))]
+    if result.get("comparisons"):
+        lines += ["## Paired comparisons", ""] + significance_lines(result["comparisons"], "APC (A) against neuron "
+                                                                    "pruning + FT or a word-KD student of its size (B)")
+    write_json(args.out + ".json", result)  # whole files only: two --parts may finish together
+    write_text(args.out + ".md", "\n".join(lines))
     plot(args, result)
     print("\n".join(lines))
 
@@ -431,9 +529,9 @@ def report(args, result):
 def plot(args, result):
     """BLEU against non-embedding parameters of every measured model of every part (one teacher point: each part
     measures the same checkpoint)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
     series = {}  # label -> [(params, BLEU)]
     for part in ("sizes", "embed", "word-kd", "searched"):
         for r in result.get(part, {}).get("measure", {}).get("rows", []):
@@ -443,7 +541,7 @@ def plot(args, result):
                      else "hidden-dim. pruning + FT" if name.startswith("hidden") else "word-KD student (from scratch)"
                      if name.startswith("word-KD") else "APC, searched sizes" if "searched" in name
                      else name.split(" ")[0].replace("APC", "APC FFN"))
-            series.setdefault(label, set()).add((r["non_embedding_params"] / 1e6, r["bleu_tok"]))
+            series.setdefault(label, set()).add((r["non_embedding_params"] / 1e6, num(r["bleu_tok"])))
     if not series:
         return
     markers = iter("*PoshxvD^<>")

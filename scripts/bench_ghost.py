@@ -2,13 +2,19 @@
 """The GhostBERT benchmark: encoders pruned to width multiplier m, "pruned only" against GhostBERT with
 the identical procedure (Table 3 / Table 10's comparison), on translation (the encoder of the reference
 Multi30k DE->EN teacher, ../shared/teachers, 4 heads) and on GLUE (the MiniLM-L6 teachers of
-scripts/glue_teachers.sh, 12 heads), written to results/ghostbert.md (+ .json of the raw numbers, + a
-PNG of score against encoder FLOPs).
+scripts/glue_teachers.sh, 12 heads), written to work/results/ghostbert.md (``--out``; + .json of the raw
+numbers, + a PNG of score against encoder FLOPs).
 
     nice -n 10 python scripts/bench_ghost.py                     # translation: m = 2/4 and 1/4 (resumable)
     nice -n 10 python scripts/bench_ghost.py --glue-task RTE --widths 12/12,6/12,3/12,1/12 --variants pruned,ghost
     python scripts/bench_ghost.py --report-only                  # the table again from the JSON
     python scripts/bench_ghost.py --quick [--glue-task RTE]      # a smoke test of every stage
+
+The seed runs of the committed table (each seed trains in --work/seed<k>/, resumable; --train-only runs of
+one seed each may go in parallel, then the same command without --train-only measures and writes):
+
+    nice -n 10 python scripts/bench_ghost.py --seeds 1,2,3 --out results/ghostbert
+    nice -n 10 python scripts/bench_ghost.py --glue-task MRPC,SST-2 --widths 3/12 --seeds 1,2,3 --out results/ghostbert
 
 The JSON keeps one part per GLUE task and the translation part: a run measures its own part (the
 translation part, or each task of ``--glue-task``) and keeps every other part.
@@ -18,11 +24,13 @@ Translation, per m and variant (``--ghost-positions none`` = pruned only; ``o,ff
 2. ``fairseq-train --criterion ghost_distill --teacher-path TEACHER --finetune-from-model init.pt``
    (embedding + post-MHA + post-FFN MSE, eq 6), ``--distill-updates`` updates;
 3. ``fairseq-train --criterion label_smoothed_cross_entropy --finetune-from-model`` the distilled
-   checkpoint, ``--finetune-updates`` updates;
+   checkpoint, ``--finetune-updates`` updates, validated ``--validations`` times at the same points;
 4. ``fairseq-generate`` on test, beam 5 (BLEU4 as fairseq reports it), for the initial pruned
-   checkpoint (no training) and the final one.
-Every stage is bounded by updates and skipped when its output exists; fairseq-train resumes from
-its own checkpoint_last.pt.
+   checkpoint (no training), the last checkpoint (the primary number) and the best-of-N (lowest
+   validation loss) beside it; the hypotheses are kept detokenised (``hypotheses/*.txt``) for the paired
+   test of GhostBERT against pruned only (sacreBLEU's paired bootstrap over seeds and sentences).
+Every stage is bounded by updates and skipped when done (benchlib's stages: DONE + settings.json);
+fairseq-train resumes from its own checkpoint_last.pt.
 
 GLUE (``--glue-task TASK[,TASK...]``, any task preprocess/prepare_glue.py handles; the teacher is
 ``--glue-work``/TASK/checkpoints/checkpoint_best.pt, its data ``--glue-work``/data-bin/TASK.wordpiece, as
@@ -33,14 +41,16 @@ scripts/glue_teachers.sh leaves them), per m (default 12/12, 6/12, 3/12, 1/12) a
    ``--glue-distill-updates`` updates, the last checkpoint kept;
 3. ``fairseq-train --criterion glue_sentence_prediction --glue-task TASK`` (cross-entropy, the teachers'
    criterion; MSE with --regression-target for STS-B, read from the teacher), ``--glue-finetune-updates``
-   updates, validated ``--glue-validations`` times: the checkpoint with the best dev metric is the model
-   (the paper: "the model with the best development set performance"; the teachers were chosen alike), the
-   last checkpoint's score beside it;
+   updates, validated ``--glue-validations`` times at the same update points for every variant: the last
+   checkpoint is the primary score, the checkpoint with the best dev metric of those validations (the paper:
+   "the model with the best development set performance") beside it;
 4. dev scores with ``user_dir.tools.glue_predict``'s predictions and ``user_dir.common.glue_metrics``
-   (the teachers' scoring), for the untrained pruned checkpoint, the best and the last.
+   (the teachers' scoring), for the untrained pruned checkpoint, the last and the best; the predictions
+   are kept as JSON lists (``*.predictions.json``, the gold labels' file named inside) for the paired test
+   of GhostBERT against pruned only (paired bootstrap interval, permutation p, over seeds and dev examples).
 m = 12/12 with ghost modules is the paper's unpruned "+ghost" row (Table 1, GhostBERT m = 12/12); m = 12/12
-pruned only is the teacher given the same two stages (the control). Work folder: ``--work``/glue/TASK/
-<teacher run>-<first 8 hex digits of the teacher checkpoint's SHA-256>, so a retrained teacher never
+pruned only is the teacher given the same two stages (the control). Work folder: ``--work``/seed<k>/glue/TASK/
+<teacher run>-<first 8 hex digits of the teacher checkpoint's SHA-256> of each seed's folder, so a retrained teacher never
 reuses stale stages; every stage keeps the commands that made it (settings.json) and a DONE file, is
 skipped when done, refused when this run's settings differ, and resumes from its checkpoint_last.pt.
 Table 8 (GPU, BERT-base): batch 32, lr 2e-5, Adam (0.9, 0.999), no warm-up, linear decay, weight decay
@@ -63,21 +73,21 @@ linear decay to 0 and no warm-up (Table 8: linear decay, no warm-up), gradient c
 weight decay 0 (Table 8), ``--max-tokens 2048`` batches; the same for both variants.
 """
 import argparse
-import functools
-import importlib.util
 import json
 import os
-import platform
-import re
-import shlex
-import statistics
-import subprocess
 import sys
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
+from benchlib import (ROOT, SHARED, add_seed_arguments, aggregate, bleu_comparison, default_out, difference,
+                      fairseq_bleu, fairseq_train_seconds, fmt, generate_hypotheses, glue_comparison, is_summary, logger,
+                      multi30k_references, num, protocol_text, provenance, seed_dir, seeds_of, seeds_text,
+                      selection_flags, sha256_of, significance_lines, stage, validation_plan, validation_updates,
+                      write_json)
+from benchlib import write_report as write_files
+from glue_bench import (glue_scores, glue_setup, glue_train_flags, measure_costs, predictions_path, read_labels, rel,
+                        teacher_record)
+
 TEACHER_DIR = os.path.join(SHARED, "teachers", "multi30k.de-en")
+
 # what each variant passes to ghost_prune (and so to its architecture); the name labels the table row
 VARIANTS = {"pruned": ["--ghost-positions", "none"], "ghost": ["--ghost-positions", "o,ffn2"],
             "ghost-no-softmax": ["--ghost-no-softmax"], "ghost-no-relu": ["--ghost-no-relu"],
@@ -85,14 +95,16 @@ VARIANTS = {"pruned": ["--ghost-positions", "none"], "ghost": ["--ghost-position
             "ghost-conv1d_s": ["--ghost-conv", "conv1d_s"], "ghost-conv1d_f": ["--ghost-conv", "conv1d_f"],
             "ghost-o": ["--ghost-positions", "o"], "ghost-ffn2": ["--ghost-positions", "ffn2"],
             "ghost-ffn1": ["--ghost-positions", "ffn1"], "ghost-qk": ["--ghost-positions", "qk"],
-            "ghost-v": ["--ghost-positions", "v"]}
+            "ghost-v": ["--ghost-positions", "v"],
+            "ghost-zero-init": ["--ghost-positions", "o,ffn2", "--ghost-zero-init"]}
 LABELS = {"teacher": "teacher", "teacher-ce": "teacher + the fine-tuning stage (control)", "pruned": "pruned only", "ghost": "GhostBERT",
           "ghost-no-softmax": "GhostBERT - softmax (Table 4)", "ghost-no-relu": "GhostBERT - ReLU (Table 4)",
           "ghost-k5": "GhostBERT, kernel 5 (Table 9)", "ghost-conv2d": "GhostBERT, Conv2D (Table 5)",
           "ghost-conv1d_s": "GhostBERT, Conv1D_S (Table 5)", "ghost-conv1d_f": "GhostBERT, Conv1D_F (Table 5)",
           "ghost-qk": "GhostBERT, after QK only (Conv2D; V, O unpruned; Table 6)",
           "ghost-v": "GhostBERT, after V only (O unpruned; Table 6)", "ghost-o": "GhostBERT, after O only (Table 6)",
-          "ghost-ffn2": "GhostBERT, after FFN2 only (Table 6)", "ghost-ffn1": "GhostBERT, after FFN1 only (Table 6)"}
+          "ghost-ffn2": "GhostBERT, after FFN2 only (Table 6)", "ghost-ffn1": "GhostBERT, after FFN1 only (Table 6)",
+          "ghost-zero-init": "GhostBERT, ghost branches starting at zero (--ghost-zero-init; the paper leaves it open)"}
 # the paper's development-set scores (BERT-base backbone), in its metrics: accuracy except CoLA (Matthews) and
 # STS-B (Spearman); MRPC is accuracy there. Keyed by (m, variant): Table 1 (BERT-base, GhostBERT at every m),
 # Table 10 (pruned only, same procedure), Table 4 (- softmax, - ReLU), Table 9 (kernel 5), Table 5 (Conv1D_S,
@@ -140,298 +152,197 @@ PAPER = ("Paper (BERT-base, GLUE dev average, Table 3): pruned 78.2 vs GhostBERT
          "to BERT-base (section 3.2.1).")
 
 
-def log(msg):
-    print(f"[bench_ghost {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+log = logger("bench_ghost")
+PY = sys.executable
 
 
-def run(cmd, logfile, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    os.makedirs(os.path.dirname(logfile), exist_ok=True)
-    with open(logfile, "a") as f:
-        f.write("$ " + shlex.join(str(c) for c in cmd) + "\n")
-        f.flush()
-        proc = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    if proc.returncode != 0:
-        sys.exit(f"bench_ghost: command failed ({proc.returncode}); see {logfile}")
-
-
-def train_flags(args, updates):
+def train_flags(args, updates, seed):
     return ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(args.lr), "--lr-scheduler",
             "polynomial_decay", "--total-num-update", str(updates), "--warmup-updates", "0", "--end-learning-rate",
             "0", "--clip-norm", "1", "--dropout", "0.1", "--weight-decay", "0", "--max-tokens", "2048",
             "--max-update", str(updates), "--log-format", "simple", "--log-interval", "50", "--no-epoch-checkpoints",
-            "--num-workers", "0", "--cpu", "--seed", str(args.seed)]
+            "--num-workers", "0", "--cpu", "--seed", str(seed)]
 
 
-def bleu_of(checkpoint, args, logfile):
-    out = logfile + ".bleu"
-    if not os.path.isfile(out):
-        run([sys.executable, "-m", "fairseq_cli.generate", args.data, "--user-dir", "user_dir", "--path", checkpoint,
-             "--gen-subset", "test", "--beam", "5", "--batch-size", "128", "--remove-bpe", "--cpu"], logfile,
-            args.threads)
-        with open(logfile) as f:
-            scores = re.findall(r"BLEU4 = ([0-9.]+)", f.read())
-        with open(out, "w") as f:
-            f.write(scores[-1] + "\n")
-    return float(open(out).read())
+def translation_plan(args):
+    """Every translation variant: --distill-updates unvalidated, then --validations validations at the same
+    points of the fine-tuning stage."""
+    return validation_plan(args.distill_updates + args.finetune_updates, args.finetune_updates, args.validations,
+                           "--validations")
 
 
-def train_variant(args, m, variant):
-    work = os.path.join(args.work, f"m{m.replace('/', 'of')}", variant)
-    init = os.path.join(work, "init.pt")
-    if not os.path.isfile(init + ".flags"):
-        run([sys.executable, "-m", "user_dir.tools.ghost_prune", args.data, "--path", args.teacher, "--width-mult", m,
-             *VARIANTS[variant], "--out", init, "--cpu", "--subset", "valid"]
-            + (["--max-batches", "3"] if args.quick else []), os.path.join(work, "prune.log"), args.threads)
+def glue_plan(args):
+    return validation_plan(args.glue_distill_updates + args.glue_finetune_updates, args.glue_finetune_updates,
+                           args.glue_validations, "--glue-validations")
+
+
+def translate(checkpoint, args, out):
+    """BLEU4 of ``checkpoint`` on test (fairseq-generate, beam 5) and its detokenised hypotheses' file."""
+    hyps = generate_hypotheses(args.data, checkpoint, out, args.threads)
+    return fairseq_bleu(hyps + ".generate.log"), hyps
+
+
+def finetune_result(directory, plan, stage_start, score):
+    """The last (primary) and best-of-N checkpoints of a fine-tuning stage scored by ``score(path, which)``,
+    and the update counts of the whole budget at which it was validated."""
+    ckpt = os.path.join(directory, "checkpoints")
+    result = {"last": score(os.path.join(ckpt, "checkpoint_last.pt"), "last"),
+              "validations": [stage_start + u for u in validation_updates(os.path.join(directory, "log.txt"))]}
+    if len(plan[1]) > 1:  # best-of-1 is the last checkpoint
+        result["best"] = score(os.path.join(ckpt, "checkpoint_best.pt"), "best")
+    return result
+
+
+def train_variant(args, m, variant, seed):
+    """ghost_prune, distillation, fine-tuning and test BLEU of one (m, variant) of translation, seed ``seed``."""
+    work = os.path.join(seed_dir(args.work, seed), f"m{m.replace('/', 'of')}", variant)
+    prune_dir, distill, final = (os.path.join(work, name) for name in ("prune", "distill", "finetune"))
+    init = os.path.join(prune_dir, "init.pt")
+    stage(prune_dir, [[PY, "-m", "user_dir.tools.ghost_prune", args.data, "--path", args.teacher, "--width-mult", m,
+                       *VARIANTS[variant], "--out", init, "--cpu", "--subset", "valid", "--seed", str(seed)]
+                      + (["--max-batches", "3"] if args.quick else [])], args.threads)
     arch = open(init + ".flags").read().split()
-    distill = os.path.join(work, "distill")
-    run([sys.executable, "-m", "fairseq_cli.train", args.data, "--user-dir", "user_dir", *arch,
-         *train_flags(args, args.distill_updates), "--criterion", "ghost_distill", "--teacher-path", args.teacher,
-         "--finetune-from-model", init, "--save-dir", distill], os.path.join(work, "distill.log"), args.threads)
-    final = os.path.join(work, "finetune")
-    run([sys.executable, "-m", "fairseq_cli.train", args.data, "--user-dir", "user_dir", *arch,
-         *train_flags(args, args.finetune_updates), "--criterion", "label_smoothed_cross_entropy",
-         "--label-smoothing", "0.1", "--finetune-from-model", os.path.join(distill, "checkpoint_last.pt"),
-         "--save-dir", final], os.path.join(work, "finetune.log"), args.threads)
-    return {"m": m, "variant": variant, "init": init, "final": os.path.join(final, "checkpoint_last.pt"),
-            "bleu_init": bleu_of(init, args, os.path.join(work, "generate_init.log")),
-            "bleu": bleu_of(os.path.join(final, "checkpoint_last.pt"), args, os.path.join(work, "generate.log"))}
+    common = [PY, "-m", "fairseq_cli.train", args.data, "--user-dir", "user_dir", *arch]
+    plan = translation_plan(args)
+    stage(distill, [common + train_flags(args, args.distill_updates, seed)
+                    + ["--criterion", "ghost_distill", "--teacher-path", args.teacher, "--finetune-from-model", init,
+                       *selection_flags(plan, 0, args.distill_updates), "--save-dir",
+                       os.path.join(distill, "checkpoints")]], args.threads)
+    stage(final, [common + train_flags(args, args.finetune_updates, seed)
+                  + ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--finetune-from-model",
+                     os.path.join(distill, "checkpoints", "checkpoint_last.pt"),
+                     *selection_flags(plan, args.distill_updates, args.finetune_updates, "loss"),
+                     "--save-dir", os.path.join(final, "checkpoints")]], args.threads)
+    hyps = os.path.join(work, "hypotheses")
+    scored = finetune_result(final, plan, args.distill_updates,
+                             lambda path, which: translate(path, args, os.path.join(hyps, f"test.{which}.txt")))
+    bleu_init, _ = translate(init, args, os.path.join(hyps, "test.init.txt"))
+    row = {"m": m, "variant": variant, "init": init, "final": os.path.join(final, "checkpoints", "checkpoint_last.pt"),
+           "bleu_init": bleu_init, "bleu": scored["last"][0], "hypotheses": scored["last"][1],
+           "validations": scored["validations"],
+           "train_seconds": sum(fairseq_train_seconds(os.path.join(d, "log.txt")) for d in (distill, final))}
+    if "best" in scored:
+        row["bleu_best"] = scored["best"][0]
+    return row
 
 
-def train_control(args):
+def train_control(args, seed):
     """The teacher itself given the fine-tuning stage (``--finetune-updates`` of label-smoothed CE, the same
-    flags): what the extra training alone does to this not fully trained teacher."""
-    work = os.path.join(args.work, "teacher_ce")
+    flags and validations): what the extra training alone does to this not fully trained teacher."""
+    work = os.path.join(seed_dir(args.work, seed), "teacher_ce")
     arch = ["--arch", "transformer_iwslt_de_en", "--encoder-layers", "3", "--decoder-layers", "3",
             "--encoder-embed-dim", "256", "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
             "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
             "--share-all-embeddings"]  # the reference teacher's (its README)
-    run([sys.executable, "-m", "fairseq_cli.train", args.data, "--user-dir", "user_dir", *arch,
-         *train_flags(args, args.finetune_updates), "--criterion", "label_smoothed_cross_entropy",
-         "--label-smoothing", "0.1", "--finetune-from-model", args.teacher, "--save-dir", work],
-        os.path.join(work, "finetune.log"), args.threads)
-    final = os.path.join(work, "checkpoint_last.pt")
-    return {"m": "4/4", "variant": "teacher-ce", "final": final,
-            "bleu": bleu_of(final, args, os.path.join(work, "generate.log"))}
+    plan = validation_plan(args.finetune_updates, args.finetune_updates, args.validations, "--validations")
+    final = os.path.join(work, "finetune")
+    stage(final, [[PY, "-m", "fairseq_cli.train", args.data, "--user-dir", "user_dir", *arch,
+                   *train_flags(args, args.finetune_updates, seed), "--criterion", "label_smoothed_cross_entropy",
+                   "--label-smoothing", "0.1", "--finetune-from-model", args.teacher,
+                   *selection_flags(plan, 0, args.finetune_updates, "loss"),
+                   "--save-dir", os.path.join(final, "checkpoints")]], args.threads)
+    hyps = os.path.join(work, "hypotheses")
+    scored = finetune_result(final, plan, 0,
+                             lambda path, which: translate(path, args, os.path.join(hyps, f"test.{which}.txt")))
+    row = {"m": "4/4", "variant": "teacher-ce", "final": os.path.join(final, "checkpoints", "checkpoint_last.pt"),
+           "bleu": scored["last"][0], "hypotheses": scored["last"][1], "validations": scored["validations"],
+           "train_seconds": fairseq_train_seconds(os.path.join(final, "log.txt"))}
+    if "best" in scored:
+        row["bleu_best"] = scored["best"][0]
+    return row
+
+
+def over_seeds(by_seed):
+    """One row from its seeds' rows ({seed: row}): numbers as summaries over the seeds, paths the first seed's,
+    and every seed's per-example outputs (``hypotheses`` / ``predictions``: {seed: path})."""
+    row = aggregate(by_seed)
+    for key in ("hypotheses", "predictions"):
+        if key in row:
+            row[key] = {str(s): rel(r[key]) for s, r in by_seed.items()}
+    return row
 
 
 # ---- GLUE ------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
-def bench_variator():
-    """scripts/bench_variator.py as a module: its stage bookkeeping (settings.json + DONE), the teacher's
-    SHA-256 and its record (run, lr, dev score) are this benchmark's too."""
-    spec = importlib.util.spec_from_file_location("bench_variator", os.path.join(ROOT, "scripts", "bench_variator.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def stage(directory, cmds, threads):
-    """Run ``cmds`` once in ``directory`` (bench_variator's stage: skipped when DONE, refused when the folder
-    was made by other commands)."""
-    try:
-        bench_variator().stage(directory, cmds, threads)
-    except SystemExit as e:
-        sys.exit(str(e.code).replace("bench_variator:", "bench_ghost:"))
-
-
-def glue_setup(args, task):
-    """Teacher, data, task flags and metric of GLUE ``task`` from scripts/glue_teachers.sh's work folder."""
-    from fairseq import checkpoint_utils
-
-    from user_dir.common.glue_metrics import BEST_CHECKPOINT_METRIC, TASK_METRICS
-    from user_dir.common.task_flags import sentence_prediction_flags
-    if task not in TASK_METRICS:
-        sys.exit(f"bench_ghost: --glue-task {task}: expected one of {', '.join(TASK_METRICS)}")
-    teacher = os.path.join(args.glue_work, task, "checkpoints", "checkpoint_best.pt")
-    data = os.path.join(args.glue_work, "data-bin", f"{task}.wordpiece")
-    if not os.path.isfile(teacher):
-        sys.exit(f"bench_ghost: --glue-task {task}: no teacher at {teacher} (--glue-work); train it first: "
-                 f"TASKS={task} bash scripts/glue_teachers.sh")
-    if not os.path.isdir(os.path.join(data, "input0")):
-        sys.exit(f"bench_ghost: --glue-task {task}: no binarised data at {data} (scripts/glue_teachers.sh prepares it)")
-    cfg = checkpoint_utils.load_checkpoint_to_cpu(teacher)["cfg"]
-    tcfg = cfg["task"]
-    if tcfg.get("_name") != "sentence_prediction":
-        sys.exit(f"bench_ghost: {teacher} was trained with --task {tcfg.get('_name')}, not sentence_prediction")
-    regression = bool(tcfg.get("regression_target"))
-    if task == "STS-B" and not regression:
-        sys.exit(f"bench_ghost: {teacher}: STS-B is a regression task, but this teacher was not trained with "
-                 "--regression-target --num-classes 1")
-    flags = sentence_prediction_flags(tcfg)
-    lr, model = cfg["optimization"]["lr"], cfg["model"]
-    heads = model["encoder_attention_heads"] if isinstance(model, dict) else model.encoder_attention_heads
-    return {"heads": heads, "teacher": teacher, "data": data, "task_flags": flags, "regression": regression,
-            "metric": TASK_METRICS[task][0], "best_metric": BEST_CHECKPOINT_METRIC.get(task, TASK_METRICS[task][0]),
-            "teacher_lr": float(lr if isinstance(lr, (int, float, str)) else lr[0])}
-
-
-def glue_train_flags(args, updates, lr):
-    """Table 8, bounded by ``updates``: batch --glue-batch-size, Adam (0.9, 0.999), no warm-up, linear decay to
-    0, weight decay 0, clipping 1, dropout and attention dropout 0.1."""
-    return ["--optimizer", "adam", "--adam-betas", "(0.9,0.999)", "--adam-eps", "1e-6", "--lr", str(lr),
-            "--lr-scheduler", "polynomial_decay", "--total-num-update", str(updates), "--warmup-updates", "0",
-            "--end-learning-rate", "0", "--clip-norm", "1", "--dropout", "0.1", "--attention-dropout", "0.1",
-            "--weight-decay", "0", "--batch-size", str(args.glue_batch_size), "--max-update", str(updates),
-            "--log-format", "simple", "--log-interval", "10", "--no-epoch-checkpoints", "--num-workers", "0",
-            "--cpu", "--seed", str(args.seed)]
-
-
-def glue_scores(path, setup, task, out, threads):
-    """Dev scores of ``path`` (glue_predict's predictions, glue_metrics' metrics), kept in ``out``."""
-    if not os.path.isfile(out):
-        import torch
-
-        from user_dir.common.glue_metrics import glue_score
-        from user_dir.tools.glue_predict import predict
-        torch.set_num_threads(threads)
-        _, preds, labels, _ = predict(setup["data"], path, "valid")
-        scores = dict(glue_score(task, preds, labels), examples=len(labels))
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        with open(out + ".tmp", "w") as f:
-            json.dump(scores, f)
-        os.replace(out + ".tmp", out)
-    return json.load(open(out))
-
-
-def glue_variant(args, setup, task, work, m, variant, lr):
+def glue_variant(args, setup, task, work, m, variant, lr, seed):
     """ghost_prune, distillation, fine-tuning and dev scores of one (m, variant) of GLUE ``task``."""
-    py, data, teacher = sys.executable, setup["data"], setup["teacher"]
+    data, teacher = setup["data"], setup["teacher"]
     work = os.path.join(work, f"m{m.replace('/', 'of')}", variant)
     prune_dir, distill, final = (os.path.join(work, name) for name in ("prune", "distill", "finetune"))
     init = os.path.join(prune_dir, "init.pt")
-    stage(prune_dir, [[py, "-m", "user_dir.tools.ghost_prune", data, "--path", teacher, "--width-mult", m,
+    stage(prune_dir, [[PY, "-m", "user_dir.tools.ghost_prune", data, "--path", teacher, "--width-mult", m,
                        *VARIANTS[variant], "--out", init, "--cpu", "--subset", args.glue_importance_subset,
-                       "--batch-size", str(args.glue_batch_size), "--seed", str(args.seed)]
+                       "--batch-size", str(args.glue_batch_size), "--seed", str(seed)]
                       + (["--max-batches", "3"] if args.quick else [])], args.threads)
     arch = open(init + ".flags").read().split()
-    common = [py, "-m", "fairseq_cli.train", data, "--user-dir", "user_dir", *setup["task_flags"], *arch]
-    stage(distill, [common + glue_train_flags(args, args.glue_distill_updates, lr)
+    common = [PY, "-m", "fairseq_cli.train", data, "--user-dir", "user_dir", *setup["task_flags"], *arch]
+    plan = glue_plan(args)
+    stage(distill, [common + glue_train_flags(args, args.glue_distill_updates, lr, seed)
                     + ["--criterion", "ghost_distill", "--teacher-path", teacher, "--finetune-from-model", init,
-                       "--disable-validation", "--save-dir", os.path.join(distill, "checkpoints")]], args.threads)
-    interval = str(max(1, args.glue_finetune_updates // args.glue_validations))
-    stage(final, [common + glue_train_flags(args, args.glue_finetune_updates, lr)
+                       *selection_flags(plan, 0, args.glue_distill_updates),
+                       "--save-dir", os.path.join(distill, "checkpoints")]], args.threads)
+    stage(final, [common + glue_train_flags(args, args.glue_finetune_updates, lr, seed)
                   + ["--criterion", "glue_sentence_prediction", "--glue-task", task, "--finetune-from-model",
-                     os.path.join(distill, "checkpoints", "checkpoint_last.pt"), "--best-checkpoint-metric",
-                     setup["best_metric"], "--maximize-best-checkpoint-metric", "--validate-interval-updates",
-                     interval, "--save-interval-updates", interval, "--keep-interval-updates", "1",
+                     os.path.join(distill, "checkpoints", "checkpoint_last.pt"),
+                     *selection_flags(plan, args.glue_distill_updates, args.glue_finetune_updates,
+                                      setup["best_metric"], maximize=True),
                      "--save-dir", os.path.join(final, "checkpoints")]], args.threads)
-    best, last = (os.path.join(final, "checkpoints", f"checkpoint_{w}.pt") for w in ("best", "last"))
-    return {"m": m, "variant": variant, "init": init, "final": best,
-            "scores_init": glue_scores(init, setup, task, os.path.join(prune_dir, "dev_scores.json"), args.threads),
-            "scores": glue_scores(best, setup, task, os.path.join(final, "dev_scores_best.json"), args.threads),
-            "scores_last": glue_scores(last, setup, task, os.path.join(final, "dev_scores_last.json"), args.threads),
-            "train_seconds": sum(fairseq_train_seconds(os.path.join(d, "log.txt")) for d in (distill, final))}
-
-
-def fairseq_train_seconds(log):
-    """fairseq's own training wall time, summed over the parts of a resumed run ("done training in N
-    seconds"); 0 when not found."""
-    if not os.path.isfile(log):
-        return 0.0
-    return sum(float(x) for x in re.findall(r"done training in ([0-9.]+) seconds", open(log).read()))
+    scored = finetune_result(final, plan, args.glue_distill_updates, lambda path, which: glue_scores(
+        path, setup, task, os.path.join(final, f"dev_scores_{which}.json"), args.threads))
+    row = {"m": m, "variant": variant, "init": init, "final": os.path.join(final, "checkpoints", "checkpoint_last.pt"),
+           "scores_init": glue_scores(init, setup, task, os.path.join(prune_dir, "dev_scores.json"), args.threads),
+           "scores": scored["last"], "predictions": predictions_path(os.path.join(final, "dev_scores_last.json")),
+           "validations": scored["validations"],
+           "train_seconds": sum(fairseq_train_seconds(os.path.join(d, "log.txt")) for d in (distill, final))}
+    if "best" in scored:
+        row["scores_best"] = scored["best"]
+    return row
 
 
 def glue_part(args, task, runs, header):
-    """The GLUE part of ``task``: every (m, variant) of ``runs``, the teacher row and the costs."""
+    """The GLUE part of ``task``: every (m, variant) of ``runs`` for every seed of ``args.seeds``, the teacher
+    row, the costs and the paired comparisons."""
     setup = glue_setup(args, task)
     scores_dir = os.path.join(args.work, "glue", task)
-    teacher_scores = glue_scores(setup["teacher"], setup, task,
-                                 os.path.join(scores_dir, f"teacher-{bench_variator().backbone_digest(setup['teacher'])[:8]}.json"),
-                                 args.threads)
-    record = bench_variator().teacher_record(setup["teacher"], setup["metric"], teacher_scores[setup["metric"]])
-    work = os.path.join(scores_dir, f"{record['run']}-{record['sha256'][:8]}")
+    teacher_scores_file = os.path.join(scores_dir, f"teacher-{teacher_digest(setup)[:8]}.json")
+    teacher_scores = glue_scores(setup["teacher"], setup, task, teacher_scores_file, args.threads)
+    record = teacher_record(setup["teacher"], setup["metric"], teacher_scores[setup["metric"]])
     lr = args.glue_lr if args.glue_lr is not None else setup["teacher_lr"]
-    rows = []
-    for m, variant in runs:
-        log(f"GLUE {task}: m = {m}, {variant}")
-        rows.append(glue_variant(args, setup, task, work, m, variant, lr))
+    by_run = {run: {} for run in runs}
+    for seed in args.seeds:
+        work = os.path.join(seed_dir(args.work, seed), "glue", task, f"{record['run']}-{record['sha256'][:8]}")
+        for m, variant in runs:
+            log(f"GLUE {task}, seed {seed}: m = {m}, {variant}")
+            by_run[(m, variant)][seed] = glue_variant(args, setup, task, work, m, variant, lr, seed)
     if args.train_only:
         return None
-    rows.insert(0, {"m": f"{setup['heads']}/{setup['heads']}", "variant": "teacher", "final": setup["teacher"], "scores": teacher_scores})
+    rows = [{"m": f"{setup['heads']}/{setup['heads']}", "variant": "teacher", "final": setup["teacher"],
+             "scores": teacher_scores, "predictions": rel(predictions_path(teacher_scores_file))}]
+    rows += [over_seeds(by_run[run]) for run in runs]
     log(f"GLUE {task}: measuring cost")
     load = os.getloadavg()[0]
     for row, cost in zip(rows, measure_costs([r["final"] for r in rows], args, setup["data"], "valid")):
         row.update(cost)
-    part = dict(header, load=round(load, 2), teacher=record, metric=setup["metric"],
+    comparisons = []
+    for m, variant in runs:
+        if variant != "pruned" and (m, "pruned") in by_run:
+            a, b = by_run[(m, variant)], by_run[(m, "pruned")]
+            comparisons.append(glue_comparison(
+                f"{glue_label({'m': m, 'variant': variant}, setup['heads'])} vs pruned only, m = {m}", variant,
+                "pruned", [a[s]["predictions"] for s in args.seeds], [b[s]["predictions"] for s in args.seeds],
+                read_labels(a[args.seeds[0]]["predictions"]), setup["metric"]))
+    return dict(header, load=round(load, 2), teacher=record, metric=setup["metric"], comparisons=comparisons,
                 settings={"distill_updates": args.glue_distill_updates, "finetune_updates": args.glue_finetune_updates,
                           "lr": lr, "lr_source": "--glue-lr" if args.glue_lr is not None else "the teacher's",
                           "batch_size": args.glue_batch_size, "validations": args.glue_validations,
-                          "best_metric": setup["best_metric"], "importance_subset": args.glue_importance_subset, "work": bench_variator().rel(work)},
-                rows=[{k: (bench_variator().rel(v) if k in ("init", "final") else v) for k, v in r.items()} for r in rows])
-    return part
+                          "plan": list(glue_plan(args)), "best_metric": setup["best_metric"],
+                          "importance_subset": args.glue_importance_subset, "work": rel(args.work)},
+                rows=[{k: (rel(v) if k in ("init", "final") else v) for k, v in r.items()} for r in rows])
 
 
+def teacher_digest(setup):
+    return sha256_of(setup["teacher"])
 
-def _cpu_sdpa_flops(query, key, value, *args, **kwargs):
-    from torch.utils.flop_counter import sdpa_flop_count
-    return sdpa_flop_count(query, key, value)  # shapes (FlopCounterMode passes a custom formula shapes)
-
-
-def _cpu_sdpa_mapping():
-    """torch's FlopCounterMode counts the CUDA kernels of scaled_dot_product_attention but not the CPU one,
-    which fairseq's MultiheadAttention calls when no attention weights are asked for (the stock encoder
-    layers): without this, an unpruned encoder's QK^T and AV products (2 x 2 n^2 d per layer) went uncounted
-    while the pruned layers' explicit products were counted."""
-    import torch
-    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    return {op: _cpu_sdpa_flops} if op is not None else {}
-
-
-def measure_costs(paths, args, data, subset):
-    """Parameters, FLOPs at length 128 and alternating encoder timings of ``paths`` (first: teacher), timed
-    on 128-token blocks of ``data``'s ``subset`` sentences."""
-    import torch
-    from fairseq import checkpoint_utils
-    from torch.utils.flop_counter import FlopCounterMode
-
-    import user_dir  # noqa: F401
-    from user_dir.common.counting import count_parameters
-    from user_dir.common.structured_pruning import transformer_encoder
-    from user_dir.ghost.ghost_module import flops_outside_torch_counter
-    from user_dir.tools.encoder_cost import real_batch
-
-    cpu_sdpa = _cpu_sdpa_mapping()
-    torch.set_num_threads(args.threads)
-    models, task = [], None
-    for path in paths:
-        loaded, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
-        models.append(loaded[0].eval())
-    tokens = real_batch(task, subset, 128, args.time_batch)
-    one = tokens[:1]
-    costs = []
-    for model in models:
-        encoder = transformer_encoder(model)
-        with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=cpu_sdpa) as counter:
-            encoder(one, src_lengths=torch.tensor([one.size(1)]))
-        ghost = sum(p.numel() for n, p in model.named_parameters() if ".ghost." in n)
-        costs.append({"params": count_parameters(model).total, "encoder_params": sum(
-            p.numel() for p in encoder.layers.parameters()), "ghost_params": ghost,
-            "encoder_flops_128": counter.get_total_flops() + flops_outside_torch_counter(model, one.size(1))})
-
-    def time_encoder(model):
-        encoder = transformer_encoder(model)
-        lengths = torch.full((tokens.size(0),), tokens.size(1))
-        with torch.no_grad():
-            start = time.perf_counter()
-            encoder(tokens, src_lengths=lengths)
-            return time.perf_counter() - start
-
-    for model in models:  # warm-up
-        time_encoder(model)
-    ratios = {i: [] for i in range(1, len(models))}
-    for r in range(args.runs):
-        for i in ratios:
-            pair = {0: [], i: []}
-            for _ in range(args.repeats):
-                for which in ((i, 0) if r % 2 else (0, i)):
-                    pair[which].append(time_encoder(models[which]))
-            ratios[i].append(statistics.median(pair[0]) / statistics.median(pair[i]))
-    for i, cost in enumerate(costs):
-        cost["speedup"] = 1.0 if i == 0 else statistics.median(ratios[i])
-        cost["speedup_range"] = [1.0, 1.0] if i == 0 else [min(ratios[i]), max(ratios[i])]
-    return costs
 
 
 def ghost_costs_at_bert_base():
@@ -469,13 +380,23 @@ def ghost_costs_at_bert_base():
     return rows
 
 
+
+def made_by(p):
+    """The part's provenance line (a part made before seeds names its one seed)."""
+    if "seeds" in p:
+        return (f"Made by `{p['command']}` on {p['machine']} ({p['date']}); {seeds_text(p['seeds'])}; "
+                f"{p['threads']} thread(s) per run.")
+    return f"Made by `{p['command']}` on {p['machine']} ({p['date']}); seed {p['seed']}."
+
+
 def translation_section(t):
     rows = t["rows"]
     teacher = rows[0]
+    new = "seeds" in t  # a part made with seeds: every score its mean, spread and seeds; best-of-N beside
     lines = [
         "## Translation: the Multi30k DE->EN teacher's encoder pruned, with and without ghost modules",
         "",
-        f"Made by `{t['command']}` on {t['machine']} ({t['date']}); seed {t['seed']}.",
+        made_by(t),
         "",
         f"Teacher: `{t['teacher']}` (3+3 layers, d = 256, 4 heads, FFN 1024). Width multiplier m keeps "
         "M = floor(4 m) heads and 1024 M / 4 FFN neurons in every encoder layer, chosen by first-order "
@@ -487,23 +408,54 @@ def translation_section(t):
         "fine-tuning stage alone (the teacher stopped on a time limit, still improving: extra training by "
         "itself moves its BLEU). BLEU4: fairseq-generate on test_2016_flickr, beam 5.",
         "",
-        "| model | m | params | encoder-layer params | ghost params | encoder FLOPs (len 128) | encoder speed-up "
-        "[min-max] | BLEU, pruned, untrained | BLEU |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    if new:
+        plan = tuple(t["plan"])
+        lines += [protocol_text(t["distill_updates"] + t["finetune_updates"], plan, "validation loss",
+                                f"{t['lr']} decaying linearly to 0 over each stage, no warm-up, the same for every "
+                                "variant") + " The control row: its fine-tuning stage alone, validated as often. "
+                  "Each BLEU: mean +- sample std [min, max] over the seeds, then every seed's value.", "",
+                  "| model | m | params | encoder-layer params | ghost params | encoder FLOPs (len 128) | encoder speed-up "
+                  "[min-max] | BLEU, pruned, untrained | BLEU (last checkpoint) | BLEU, best-of-N | training time |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    else:
+        lines += ["| model | m | params | encoder-layer params | ghost params | encoder FLOPs (len 128) | encoder "
+                  "speed-up [min-max] | BLEU, pruned, untrained | BLEU |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
-        untrained = f"{row['bleu_init']:.2f}" if "bleu_init" in row else ""
-        lines.append(f"| {LABELS[row['variant']]} | {row['m']} | {cost_cells(row, teacher)} | {untrained} | "
-                     f"{row['bleu']:.2f} |")
+        untrained = fmt(row["bleu_init"]) if "bleu_init" in row else ""
+        cells = f"| {LABELS[row['variant']]} | {row['m']} | {cost_cells(row, teacher)} | {untrained} | {fmt(row['bleu'])} |"
+        if new:
+            minutes = minutes_text(row.get("train_seconds"))
+            cells += f" {fmt(row['bleu_best']) if 'bleu_best' in row else '-'} | {minutes} |"
+        lines.append(cells)
     by = {(r["m"], r["variant"]): r for r in rows}
-    diffs = [f"m = {m}: {by[(m, 'ghost')]['bleu'] - by[(m, 'pruned')]['bleu']:+.2f} BLEU "
+    diffs = [f"m = {m}: {fmt_diff(difference(by[(m, 'ghost')]['bleu'], by[(m, 'pruned')]['bleu']))} BLEU "
              f"({by[(m, 'ghost')]['ghost_params']:,} ghost parameters, "
              f"{100.0 * by[(m, 'ghost')]['ghost_params'] / by[(m, 'ghost')]['params']:.3f}% of the model)"
              for m in dict.fromkeys(r["m"] for r in rows) if (m, "ghost") in by and (m, "pruned") in by]
     if diffs:
         lines += ["", "GhostBERT minus pruned only, same procedure: " + "; ".join(diffs) + "."]
-    lines += ["", timing_sentence(t, "test"), ""]
+    lines += [""] + significance_lines(t.get("comparisons"), "Each variant (A) against pruned only (B), last "
+                                       "checkpoints")
+    lines += [timing_sentence(t, "test"), ""]
     return lines
+
+
+def fmt_diff(x):
+    """A difference: signed; over seeds, its mean and every seed's value."""
+    if not is_summary(x):
+        return f"{x:+.2f}"
+    each = ", ".join(f"s{s} {v:+.2f}" for s, v in x["values"].items())
+    return f"{x['mean']:+.2f} (std {x['std']:.2f}; {each})"
+
+
+def minutes_text(seconds):
+    if not seconds:
+        return ""
+    if is_summary(seconds):
+        return f"{seconds['mean'] / 60:.0f} min per seed"
+    return f"{seconds / 60:.0f} min"
 
 
 def cost_cells(row, teacher):
@@ -524,8 +476,10 @@ def timing_sentence(part, subset):
 METRIC_NAMES = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pearson", "spearman": "Spearman"}
 
 
-def score_text(scores):
-    return " / ".join(f"{METRIC_NAMES[k]} {v:.2f}" for k, v in scores.items() if k in METRIC_NAMES)
+def score_text(scores, main=None):
+    """Every metric of a scores dict; over seeds, ``main`` with its spread and seeds, the others' means."""
+    return " / ".join(f"{METRIC_NAMES[k]} {fmt(v) if k == main or not is_summary(v) else format(num(v), '.2f')}"
+                      for k, v in scores.items() if k in METRIC_NAMES)
 
 
 def glue_label(row, heads):
@@ -541,8 +495,17 @@ def glue_section(task, p):
     rows, s, teacher = p["rows"], p["settings"], p["teacher"]
     heads = int(rows[0]["m"].split("/")[0])
     metric = PAPER_METRIC.get(task, "accuracy")
+    new = "seeds" in p
+    if new:
+        selection = protocol_text(s["distill_updates"] + s["finetune_updates"], tuple(s["plan"]),
+                                  f"dev {s['best_metric']}", f"{s['lr']:g} ({s['lr_source']}) decaying linearly to 0 "
+                                  "over each stage, no warm-up, the same for every variant")
+        selection += " Each score: mean +- sample std [min, max] over the seeds, then every seed's value."
+    else:
+        selection = (f"the model is the fine-tuning checkpoint with the best dev {s.get('best_metric', teacher['metric'])} "
+                     f"of {s['validations']} validations ('last': the last checkpoint).")
     lines = [f"## GLUE {task}: the MiniLM-L6 teacher pruned, with and without ghost modules (dev)", "",
-             f"Made by `{p['command']}` on {p['machine']} ({p['date']}); seed {p['seed']}.", "",
+             made_by(p), "",
              f"Teacher: `{teacher['checkpoint']}` (run {teacher['run']}, lr {teacher['lr']:g}, "
              f"{teacher.get('updates')} updates, dev {METRIC_NAMES[teacher['metric']]} {teacher['score']:.2f}; "
              f"sha256 {teacher['sha256'][:12]}). m keeps M = floor({heads} m) heads and M of {heads} FFN folds per "
@@ -550,36 +513,39 @@ def glue_section(task, p):
              f"variant gets the identical procedure: {s['distill_updates']} updates of distillation (eq 6), then "
              f"{s['finetune_updates']} updates of cross-entropy (`glue_sentence_prediction`), Table 8's settings "
              f"(batch {s['batch_size']}, Adam (0.9, 0.999), lr {s['lr']:g} ({s['lr_source']}) decaying linearly to "
-             "0 without warm-up, weight decay 0, clipping 1, dropout 0.1), no data augmentation; the model is the "
-             f"fine-tuning checkpoint with the best dev {s.get('best_metric', teacher['metric'])} of "
-             f"{s['validations']} validations ('last': the last checkpoint). Scores: `user_dir.tools.glue_predict` "
+             "0 without warm-up, weight decay 0, clipping 1, dropout 0.1), no data augmentation; "
+             f"{selection} Scores: `user_dir.tools.glue_predict` "
              f"+ `user_dir.common.glue_metrics` on the {rows[0]['scores']['examples']} dev examples. Paper: BERT-base, "
              f"dev {METRIC_NAMES[metric]}, the table named.", "",
              "| model | m | params | encoder-layer params | ghost params | encoder FLOPs (len 128) | encoder speed-up "
-             "[min-max] | dev, pruned, untrained | dev | dev, last | training time | paper (BERT-base) |",
+             "[min-max] | dev, pruned, untrained | " + ("dev (last checkpoint) | dev, best-of-N" if new else "dev | dev, last")
+             + " | training time | paper (BERT-base) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    key = teacher["metric"]
     for row in rows:
         paper = PAPER_GLUE.get((row["m"], row["variant"]))
         paper_cell = (f"{paper['scores'][task]:.1f} ({paper['source']})" if paper and task in paper["scores"] else "")
-        init = score_text(row["scores_init"]) if "scores_init" in row else ""
-        last = score_text(row["scores_last"]) if "scores_last" in row else ""
-        minutes = f"{row['train_seconds'] / 60:.0f} min" if row.get("train_seconds") else ""
+        init = score_text(row["scores_init"], key) if "scores_init" in row else ""
+        other = row.get("scores_best" if new else "scores_last")
+        other = score_text(other, key) if other else ""
         lines.append(f"| {glue_label(row, heads)} | {row['m']} | {cost_cells(row, rows[0])} | {init} | "
-                     f"{score_text(row['scores'])} | {last} | {minutes} | {paper_cell} |")
+                     f"{score_text(row['scores'], key)} | {other} | {minutes_text(row.get('train_seconds'))} | "
+                     f"{paper_cell} |")
     by = {(r["m"], r["variant"]): r for r in rows}
-    key = teacher["metric"]
-    diffs = [f"m = {m}: {by[(m, 'ghost')]['scores'][key] - by[(m, 'pruned')]['scores'][key]:+.2f} "
+    diffs = [f"m = {m}: {fmt_diff(difference(by[(m, 'ghost')]['scores'][key], by[(m, 'pruned')]['scores'][key]))} "
              f"({by[(m, 'ghost')]['ghost_params']:,} ghost parameters, "
              f"{100.0 * by[(m, 'ghost')]['ghost_params'] / by[(m, 'ghost')]['params']:.3f}% of the model)"
              for m in dict.fromkeys(r["m"] for r in rows) if (m, "ghost") in by and (m, "pruned") in by]
     if diffs:
         lines += ["", f"GhostBERT minus pruned only ({METRIC_NAMES[key]}), same procedure: " + "; ".join(diffs) + "."]
     # the issue's second goal is relative to the teacher (at m = 3/12 within 2 points)
-    gaps = [f"m = {r['m']}: {r['scores'][key] - rows[0]['scores'][key]:+.2f}" for r in rows
+    gaps = [f"m = {r['m']}: {fmt_diff(difference(r['scores'][key], rows[0]['scores'][key]))}" for r in rows
             if r["variant"] == "ghost" and r["m"] != rows[0]["m"]]
     if gaps:
         lines += ["", f"GhostBERT minus the teacher ({METRIC_NAMES[key]}): " + "; ".join(gaps) + "."]
-    lines += ["", timing_sentence(p, "dev"), ""]
+    lines += [""] + significance_lines(p.get("comparisons"), "Each variant (A) against pruned only (B), last "
+                                       "checkpoints, dev " + METRIC_NAMES[key])
+    lines += [timing_sentence(p, "dev"), ""]
     return lines
 
 
@@ -602,31 +568,21 @@ def write_report(data, out):
               "", "| setting | parameters | FLOPs at length 128 |", "| --- | --- | --- |"]
     lines += [f"| {r['setting']} | {r['params']:,} | {r['flops_128'] / 1e6:.1f}M |" for r in costs]
     lines += ["", PAPER, ""]
-    with open(out + ".md", "w") as f:
-        f.write("\n".join(lines))
-    plot(parts, out + ".png")
+    write_files(out + ".md", "\n".join(lines), plot=lambda plt, png: plot(plt, parts, png), png_path=out + ".png")
 
 
-def plot(parts, png):
-    try:
-        import logging
-        logging.getLogger("matplotlib").setLevel(logging.WARNING)
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib missing: no plot")
-        return
+def plot(plt, parts, png):
+    """Score against encoder FLOPs, one panel per part (a mean over seeds where a part has seeds)."""
     if not parts:
-        return
+        return False
     fig, axes = plt.subplots(1, len(parts), figsize=(6 * len(parts), 4), squeeze=False)
     for ax, (name, part) in zip(axes[0], parts):
         if name == "translation":
-            score, ylabel, title = (lambda r: r["bleu"]), "BLEU4 (test, beam 5)", "Multi30k DE->EN"
+            score, ylabel, title = (lambda r: num(r["bleu"])), "BLEU4 (test, beam 5)", "Multi30k DE->EN"
         else:
             metric = part["teacher"]["metric"]
             heads = int(part["rows"][0]["m"].split("/")[0])
-            score, ylabel = (lambda r, metric=metric: r["scores"][metric]), f"dev {METRIC_NAMES[metric]}"
+            score, ylabel = (lambda r, metric=metric: num(r["scores"][metric])), f"dev {METRIC_NAMES[metric]}"
             title = f"GLUE {name} (MiniLM-L6 teacher {part['teacher']['run']}; m = {heads}/{heads}: unpruned)"
         main = ("teacher", "teacher-ce", "pruned", "ghost")
         for variant, marker in zip(main, ("*", "P", "o", "s")):
@@ -663,13 +619,15 @@ def load_existing(path):
             "bert_base_ghost_costs": data.get("bert_base_ghost_costs")}
 
 
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=os.path.join(TEACHER_DIR, "data-bin"))
     parser.add_argument("--teacher", default=os.path.join(TEACHER_DIR, "teacher.pt"))
     parser.add_argument("--work", default=os.path.join(ROOT, "work", "ghost"))
-    parser.add_argument("--out", default=None, help="the table's path without extension (default results/ghostbert; "
-                        "with --quick: ghostbert in the quick work folder)")
+    parser.add_argument("--out", default=None, help="the table's path without extension (default work/results/ghostbert; "
+                        "with --quick: ghostbert in the quick work folder; the committed table: results/ghostbert)")
     parser.add_argument("--widths", default=None, help="width multipliers m, comma-separated (default: translation "
                         "2/4,1/4; GLUE 12/12,6/12,3/12,1/12, the paper's Table 3 and its unpruned row)")
     parser.add_argument("--variants", default="pruned,ghost", help="variants trained at every m: " + ", ".join(VARIANTS))
@@ -677,6 +635,10 @@ def main(argv=None):
                         help="further m:variant runs, comma-separated (e.g. 1/4:ghost-no-softmax,4/4:ghost)")
     parser.add_argument("--distill-updates", type=int, default=200)
     parser.add_argument("--finetune-updates", type=int, default=60)
+    parser.add_argument("--validations", type=int, default=3,
+                        help="translation: validations of every variant, at the same points of its fine-tuning stage "
+                             "(default 3: every 20 of 60 updates); the last checkpoint is the primary score, the "
+                             "best-of-N (validation loss) beside it")
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--glue-task", default="", help="GLUE tasks to benchmark instead of translation, comma-"
                         "separated (any task preprocess/prepare_glue.py handles, with a teacher in --glue-work)")
@@ -691,10 +653,11 @@ def main(argv=None):
                         help="both stages' peak lr (Table 8: 2e-5 for BERT-base; default: the teacher's own lr)")
     parser.add_argument("--glue-batch-size", type=int, default=32, help="sentences per batch (Table 8: 32)")
     parser.add_argument("--glue-validations", type=int, default=4,
-                        help="dev evaluations during fine-tuning; the best checkpoint is the model")
+                        help="dev evaluations during fine-tuning, at the same update points for every variant; the "
+                             "last checkpoint is the primary score, the best of them beside it")
     parser.add_argument("--glue-importance-subset", default="valid", choices=["valid", "train"],
                         help="data of the importance pass (DynaBERT, which the paper follows: the dev set)")
-    parser.add_argument("--seed", type=int, default=1)
+    add_seed_arguments(parser, default="1")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
@@ -703,19 +666,20 @@ def main(argv=None):
                         help="train and score only the control row (the teacher given the fine-tuning stage)")
     parser.add_argument("--report-only", action="store_true", help="rewrite the table from OUT.json")
     parser.add_argument("--train-only", action="store_true",
-                        help="train and score, measure nothing (e.g. one process per --widths in parallel; a later "
-                             "run without it finds everything trained and measures)")
+                        help="train and score, measure nothing (e.g. one process per --widths or per seed in parallel; "
+                             "a later run without it finds everything trained and measures)")
     parser.add_argument("--quick", action="store_true",
-                        help="a smoke test: 3 importance batches, 5+5 updates (GLUE: 5+6, 2 validations)")
+                        help="a smoke test: 3 importance batches, 5+5 updates, 1 validation (GLUE: 6+6, 2 validations)")
     args = parser.parse_args(argv)
+    args.seeds = seeds_of(parser, args)
     if args.quick:
-        args.distill_updates = args.finetune_updates = args.glue_distill_updates = 5
-        args.glue_finetune_updates, args.glue_validations = 6, 2
+        args.distill_updates = args.finetune_updates = 5
+        args.glue_distill_updates = args.glue_finetune_updates = 6
+        args.validations, args.glue_validations = 1, 2
         args.runs, args.repeats = 1, 1
         args.work = args.work + "_quick"
         args.out = args.out or os.path.join(args.work, "ghostbert")
-    args.out = args.out or os.path.join(ROOT, "results", "ghostbert")
-    sys.path.insert(0, ROOT)
+    args.out = args.out or default_out("ghostbert")
     data = load_existing(args.out + ".json")
     if args.report_only:
         if not os.path.isfile(args.out + ".json"):
@@ -723,7 +687,8 @@ def main(argv=None):
         write_report(data, args.out)
         return
     if args.control_only:
-        train_control(args)
+        for seed in args.seeds:
+            train_control(args, seed)
         return
     tasks = [t for t in args.glue_task.split(",") if t]
     widths = args.widths or ("12/12,6/12,3/12,1/12" if tasks else "2/4,1/4")
@@ -732,10 +697,10 @@ def main(argv=None):
     unknown = [v for _, v in runs if v not in VARIANTS]
     if unknown:
         parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
-    header = {"command": "python scripts/bench_ghost.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
-              "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores".strip(),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "seed": args.seed, "threads": args.threads,
-              "runs": args.runs, "repeats": args.repeats, "time_batch": args.time_batch}
+    # the validation points are checked before anything trains
+    glue_plan(args) if tasks else translation_plan(args)
+    header = dict(provenance("bench_ghost.py", argv, args.threads, args.seeds), runs=args.runs, repeats=args.repeats,
+                  time_batch=args.time_batch)
     if tasks:
         for task in tasks:
             part = glue_part(args, task, runs, header)
@@ -748,31 +713,40 @@ def main(argv=None):
         if data["translation"] is None:
             return
     data["bert_base_ghost_costs"] = ghost_costs_at_bert_base()
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump(data, f, indent=1)
+    write_json(args.out + ".json", data)
     write_report(data, args.out)
     log(f"wrote {args.out}.md")
 
 
 def translation_part(args, runs, header):
-    rows = []
-    for m, variant in runs:
-        log(f"m = {m}, {variant}")
-        rows.append(train_variant(args, m, variant))
+    by_run = {run: {} for run in runs}
+    for seed in args.seeds:
+        for m, variant in runs:
+            log(f"seed {seed}: m = {m}, {variant}")
+            by_run[(m, variant)][seed] = train_variant(args, m, variant, seed)
     if args.train_only:
         return None
-    teacher_bleu = bleu_of(args.teacher, args, os.path.join(args.work, "teacher", "generate.log"))
-    rows.insert(0, {"m": "4/4", "variant": "teacher", "final": args.teacher, "bleu": teacher_bleu})
-    rows.insert(1, train_control(args))
+    references = multi30k_references(os.path.join(args.work, "test.raw.en"))
+    teacher_bleu, teacher_hyps = translate(args.teacher, args, os.path.join(args.work, "teacher", "test.txt"))
+    rows = [{"m": "4/4", "variant": "teacher", "final": args.teacher, "bleu": teacher_bleu,
+             "hypotheses": rel(teacher_hyps)},
+            over_seeds({seed: train_control(args, seed) for seed in args.seeds})]
+    rows += [over_seeds(by_run[run]) for run in runs]
     log("measuring cost")
     load = os.getloadavg()[0]
     for row, cost in zip(rows, measure_costs([r["final"] for r in rows], args, args.data, "test")):
         row.update(cost)
-    return dict(header, teacher=os.path.relpath(args.teacher, ROOT), distill_updates=args.distill_updates,
-                finetune_updates=args.finetune_updates, lr=args.lr, load=round(load, 2),
-                rows=[{k: (os.path.relpath(v, ROOT) if k in ("init", "final") else v) for k, v in r.items()}
-                      for r in rows])
+    comparisons = []
+    for m, variant in runs:
+        if variant != "pruned" and (m, "pruned") in by_run:
+            a, b = by_run[(m, variant)], by_run[(m, "pruned")]
+            comparisons.append(bleu_comparison(f"{LABELS[variant]} vs pruned only, m = {m}", variant, "pruned",
+                                               [a[s]["hypotheses"] for s in args.seeds],
+                                               [b[s]["hypotheses"] for s in args.seeds], references))
+    return dict(header, teacher=rel(args.teacher), distill_updates=args.distill_updates,
+                finetune_updates=args.finetune_updates, lr=args.lr, load=round(load, 2), plan=list(translation_plan(args)),
+                validations=args.validations, references=rel(references), comparisons=comparisons,
+                rows=[{k: (rel(v) if k in ("init", "final") else v) for k, v in r.items()} for r in rows])
 
 
 if __name__ == "__main__":

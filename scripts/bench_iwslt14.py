@@ -2,8 +2,12 @@
 """The tooling on the PET paper's own benchmark: score a teacher and its PET student on the real
 IWSLT'14 DE->EN test set (6,750 sentences: dev2010, tst2010-2012, TEDX.dev2012), beam 5.
 
-    python scripts/bench_iwslt14.py                  # -> results/iwslt14.md (+ its raw measurement, iwslt14.json)
+    python scripts/bench_iwslt14.py                  # -> work/results/iwslt14.md (+ its raw measurement, iwslt14.json)
     python scripts/bench_iwslt14.py --quick          # a few updates, 100 test sentences (smoke test)
+
+The seed runs of the committed table (one teacher, a PET student per seed, each seed resumable):
+
+    python scripts/bench_iwslt14.py --seeds 1,2,3 --out results/iwslt14.md
 
 The 160k-pair IWSLT'14 training set cannot be brought onto this machine; ``../shared`` holds
 fairseq's prepared valid and test files and the BPE codes learned on the full training set. So this
@@ -11,26 +15,31 @@ is a *pipeline* benchmark, not a headline number: a teacher of the Multi30k refe
 (3+3 layers, width 256, FFN 1024, 4 heads, shared embeddings) is trained on the 7,283 valid pairs
 (every 23rd held out for validation, as prepare-iwslt14.sh holds out train), its PET student is
 trained exactly as in ``bench_translation.py`` (warm-up then word-level KD, same widths, same
-updates), and both are scored on the full standard test set with fairseq's IWSLT'14 protocol:
+updates, the same selection protocol: validated ``--validations`` times in its KD stage, the last
+checkpoint scored; one student per seed of ``--seeds``, in ``--work``/seed<k>/), and both are scored on the full standard test set with fairseq's IWSLT'14 protocol:
 tokenised lowercased BLEU4 of the BPE-removed output against the tokenised reference text (given
 as ``--tokenized-reference``, so reference words outside this small dictionary are not ``<unk>``).
 With the full training set (``scripts/train_teacher_iwslt14.sh`` on a GPU, then
 ``scripts/pet_gpu.sh``) the same measurement command gives the paper's Table 7 setting.
 
 Resumable: finished stages (``DONE``) are not retrained; a measurement of the same checkpoints is
-not repeated.
+not repeated. Each model's hypotheses of the test set are kept in the protocol's form (BPE removed,
+tokenised, lowercased like the reference; ``hypotheses/test.txt`` in test-set order) and PET is compared
+with the teacher by sacreBLEU's paired bootstrap over (seed, sentence) units (BLEU on the tokenised text).
 """
 import argparse
-import importlib.util
 import json
 import os
-import shlex
 import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
+import translation_students as students
+from benchlib import (ROOT, SHARED, add_seed_arguments, bleu_comparison, default_out, format_seeds,
+                      generate_hypotheses, invocation, seed_dir, seed_summary, seeds_of, significance_lines,
+                      validation_plan, write_json, write_text)
+from benchlib import run as run_logged
+
 IWSLT = os.path.join(SHARED, "data", "iwslt14.de-en")
 
 # the Multi30k reference teacher's shape and recipe (../shared/teachers/multi30k.de-en/README.md)
@@ -44,13 +53,8 @@ TEACHER = ["--arch", "transformer_iwslt_de_en", "--encoder-layers", "3", "--deco
 HOLD_OUT_EVERY = 23  # prepare-iwslt14.sh: awk '{if (NR%23 == 0) print $0}' -> valid
 
 
-def _bench_translation():
-    """scripts/bench_translation.py as a module: its PET recipe and its resumable stage runner."""
-    spec = importlib.util.spec_from_file_location("bench_translation", os.path.join(ROOT, "scripts",
-                                                                                     "bench_translation.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# the test set's decoding (fairseq's IWSLT evaluation bounds, examples/translation: max_len_a 1.2, max_len_b 10)
+DECODING = ["--max-len-a", "1.2", "--max-len-b", "10"]
 
 
 def prepare(work):
@@ -62,7 +66,6 @@ def prepare(work):
         if not os.path.isfile(os.path.join(IWSLT, name)):
             raise SystemExit(f"{os.path.join(IWSLT, name)}: missing; this benchmark needs ../shared/data/iwslt14.de-en "
                              f"(set FAIRSEQ_COMPRESS_SHARED to the folder holding data/)")
-    sys.path.insert(0, ROOT)
     from preprocess.textio import fairseq_preprocess, read_lines, write_lines
 
     text = os.path.join(work, "text")
@@ -97,13 +100,8 @@ def train_teacher(work, data, updates, threads, extra):
     cmd = [sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", os.path.join(ROOT, "user_dir"), *TEACHER,
            "--max-update", str(updates), "--max-epoch", "1000", "--seed", "1", "--cpu", "--save-dir", save_dir,
            "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50", *extra]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     started = time.time()
-    with open(os.path.join(save_dir, "train.log"), "a") as log:
-        log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(shlex.quote(c) for c in cmd)}\n")
-        log.flush()
-        if subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT) != 0:
-            raise SystemExit(f"teacher training failed; see {save_dir}/train.log")
+    run_logged(cmd, os.path.join(save_dir, "train.log"), threads)
     import torch
 
     # fairseq's own training time, summed over resumed parts (an interrupted part is not lost)
@@ -124,46 +122,59 @@ def get_parser():
     p.add_argument("--updates", type=int, default=800, help="PET student updates, all stages (default 800, as "
                                                             "bench_translation.py)")
     p.add_argument("--warmup-updates", type=int, default=200, help="of which the simplified-task warm-up (default 200)")
+    add_seed_arguments(p, default="1")
+    p.add_argument("--validations", type=int, default=3,
+                   help="validations of each student in its KD stage, at the same points as bench_translation.py's "
+                        "(default 3); the last checkpoint is scored")
     p.add_argument("--threads", type=int, default=2, help="torch threads for training (default 2)")
     p.add_argument("--measure-runs", type=int, default=1, help="timed generation runs per model (default 1)")
     p.add_argument("--max-sentences", type=int, default=None, help="score only the first N test sentences")
     p.add_argument("--quick", action="store_true", help="smoke mode: 20 + 6 updates, 100 test sentences, into --work/quick")
-    p.add_argument("--out", default=None, help="summary Markdown (default: results/iwslt14.md; --quick: in --work)")
+    p.add_argument("--out", default=None, help="summary Markdown (default: work/results/iwslt14.md; --quick: in --work)")
     return p
 
 
 def main(argv=None):
-    args = get_parser().parse_args(argv)
-    command = "python scripts/bench_iwslt14.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    command = invocation("bench_iwslt14.py", argv)
+    seeds = seeds_of(parser, args)
     extra = []
     if args.quick:
         args.work = os.path.join(args.work, "quick")
-        args.teacher_updates, args.updates, args.warmup_updates = 20, 6, 3
+        args.teacher_updates, args.updates, args.warmup_updates, args.validations = 20, 6, 3, 1
         args.max_sentences = args.max_sentences or 100
         extra = ["--max-tokens", "512"]
-    bt = _bench_translation()
+    plan = validation_plan(args.updates, args.updates - args.warmup_updates, args.validations)
     os.makedirs(args.work, exist_ok=True)
     data = prepare(args.work)
     teacher = train_teacher(args.work, data, args.teacher_updates, args.threads, extra)
     print("[bench-iwslt14] teacher trained", file=sys.stderr, flush=True)
-    pet = bt.methods(128, 96, 96, 6)["pet"]
-    student = bt.run_stages(os.path.join(args.work, f"pet-t{args.teacher_updates}-u{args.updates}-w{args.warmup_updates}"), data, teacher,
-                            pet[2], pet[3], 1, args.updates, args.warmup_updates, args.threads, 200, extra)
-    print("[bench-iwslt14] PET student trained", file=sys.stderr, flush=True)
+    pet = students.methods(128, 96, 96, 6)["pet"]
+    budget = f"pet-t{args.teacher_updates}-u{args.updates}-w{args.warmup_updates}"
+    runs, hyps = {}, {}
+    for seed in seeds:
+        run_dir = os.path.join(seed_dir(args.work, seed), budget)
+        runs[seed] = students.run_stages(run_dir, data, teacher, pet[2], pet[3], seed, args.updates,
+                                         args.warmup_updates, args.threads, 200, extra, plan)
+        hyps[seed] = generate_hypotheses(data, runs[seed]["last"], os.path.join(run_dir, "hypotheses", "test.txt"),
+                                         args.threads, DECODING, args.max_sentences, lang=None)
+        print(f"[bench-iwslt14] PET student seed {seed} trained", file=sys.stderr, flush=True)
+    teacher_hyps = generate_hypotheses(data, teacher, os.path.join(args.work, "teacher", "hypotheses", "test.txt"),
+                                       args.threads, DECODING, args.max_sentences, lang=None)
 
-    out = args.out or (os.path.join(args.work, "iwslt14.md") if args.quick
-                       else os.path.join(ROOT, "results", "iwslt14.md"))
+    out = args.out or (os.path.join(args.work, "iwslt14.md") if args.quick else default_out("iwslt14.md"))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    # the raw measurement is kept beside the table, named after it (results/iwslt14.json)
+    # the raw measurement is kept beside the table, named after it (iwslt14.json)
     measure_md, measure_json = os.path.join(args.work, "measure.md"), os.path.splitext(out)[0] + ".json"
-    # fairseq's IWSLT evaluation bounds (examples/translation: max_len_a 1.2, max_len_b 10)
-    cmd = [sys.executable, "-m", "user_dir.tools.measure", data, "--path", teacher, student,
-           "--names", "teacher", "pet", "--tokenized-reference", os.path.join(IWSLT, "tok", "test.en"), "--beam", "5", "--batch-size", "128",
-           "--max-len-a", "1.2", "--max-len-b", "10", "--runs", str(args.measure_runs),
+    names = ["teacher"] + [f"pet-s{seed}" for seed in seeds]
+    cmd = [sys.executable, "-m", "user_dir.tools.measure", data, "--path", teacher, *[runs[s]["last"] for s in seeds],
+           "--names", *names, "--tokenized-reference", os.path.join(IWSLT, "tok", "test.en"), "--beam", "5",
+           "--batch-size", "128", *DECODING, "--runs", str(args.measure_runs),
            "--threads", str(args.threads), "--out", measure_md, "--json", measure_json]
     if args.max_sentences:
         cmd += ["--max-sentences", str(args.max_sentences)]
-    if bt.measured_already(measure_json, cmd):
+    if students.measured_already(measure_json, cmd):
         print(f"[bench-iwslt14] {measure_json} already measures these checkpoints", file=sys.stderr)
     else:
         subprocess.check_call(cmd, cwd=ROOT)
@@ -174,15 +185,28 @@ def main(argv=None):
         teacher_run = json.load(f)
     n_train = sum(1 for _ in open(os.path.join(args.work, "text", "train.en")))
     n_valid = sum(1 for _ in open(os.path.join(args.work, "text", "valid.en")))
-    measured.update(bench_command=command, settings=dict(
-        teacher_updates=args.teacher_updates, teacher_seconds=teacher_run["seconds"],
-        teacher_threads=teacher_run["threads"], train_pairs=n_train, valid_pairs=n_valid, updates=args.updates,
-        warmup_updates=args.warmup_updates, max_sentences=args.max_sentences))
-    with open(measure_json, "w") as f:
-        json.dump(measured, f, indent=1)
+    references = os.path.join(IWSLT, "tok", "test.en")
+    # the protocol's BLEU: tokenised text on both sides, no further tokenisation
+    comparison = bleu_comparison("pet vs teacher", "pet", "teacher", [hyps[s] for s in seeds],
+                                 [teacher_hyps] * len(seeds), references, tokenize="none")
+    measured.update(bench_command=command, runs={f"pet-s{s}": dict(runs[s], hypotheses=hyps[s]) for s in seeds},
+                    teacher_hypotheses=teacher_hyps, references=references, comparisons=[comparison],
+                    settings=dict(teacher_updates=args.teacher_updates, teacher_seconds=teacher_run["seconds"],
+                                  teacher_threads=teacher_run["threads"], train_pairs=n_train, valid_pairs=n_valid,
+                                  updates=args.updates, warmup_updates=args.warmup_updates,
+                                  max_sentences=args.max_sentences, seeds=seeds, validations=args.validations,
+                                  plan=list(plan)))
+    write_json(measure_json, measured)
     with open(measure_md) as f:
         table = f.read()
-    t, s = rows["teacher"], rows["pet"]
+    t = rows["teacher"]
+    pet_rows = [rows[f"pet-s{s}"] for s in seeds]
+
+    def over_seeds(key, digits=2):
+        return format_seeds(seed_summary({s: r[key] for s, r in zip(seeds, pet_rows)}), digits)
+
+    drop = seed_summary({s: t["bleu_tok"] - r["bleu_tok"] for s, r in zip(seeds, pet_rows)})
+    minutes = seed_summary({s: runs[s]["seconds"] / 60 for s in seeds})
     summary = "\n".join([
         "# IWSLT'14 DE->EN test set: the pipeline on the paper's own benchmark", "",
         f"Test: the standard IWSLT'14 DE->EN test set of fairseq's prepare-iwslt14.sh ({t['sentences']:,} sentences"
@@ -191,26 +215,38 @@ def main(argv=None):
         f"tokenised reference text (the protocol of the paper's Table 7).", "",
         f"**Not a headline number.** The 160k-pair training set is not available on this machine: the teacher "
         f"here is the Multi30k reference teacher's shape trained for {args.teacher_updates} updates "
-        f"({teacher_run['seconds'] / 60:.0f} min, {teacher_run['threads']} threads) on {n_train:,} pairs of "
+        f"({teacher_run['seconds'] / 60:.0f} min, {teacher_run['threads']} threads, seed 1) on {n_train:,} pairs of "
         f"the IWSLT'14 *valid* set ({n_valid:,} held out for validation), joined dictionary of those pairs. "
         f"Its PET student (encoder/decoder widths 128/96, 4+4 logical layers from 2+2) trains as in "
         f"`scripts/bench_translation.py`: {args.warmup_updates} warm-up updates, then word-level KD to "
-        f"{args.updates}. The paper's numbers (full training set, 6+6-layer 512-wide teacher): teacher "
-        f"{bt.PAPER_TEACHER_BLEU}, PET {bt.PAPER['pet'][1]} BLEU at {bt.PAPER['pet'][0]}% of the non-embedding "
-        f"parameters.", "",
-        "| model | BLEU (tok) | non-emb params | compression | sent/s | speed-up |", "|---|---|---|---|---|---|",
-        *[f"| {r['name']} | {r['bleu_tok']:.2f} | {r['non_embedding_params']:,} | {r['compression_rate']:.2f}% | "
-          f"{r['sentences_per_s']:.1f} | {r['speedup']:.2f}x |" for r in (t, s)],
-        "", f"BLEU drop of PET: {t['bleu_tok'] - s['bleu_tok']:.2f}.", "",
+        f"{args.updates}, one student per seed ({', '.join(map(str, seeds))}). "
+        f"{students_protocol(args, plan)} The paper's numbers (full training set, 6+6-layer 512-wide teacher): "
+        f"teacher {students.PAPER_TEACHER_BLEU}, PET {students.PAPER['pet'][1]} BLEU at {students.PAPER['pet'][0]}% "
+        f"of the non-embedding parameters.", "",
+        "| model | seeds | BLEU (tok): mean +- std [min, max] (each seed) | non-emb params | compression | sent/s | "
+        "speed-up | training time |", "|---|---|---|---|---|---|---|---|",
+        f"| teacher | 1 | {t['bleu_tok']:.2f} | {t['non_embedding_params']:,} | 100.00% | {t['sentences_per_s']:.1f} | "
+        f"1.00x | {teacher_run['seconds'] / 60:.0f} min |",
+        f"| pet | {len(seeds)} | {over_seeds('bleu_tok')} | {pet_rows[0]['non_embedding_params']:,} | "
+        f"{pet_rows[0]['compression_rate']:.2f}% | {over_seeds('sentences_per_s', 1)} | "
+        f"{over_seeds('speedup')}x | {format_seeds(minutes, 1)} min |",
+        "", f"BLEU drop of PET: {format_seeds(drop)}.", "",
+        *significance_lines([comparison], "PET (A) against its teacher (B), on the protocol's tokenised BLEU"),
         "Command (trains and measures only what is missing):", "```", command, "```",
         f"Logs: `{os.path.relpath(args.work, ROOT)}/teacher/train.log`, "
-        f"`{os.path.relpath(args.work, ROOT)}/pet-*/<stage>/train.log`. Raw measurement (every row unrounded, the "
-        f"commands and settings): `{os.path.basename(measure_json)}`.", "",
+        f"`{os.path.relpath(args.work, ROOT)}/seed<k>/pet-*/<stage>/train.log`. Raw measurement (every row "
+        f"unrounded, the commands and settings, each run's hypotheses file): `{os.path.basename(measure_json)}`.", "",
         "## The measurement command's full table", "", table])
-    with open(out, "w") as f:
-        f.write(summary)
+    write_text(out, summary)
     print(summary)
     print(f"[bench-iwslt14] wrote {out}", file=sys.stderr)
+
+
+def students_protocol(args, plan):
+    _, points = plan
+    return (f"Selection: every student validated {len(points)} times, at updates {', '.join(map(str, points))} of its "
+            f"{args.updates}; the last checkpoint is scored." if points else
+            "Selection: no validation; the last checkpoint is scored.")
 
 
 if __name__ == "__main__":

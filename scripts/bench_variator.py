@@ -2,11 +2,16 @@
 """The Variator benchmark: plugins of ratio k in {2, 4, 8, 16} on the FFNs of frozen models, trained
 with stock ``fairseq-train --user-dir user_dir`` and measured against the model without plugins.
 
-    python scripts/bench_variator.py                       # translation + GLUE -> results/variator.md
+    python scripts/bench_variator.py                       # translation + GLUE -> work/results/variator.md
     python scripts/bench_variator.py --parts translation   # only the Multi30k teacher (GLUE rows kept)
     python scripts/bench_variator.py --parts glue --tasks RTE --glue-sweep RTE   # only RTE's rows, k 2-16
     python scripts/bench_variator.py --parts               # rewrite the table and plot from the JSON
     python scripts/bench_variator.py --quick               # every stage in minutes (a smoke test)
+
+The seed runs of the committed table (each seed trains in --work/seed<k>/, resumable):
+
+    python scripts/bench_variator.py --parts translation --seeds 1,2,3 --out results/variator.md
+    python scripts/bench_variator.py --parts glue --tasks SST-2 MRPC RTE --glue-sweep --seeds 1,2,3 --out results/variator.md
 
 The table (``--out``) is written from the JSON beside it (same name, .json) alone. A run measures the
 parts it is given and keeps every other part of that JSON (``--fresh``: only this run's parts); each
@@ -21,9 +26,15 @@ Also Table 2's ablations at k=4 (mean-pooling compression, copy decompression) a
 GLUE: the MiniLM-L6 teachers of ``scripts/glue_teachers.sh`` (SST-2, MRPC, RTE; ``--glue-work``). Plugin
 pre-training on the *pre-trained* encoder (the imported MiniLM) over unlabelled sentences (SST-2's training
 sentences), then task adaptation on each fine-tuned teacher, initialised from the pre-trained plugin; dev
-scores with ``user_dir.tools.glue_predict --variator-plugins``. The adapted plugin is the checkpoint with the
-best dev metric (``--glue-select best``, how the teachers and the paper's models are chosen); the last
-checkpoint's score is reported beside it. Every GLUE row names its teacher (run folder, lr, dev score,
+scores with ``user_dir.tools.glue_predict --variator-plugins``.
+
+Selection, the same for every plugin: each training is validated ``--validations`` (translation) or
+``--glue-validations`` (GLUE adaptation) times at the same update points; the primary score is the last
+checkpoint's (``--glue-select last``, the default; ``best`` makes the best-of-N checkpoint primary), the
+best-of-N beside it. Seeds (``--seeds 1,2,3``): every plugin (pre-training too) per seed in
+``--work``/seed<k>/; tables give the mean, spread and every seed, and each plugin is compared with the teacher
+without plugins (Table 2's ablations with k=4) by a paired test over seeds and test sentences / dev examples
+(hypotheses kept as ``hypotheses.txt``, dev predictions as ``dev_*.predictions.json``). Every GLUE row names its teacher (run folder, lr, dev score,
 read from the checkpoint), and the table says when it is not the teacher results/glue.md reports now.
 
 Cost: ``user_dir.tools.encoder_cost`` -- analytic and profiler-counted FLOPs and two timings, named apart in
@@ -43,8 +54,6 @@ these small backbones' parameters; r = 16 keeps the plugins under 1%), Adam lr 1
 pre-training lr) with inverse-sqrt decay, lambda = 0 (distillation only, paper Appendix B).
 """
 import argparse
-import functools
-import hashlib
 import json
 import os
 import re
@@ -53,8 +62,14 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
+from benchlib import (ROOT, SHARED, add_seed_arguments, aggregate, bleu_comparison,
+                      default_out, difference, fairseq_train_seconds, fmt, glue_comparison, hypotheses_from_generate,
+                      is_summary, logger, multi30k_references, num, protocol_text, run, seed_dir, seeds_of,
+                      seeds_text, selection_flags, sha256_of, significance_lines, stage, validation_plan,
+                      validation_updates, write_json, write_text)
+from benchlib import machine as machine_text
+from glue_bench import glue_scores, predictions_path, read_labels, rel, teacher_record
+
 TEACHER_DIR = os.path.join(SHARED, "teachers", "multi30k.de-en")
 # the reference teacher's architecture (its README)
 TRANSLATION_ARCH = ["--arch", "transformer_iwslt_de_en", "--encoder-layers", "3", "--decoder-layers", "3",
@@ -63,82 +78,18 @@ TRANSLATION_ARCH = ["--arch", "transformer_iwslt_de_en", "--encoder-layers", "3"
                     "--decoder-attention-heads", "4", "--share-all-embeddings"]
 OPTIM = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-3", "--lr-scheduler", "inverse_sqrt",
          "--warmup-updates", "50", "--warmup-init-lr", "1e-7", "--criterion", "variator_distill",
-         "--log-format", "simple", "--log-interval", "25", "--no-epoch-checkpoints", "--num-workers", "0",
-         "--cpu", "--seed", "1"]
+         "--log-format", "simple", "--log-interval", "25", "--no-epoch-checkpoints", "--num-workers", "0", "--cpu"]
+LR_TEXT = "Adam, lr 1e-3, inverse_sqrt with a 50-update warm-up, the same for every plugin"
 GLUE_TASKS = {"SST-2": ("accuracy", 32), "MRPC": ("f1", 16), "RTE": ("accuracy", 16)}
+ABLATIONS = {"k4-mean": "w/o Com (mean pooling)", "k4-copy": "w/o DeCom (copy)",
+             "k4-att-kv": "Att-KV (keys/values merged, FFN untouched)"}  # Table 2 and section 4.7, at k=4
 PAPER = ("Paper (T5-base, k=4 on FFNs, Table 1): 0.9% extra parameters, 53% of FLOPs saved, average drop < 2 "
          "points; SST-2 94.3 -> 93.6, MRPC F1 92.6 -> 93.8, RTE 82.9 -> 81.1. Table 2 (SST-2): w/o Com 92.3, "
          "w/o DeCom 86.1 vs 93.6.")
 
 
-def log(msg):
-    print(f"[bench_variator {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def run(cmd, logfile, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    os.makedirs(os.path.dirname(logfile), exist_ok=True)
-    with open(logfile, "a") as f:
-        f.write("$ " + " ".join(shlex.quote(str(c)) for c in cmd) + "\n")
-        f.flush()
-        proc = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    if proc.returncode != 0:
-        sys.exit(f"bench_variator: command failed ({proc.returncode}); see {logfile}")
-
-
-def settings_of(directory, cmds):
-    """What a stage's folder was made by, independent of where the checkout lies: its commands with the
-    interpreter left out, the folder itself written DIR and the checkout written '.'."""
-    return [[str(c).replace(directory, "DIR").replace(ROOT, ".") for c in cmd[1:]] for cmd in cmds]
-
-
-def check_settings(directory, cmds):
-    """A folder holds the outputs of one configuration only: ``settings.json`` records the commands that
-    made it, and a stage run again with other settings (another budget, selection or plugin kind) stops
-    naming the folder instead of reusing or overwriting what another table was made from."""
-    path, settings = os.path.join(directory, "settings.json"), settings_of(directory, cmds)
-    if os.path.exists(path):
-        recorded = json.load(open(path))
-        if recorded != settings:
-            diff = sorted({" ".join(a) for a in recorded} ^ {" ".join(b) for b in settings})
-            sys.exit(f"bench_variator: {directory} was made by other commands than this run's "
-                     f"(differing: {diff}); give this configuration its own --out/--work, or delete {directory}")
-        return
-    if os.path.exists(os.path.join(directory, "DONE")):
-        sys.exit(f"bench_variator: {directory} is finished but records no settings.json: its configuration is "
-                 f"unknown; delete {directory} to train it again")
-    os.makedirs(directory, exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(settings, f, indent=1)
-
-
-def stage(directory, cmds, threads):
-    """Run ``cmds`` once: a DONE file marks the stage finished; ``settings.json`` what it was made by."""
-    check_settings(directory, cmds)
-    done = os.path.join(directory, "DONE")
-    if os.path.exists(done):
-        return
-    for cmd in cmds:
-        run(cmd, os.path.join(directory, "log.txt"), threads)
-    open(done, "w").write(time.strftime("%Y-%m-%d %H:%M:%S\n"))
-
-
-def backbone_digest(backbone):
-    """What a plugin is trained on: the SHA-256 of its backbone checkpoint (a teacher link moved to another
-    run, or a teacher retrained in place, changes it; copying the file does not). Every ratio k shares a
-    backbone, so each file is read once per benchmark run."""
-    real = os.path.realpath(backbone)
-    stat = os.stat(real)
-    return _file_digest(real, stat.st_size, stat.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=None)
-def _file_digest(path, size, mtime_ns):  # size and mtime in the key: a file rewritten in place is read again
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            digest.update(block)
-    return digest.hexdigest()
+log = logger("bench_variator")
+backbone_digest = sha256_of  # what a plugin is trained on: its backbone checkpoint's SHA-256
 
 
 def check_backbone(directory, backbone):
@@ -158,29 +109,31 @@ def check_backbone(directory, backbone):
         open(path, "w").write(f"{digest} {os.path.realpath(backbone)}\n")
 
 
-def train_plugin(directory, data, task_flags, backbone, k, updates, extra, threads, export_from="checkpoint_last.pt",
-                 also_last=False):
-    """fairseq-train a plugin of ratio k on ``backbone``; export ``export_from`` as ``directory/plugin.pt``
-    (and the last checkpoint as ``plugin_last.pt`` with ``also_last``). Translation takes the best by
-    validation MSE (Multi30k's valid set; BLEU is reported on test)."""
+def train_plugin(directory, data, task_flags, backbone, k, updates, extra, threads, seed, plan, best_metric=None,
+                 maximize=False):
+    """fairseq-train a plugin of ratio k on ``backbone`` with seed ``seed``, validated at ``plan``'s points
+    (benchlib.validation_plan); export the last checkpoint as ``directory/plugin_last.pt`` and, with two or
+    more validations, the best of them (by ``best_metric``, default the validation loss: the distillation MSE)
+    as ``plugin_best.pt``. Returns {"last", "best" (absent without it), "train_seconds", "validations"}."""
     py = sys.executable
     train = [py, "-m", "fairseq_cli.train", data, "--user-dir", "user_dir", *task_flags,
-             "--variator-backbone", backbone, "--variator-ratio", k, *extra, *OPTIM,
+             "--variator-backbone", backbone, "--variator-ratio", k, *extra, *OPTIM, "--seed", seed,
+             *selection_flags(plan, 0, int(updates), best_metric, maximize),
              "--max-update", updates, "--save-dir", os.path.join(directory, "checkpoints")]
-    exports = [(export_from, "plugin.pt")] + ([("checkpoint_last.pt", "plugin_last.pt")] if also_last else [])
+    exports = [("checkpoint_last.pt", "plugin_last.pt")] + ([("checkpoint_best.pt", "plugin_best.pt")]
+                                                            if len(plan[1]) > 1 else [])
     export = [[py, "-m", "user_dir.tools.variator_plugins", "export", os.path.join(directory, "checkpoints", ckpt),
                "--out", os.path.join(directory, name)] for ckpt, name in exports]
     check_backbone(directory, backbone)
-    started = time.time()
     stage(directory, [train, *export], threads)
-    seconds_file = os.path.join(directory, "train_seconds")
-    if not os.path.exists(seconds_file):
-        open(seconds_file, "w").write(f"{time.time() - started:.0f}\n")
-    return os.path.join(directory, "plugin.pt")
+    result = {which: os.path.join(directory, name) for which, (_, name) in zip(("last", "best"), exports)}
+    return dict(result, train_seconds=fairseq_train_seconds(os.path.join(directory, "log.txt")),
+                validations=validation_updates(os.path.join(directory, "log.txt")))
 
 
 def bleu_of(directory, data, teacher, plugin, k, threads):
-    """BLEU4 of fairseq-generate (beam 5) on test, the teacher with plugin ``plugin`` of ratio k."""
+    """BLEU4 of fairseq-generate (beam 5) on test, the teacher with plugin ``plugin`` of ratio k, and its
+    detokenised hypotheses (``directory/hypotheses.txt``, in test-set order)."""
     out = os.path.join(directory, "generate.txt")
     if not os.path.exists(out):
         cmd = [sys.executable, "-m", "fairseq_cli.generate", data, "--user-dir", "user_dir",
@@ -191,16 +144,13 @@ def bleu_of(directory, data, teacher, plugin, k, threads):
         os.makedirs(directory, exist_ok=True)
         run(cmd, out + ".tmp", threads)
         os.replace(out + ".tmp", out)
+    hyps = os.path.join(directory, "hypotheses.txt")
+    if not os.path.exists(hyps):
+        hypotheses_from_generate(out, hyps)
     match = re.search(r"BLEU4 = ([0-9.]+)", open(out).read())
     if not match:
         sys.exit(f"bench_variator: no BLEU in {out}")
-    return float(match.group(1))
-
-
-def rel(path):
-    """A path as the JSON keeps it: relative to the checkout when inside it."""
-    real = os.path.abspath(path)
-    return os.path.relpath(real, ROOT) if real.startswith(ROOT + os.sep) else real
+    return float(match.group(1)), hyps
 
 
 def encoder_cost(json_path, data, backbone, plugins, args, generate=0):
@@ -219,9 +169,19 @@ def encoder_cost(json_path, data, backbone, plugins, args, generate=0):
 
 
 def part_header(args, settings):
-    from user_dir.tools.measure import machine_description
     return {"command": "python scripts/bench_variator.py " + " ".join(shlex.quote(a) for a in args.argv),
-            "date": time.strftime("%Y-%m-%d"), "machine": machine_description(), "settings": settings, "notes": []}
+            "date": time.strftime("%Y-%m-%d"), "machine": machine_text(), "settings": settings, "notes": [],
+            "seeds": args.seeds}
+
+
+def over_seeds(by_seed, keep=("plugin",)):
+    """One row from its seeds' rows ({seed: row}): numbers as summaries over the seeds, ``keep`` the first
+    seed's, every seed's per-example outputs (``hypotheses`` / ``predictions``: {seed: path})."""
+    row = aggregate(by_seed)
+    for key in ("hypotheses", "predictions"):
+        if key in row:
+            row[key] = {str(s): rel(r[key]) for s, r in by_seed.items()}
+    return row
 
 
 def translation(args, work):
@@ -234,38 +194,43 @@ def translation(args, work):
     variants.update({"k4-mean": (4, ["--variator-compression", "mean"]),
                      "k4-copy": (4, ["--variator-decompression", "copy"]),
                      "k4-att-kv": (4, ["--variator-place", "att-kv"])} if not args.no_ablations else {})
-    rows = {"teacher": {"name": "teacher (no plugin)", "k": 0,
-                        "bleu": bleu_of(os.path.join(work, "teacher"), data, teacher, None, 0, args.threads)}}
-    for name, (k, extra) in variants.items():
-        directory = os.path.join(work, name)
-        log(f"translation {name}")
-        plugin = train_plugin(directory, data, task, teacher, k, args.updates, extra, args.threads,
-                              export_from="checkpoint_best.pt")
-        rows[name] = {"name": name, "k": k, "plugin": rel(plugin),
-                      "bleu": bleu_of(directory, data, teacher, plugin, k, args.threads),
-                      "train_seconds": int(open(os.path.join(directory, "train_seconds")).read())}
+    plan = validation_plan(int(args.updates), int(args.updates), args.validations, "--validations")
+    bleu, teacher_hyps = bleu_of(os.path.join(work, "translation", "teacher"), data, teacher, None, 0, args.threads)
+    rows = {"teacher": {"name": "teacher (no plugin)", "k": 0, "bleu": bleu, "hypotheses": rel(teacher_hyps)}}
+    by_seed = {name: {} for name in variants}
+    for seed in args.seeds:
+        for name, (k, extra) in variants.items():
+            directory = os.path.join(seed_dir(work, seed), "translation", name)
+            log(f"translation {name}, seed {seed}")
+            plugin = train_plugin(directory, data, task, teacher, k, args.updates, extra, args.threads, seed, plan)
+            row = {"name": name, "k": k, "plugin": rel(plugin["last"]), "train_seconds": plugin["train_seconds"],
+                   "validations": plugin["validations"]}
+            row["bleu"], row["hypotheses"] = bleu_of(directory, data, teacher, plugin["last"], k, args.threads)
+            if "best" in plugin:
+                row["bleu_best"], _ = bleu_of(os.path.join(directory, "best"), data, teacher, plugin["best"], k,
+                                              args.threads)
+            by_seed[name][seed] = row
+    rows.update({name: over_seeds(by_seed[name]) for name in variants})
+    references = multi30k_references(os.path.join(work, "translation", "test.raw.en"))
+    comparisons = []
+    for name, (k, extra) in variants.items():  # every k against the teacher; Table 2's ablations against k=4
+        base = "k4" if extra and "k4" in variants else "teacher"
+        b = ([rows["teacher"]["hypotheses"]] * len(args.seeds) if base == "teacher"
+             else [by_seed["k4"][s]["hypotheses"] for s in args.seeds])
+        label = (f"k={k} vs the teacher (no plugin)" if base == "teacher"
+                 else f"{ABLATIONS.get(name, name)} vs k=4 (learned merge, adapter)")
+        comparisons.append(bleu_comparison(label, name, base, [by_seed[name][s]["hypotheses"] for s in args.seeds], b,
+                                           references))
     log("translation cost: encoder on fixed-length blocks and end-to-end translation of the test set")
-    cost = encoder_cost(os.path.join(work, "encoder_cost.json"), data, teacher,
-                        [os.path.join(work, f"k{k}", "plugin.pt") for k in args.ratios], args,
+    first = os.path.join(seed_dir(work, args.seeds[0]), "translation")
+    cost = encoder_cost(os.path.join(first, "encoder_cost.json"), data, teacher,
+                        [os.path.join(first, f"k{k}", "plugin_last.pt") for k in args.ratios], args,
                         generate=args.e2e_sentences)
     part = part_header(args, {"updates": int(args.updates), "bottleneck": args.bottleneck, "ratios": args.ratios,
-                              "threads": args.threads})
+                              "threads": args.threads, "validations": args.validations, "plan": list(plan)})
     part.update({"teacher": {"checkpoint": teacher, "sha256": backbone_digest(teacher)}, "rows": rows, "cost": cost,
-                 "pairing": "alternate"})
+                 "pairing": "alternate", "comparisons": comparisons, "references": rel(references)})
     return part
-
-
-def teacher_record(path, metric, score):
-    """Which GLUE teacher a row was measured on, read from its checkpoint: the run folder (glue_teachers.sh
-    trains each learning rate in WORK/TASK/lrLR), learning rate, updates, SHA-256, and its dev score."""
-    from fairseq import checkpoint_utils
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)
-    lr = state["cfg"]["optimization"]["lr"]
-    real = os.path.realpath(path)
-    return {"run": os.path.basename(os.path.dirname(os.path.dirname(real))), "checkpoint": rel(real),
-            "sha256": backbone_digest(path), "lr": float(lr if isinstance(lr, (int, float, str)) else lr[0]),
-            "updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"), "metric": metric,
-            "score": score, "source": "read from the checkpoint when the rows were measured"}
 
 
 def adaptation_dir(work, task, teacher):
@@ -300,60 +265,68 @@ def glue(args, work):
     flags = json.load(open(os.path.join(model_dir, "import.json")))["fairseq_flags"]
     common = ["--user-dir", "user_dir", "--task", "variator_sentence_prediction", *flags, "--init-token", "0",
               "--num-classes", "2", "--shorten-method", "truncate", "--variator-bottleneck", str(args.bottleneck)]
-    from user_dir.common.glue_metrics import glue_score
-    from user_dir.tools.glue_predict import predict
 
     parts, pretrained = {}, {}
     sweep = args.tasks if args.glue_sweep is None else args.glue_sweep
     ratios_of = {task: (args.ratios if task in sweep else [4]) for task in args.tasks}
-    for k in sorted({k for ks in ratios_of.values() for k in ks}):  # plugin pre-training: the pre-trained MiniLM, unlabelled SST-2 sentences
-        log(f"GLUE pre-training k={k}")
-        data = pretraining_data(args, model_dir, work)
-        pretrained[k] = train_plugin(os.path.join(work, "pretrain", f"k{k}"), data, common[2:],
-                                     os.path.join(model_dir, "model.pt"), k, args.glue_pretrain_updates,
-                                     ["--batch-size", "32"], args.threads)
+    plan = validation_plan(int(args.glue_updates), int(args.glue_updates), args.glue_validations, "--glue-validations")
+    for seed in args.seeds:  # plugin pre-training: the pre-trained MiniLM, unlabelled SST-2 sentences, no validation
+        for k in sorted({k for ks in ratios_of.values() for k in ks}):
+            log(f"GLUE pre-training k={k}, seed {seed}")
+            data = pretraining_data(args, model_dir, work)
+            pretrained[(seed, k)] = train_plugin(
+                os.path.join(seed_dir(work, seed), "glue", "pretrain", f"k{k}"), data, common[2:],
+                os.path.join(model_dir, "model.pt"), k, args.glue_pretrain_updates, ["--batch-size", "32"],
+                args.threads, seed, (0, []))["last"]
     for task in args.tasks:
         metric, bsz = GLUE_TASKS[task]
-        interval = str(max(1, int(args.glue_updates) // args.glue_validations))
-        # checkpoint_best is only written when a checkpoint is saved: save at every validation
-        select = (["--best-checkpoint-metric", metric, "--maximize-best-checkpoint-metric",
-                   "--save-interval-updates", interval, "--keep-interval-updates", "1"]
-                  if args.glue_select == "best" else [])
         data = os.path.join(args.glue_work, "data-bin", f"{task}.wordpiece")
         teacher = os.path.join(args.glue_work, task, "checkpoints", "checkpoint_best.pt")
         if not os.path.isfile(teacher):
             log(f"GLUE {task}: no teacher at {teacher} (run scripts/glue_teachers.sh); skipped")
             continue
-        _, preds, labels, _ = predict(data, teacher, "valid")
-        base = glue_score(task, preds, labels)
+        setup = {"data": data}
+        base_file = os.path.join(work, "glue", task, f"teacher-{backbone_digest(teacher)[:8]}.json")
+        base = glue_scores(teacher, setup, task, base_file, args.threads)
+        examples = base.pop("examples")
         record = teacher_record(teacher, metric, base[metric])
-        task_work = adaptation_dir(work, task, record)
-        results = {"0": {"scores": base, "examples": len(labels)}}
+        results = {"0": {"scores": base, "examples": examples, "predictions": rel(predictions_path(base_file))}}
         for k in ratios_of[task]:
-            log(f"GLUE {task} adaptation k={k}")
-            directory = os.path.join(task_work, f"k{k}")
-            plugin = train_plugin(directory, data, common[2:] + ["--glue-task", task, "--variator-plugins",
-                                                                  pretrained[k]], teacher, k,
-                                  args.glue_updates, ["--batch-size", str(bsz), "--validate-interval-updates",
-                                                      interval, *select], args.threads,
-                                  export_from=f"checkpoint_{args.glue_select}.pt",
-                                  also_last=args.glue_select != "last")
-            scores = {}
-            for name, path in (("scores", plugin), ("last", os.path.join(directory, "plugin_last.pt")),
-                               ("without_adaptation", pretrained[k])):
-                if name == "last" and args.glue_select == "last":  # the chosen plugin is the last one
-                    scores["last"] = scores["scores"]
-                    continue
-                _, preds, labels, _ = predict(data, teacher, "valid", variator_plugins=path, variator_ratio=k)
-                scores[name] = glue_score(task, preds, labels)
-            results[str(k)] = {**scores, "plugin": rel(plugin),
-                               "train_seconds": int(open(os.path.join(directory, "train_seconds")).read())}
-        cost = encoder_cost(os.path.join(task_work, "encoder_cost.json"), data, teacher,
-                            [os.path.join(task_work, f"k{k}", "plugin.pt") for k in ratios_of[task]], args)
+            by_seed = {}
+            for seed in args.seeds:
+                log(f"GLUE {task} adaptation k={k}, seed {seed}")
+                directory = os.path.join(adaptation_dir(os.path.join(seed_dir(work, seed), "glue"), task, record), f"k{k}")
+                plugin = train_plugin(directory, data, common[2:] + ["--glue-task", task, "--variator-plugins",
+                                                                     pretrained[(seed, k)]], teacher, k,
+                                      args.glue_updates, ["--batch-size", str(bsz)], args.threads, seed, plan,
+                                      metric, maximize=True)
+                chosen = plugin.get(args.glue_select, plugin["last"])
+                scores = {}
+                for name, path in (("scores", chosen), ("last", plugin["last"]), ("best", plugin.get("best")),
+                                   ("without_adaptation", pretrained[(seed, k)])):
+                    if path:
+                        out = os.path.join(directory, f"dev_{name}.json")
+                        scores[name] = glue_scores(teacher, setup, task, out, args.threads, variator_plugins=path,
+                                                   variator_ratio=k)
+                        scores[name].pop("examples")
+                by_seed[seed] = dict(scores, plugin=rel(chosen), train_seconds=plugin["train_seconds"],
+                                     validations=plugin["validations"],
+                                     predictions=predictions_path(os.path.join(directory, "dev_scores.json")))
+            results[str(k)] = over_seeds(by_seed)
+        comparisons = [glue_comparison(f"k={k} vs the teacher (no plugin)", f"k{k}", "teacher",
+                                       [os.path.join(ROOT, results[str(k)]["predictions"][str(s)]) for s in args.seeds],
+                                       [predictions_path(base_file)] * len(args.seeds),
+                                       read_labels(predictions_path(base_file)), metric)
+                       for k in ratios_of[task]]
+        first = adaptation_dir(os.path.join(seed_dir(work, args.seeds[0]), "glue"), task, record)
+        cost = encoder_cost(os.path.join(first, "encoder_cost.json"), data, teacher,
+                            [os.path.join(first, f"k{k}", "plugin_last.pt") for k in ratios_of[task]], args)
         part = part_header(args, {"pretrain_updates": int(args.glue_pretrain_updates), "updates": int(args.glue_updates),
                                   "validations": args.glue_validations, "select": args.glue_select,
-                                  "bottleneck": args.bottleneck, "ratios": ratios_of[task], "threads": args.threads})
-        part.update({"teacher": record, "results": results, "cost": cost, "pairing": "alternate"})
+                                  "bottleneck": args.bottleneck, "ratios": ratios_of[task], "threads": args.threads,
+                                  "plan": list(plan)})
+        part.update({"teacher": record, "results": results, "cost": cost, "pairing": "alternate",
+                     "comparisons": comparisons})
         parts[task] = part
     return parts
 
@@ -541,27 +514,34 @@ def write_report(data, out):
     if t:
         rows, cost, s = t["rows"], t["cost"], t["settings"]
         teacher_bleu = rows["teacher"]["bleu"]
+        new = "seeds" in t  # a part made with seeds: means, spreads and every seed; best-of-N beside
         by_k = {int(r["ratio"]): r for r in cost["rows"]}
         e2e = {int(r["ratio"]): r for r in cost["end_to_end"]["rows"]} if cost.get("end_to_end") else {}
         lines += ["## Translation: Multi30k DE->EN reference teacher (BLEU, test_2016_flickr, beam 5)", "",
-                  f"Made by `{t['command']}` on {t['date']}; {t['machine']}. {s['updates']} updates per plugin (max "
+                  f"Made by `{t['command']}` on {t['date']}; {t['machine']}"
+                  + (f"; {seeds_text(t['seeds'])}, {s['threads']} thread(s) per run" if new else "")
+                  + f". {s['updates']} updates per plugin (max "
                   f"4,096 tokens each), bottleneck r = {s['bottleneck']}. Backbone: {cost['backbone_params']:,} "
-                  f"parameters. Encoder timing: {timing_text(cost, t.get('pairing'))}.", "",
-                  "| plugin | BLEU | drop | added params (% of backbone) | encoder FFN FLOPs saved | encoder FLOPs saved "
+                  f"parameters. Encoder timing: {timing_text(cost, t.get('pairing'))}.", ""]
+        if new:
+            lines += [protocol_text(s["updates"], tuple(s["plan"]), "validation loss (the distillation MSE)", LR_TEXT)
+                      + " Each BLEU: mean +- sample std [min, max] over the seeds, then every seed's value; the "
+                      "costs are the first seed's plugins'.", ""]
+        lines += ["| plugin | BLEU | drop | added params (% of backbone) | encoder FFN FLOPs saved | encoder FLOPs saved "
                   f"| encoder FLOP bound | encoder alone, fixed {cost['length']}-token blocks: speed-up | end-to-end translation: "
-                  "FLOP bound | end-to-end translation: speed-up | train time |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|",
+                  "FLOP bound | end-to-end translation: speed-up | train time |" + (" BLEU, best-of-N |" if new else ""),
+                  "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if new else ""),
                   f"| none (teacher) | {teacher_bleu:.2f} | - | 0 | - | - | 1.00x | 1.00x | "
-                  f"{'1.00x' if e2e else 'not measured'} | {'1.00x' if e2e else 'not measured'} | - |"]
+                  f"{'1.00x' if e2e else 'not measured'} | {'1.00x' if e2e else 'not measured'} | - |" + (" - |" if new else "")]
         for k in s["ratios"]:
             r, c = rows[f"k{k}"], by_k[k]
             e = e2e.get(k)
-            minutes = f"{r['train_seconds'] / 60:.0f} min" if "train_seconds" in r else "-"
-            lines.append(f"| k={k} | {r['bleu']:.2f} | {teacher_bleu - r['bleu']:.2f} | {c['plugin_params']:,} "
+            minutes = minutes_text(r.get("train_seconds"))
+            lines.append(f"| k={k} | {fmt(r['bleu'])} | {fmt(difference(teacher_bleu, r['bleu']))} | {c['plugin_params']:,} "
                          f"({c['plugin_params_percent']:.2f}%) | {c['ffn_flops_saved_percent']:.1f}% | "
                          f"{c['encoder_flops_saved_percent']:.1f}% | {flop_bound(c)} | {speed_cell(c)} | "
                          f"{flop_bound(e) if e else 'not measured'} | {speed_cell(e) if e else 'not measured'} | "
-                         f"{minutes} |")
+                         f"{minutes} |" + (f" {fmt(r['bleu_best']) if 'bleu_best' in r else '-'} |" if new else ""))
         if e2e:
             e = cost["end_to_end"]
             lines += ["", f"End-to-end translation: beam {e['beam']}, the {e['sentences']} {e['subset']} sentences in "
@@ -574,16 +554,20 @@ def write_report(data, out):
                       "processes share, one setting's forwards can land in a quieter moment than its pair's)."]
         ablations = [n for n in ("k4-mean", "k4-copy", "k4-att-kv") if n in rows]
         if ablations:
-            names = {"k4-mean": "w/o Com (mean pooling)", "k4-copy": "w/o DeCom (copy)",
-                     "k4-att-kv": "Att-KV (keys/values merged, FFN untouched)"}
+            names = ABLATIONS
             lines += ["", "Ablations at k=4 (Table 2 and section 4.7), same budget:", "", "| variant | BLEU | drop |",
-                      "|---|---|---|", f"| k=4 (learned merge, adapter) | {rows['k4']['bleu']:.2f} | "
-                      f"{teacher_bleu - rows['k4']['bleu']:.2f} |"]
-            lines += [f"| {names[n]} | {rows[n]['bleu']:.2f} | {teacher_bleu - rows[n]['bleu']:.2f} |" for n in ablations]
+                      "|---|---|---|", f"| k=4 (learned merge, adapter) | {fmt(rows['k4']['bleu'])} | "
+                      f"{fmt(difference(teacher_bleu, rows['k4']['bleu']))} |"]
+            lines += [f"| {names[n]} | {fmt(rows[n]['bleu'])} | {fmt(difference(teacher_bleu, rows[n]['bleu']))} |"
+                      for n in ablations]
+        if t.get("comparisons"):
+            lines += [""] + significance_lines(t["comparisons"], "Each plugin (A) against the teacher or k=4 (B), last "
+                                               "checkpoints")[:-1]
         lines += ["", "Profiler vs analytic encoder FLOPs (GFLOPs): " + ", ".join(
             f"{c['profiler_flops'] / 1e9:.3f} / {c['analytic_flops']['total'] / 1e9:.3f}" for c in cost["rows"]), ""]
         lines += [f"Note: {n}" for n in own(t.get("notes", []))] + ([""] if own(t.get("notes", [])) else [])
-    glue_parts = data.get("glue") or {}
+    glue_parts = {task: p for task, p in (data.get("glue") or {}).items() if "seeds" not in p}
+    seeded = {task: p for task, p in (data.get("glue") or {}).items() if "seeds" in p}
     if glue_parts:
         current = current_glue_teachers(os.path.join(ROOT, "results", "glue.md"))
         length = "/".join(sorted({str(p["cost"].get("length", 128)) for p in glue_parts.values()}))
@@ -597,10 +581,7 @@ def write_report(data, out):
                   f"FFN FLOPs saved | encoder FLOPs saved | encoder FLOP bound | encoder alone, fixed {length}-token blocks: "
                   "speed-up | adaptation time |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for task, p in glue_parts.items():
-            metric, res, teacher = GLUE_TASKS[task][0], p["results"], p["teacher"]
-            label = f"{teacher['run']} ({'F1' if metric == 'f1' else 'acc'} {teacher['score']:.2f})"
-            base = res["0"]["scores"][metric]
-            by_k = {int(r["ratio"]): r for r in p["cost"]["rows"]}
+            metric, res, label, base, by_k = glue_part_keys(task, p)
             lines.append(f"| {task} | {label} | none | {base:.2f} | - | - | - | 0 | - | - | 1.00x | 1.00x | - |")
             for k in sorted(int(k) for k in res if int(k)):
                 r, c = res[str(k)], by_k[k]
@@ -643,10 +624,63 @@ def write_report(data, out):
                       + ", ".join(f"{task} k={r['ratio']}" for task in noisy for r in flagged(glue_parts[task]["cost"]["rows"]))
                       + "."]
         lines.append("")
+    if seeded:
+        lines += glue_seeds_section(seeded)
     lines += ["## The paper", "", PAPER, ""]
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    open(out, "w").write("\n".join(lines))
+    write_text(out, "\n".join(lines))
     return "\n".join(lines)
+
+
+def glue_part_keys(task, p):
+    """What a GLUE part's rows share: its metric, results, teacher label, the teacher's score, costs by k."""
+    metric, teacher = GLUE_TASKS[task][0], p["teacher"]
+    label = f"{teacher['run']} ({'F1' if metric == 'f1' else 'acc'} {teacher['score']:.2f})"
+    return (metric, p["results"], label, p["results"]["0"]["scores"][metric],
+            {int(r["ratio"]): r for r in p["cost"]["rows"]})
+
+
+def minutes_text(seconds):
+    if seconds is None:
+        return "-"
+    return f"{num(seconds) / 60:.0f} min" + (" per seed" if is_summary(seconds) else "")
+
+
+def glue_seeds_section(parts):
+    """The GLUE parts made with seeds: one table, each score's mean, spread and every seed, best-of-N beside
+    the primary (last) score, and the paired tests of every k against its teacher."""
+    lines = ["## GLUE: MiniLM-L6 teachers (dev), several seeds", "",
+             "Each row names the teacher it was measured on (its training run, learning rate and dev score; the "
+             "'none' row is that teacher without plugins). Plugin pre-training on SST-2's training sentences "
+             "with the pre-trained MiniLM, then adaptation on each fine-tuned teacher (both per seed); score = "
+             "accuracy (SST-2, RTE) or F1 (MRPC), as mean +- sample std [min, max] over the seeds, then every seed's "
+             "value; 'w/o PA' = the pre-trained plugin used without adaptation (mean over seeds). Encoder speed-ups "
+             "(the first seed's plugins): encoder alone on fixed 128-token blocks.", "",
+             "| task | teacher (run, dev score) | k | score | drop | best-of-N | w/o PA | added params (%) | encoder "
+             "FLOPs saved | encoder alone, fixed 128-token blocks: speed-up | adaptation time |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for task, p in parts.items():
+        metric, res, label, base, by_k = glue_part_keys(task, p)
+        lines.append(f"| {task} | {label} | none | {base:.2f} | - | - | - | 0 | - | 1.00x | - |")
+        for k in sorted(int(k) for k in res if int(k)):
+            r, c = res[str(k)], by_k[k]
+            best = fmt(r["best"][metric]) if "best" in r else "-"
+            lines.append(f"| {task} | {label} | {k} | {fmt(r['scores'][metric])} | "
+                         f"{fmt(difference(base, r['scores'][metric]))} | {best} | "
+                         f"{num(r['without_adaptation'][metric]):.2f} | {c['plugin_params']:,} "
+                         f"({c['plugin_params_percent']:.2f}%) | {c['encoder_flops_saved_percent']:.1f}% | "
+                         f"{speed_cell(c)} | {minutes_text(r.get('train_seconds'))} |")
+    lines.append("")
+    for task, p in parts.items():
+        s = p["settings"]
+        lines.append(f"- {task}: made by `{p['command']}` on {p['date']}; {p['machine']}; {seeds_text(p['seeds'])}, "
+                     f"{s['threads']} thread(s) per run. Timing: {timing_text(p['cost'], p.get('pairing'))}. "
+                     f"{s['pretrain_updates']} pre-training updates (no validation), then "
+                     + protocol_text(s["updates"], tuple(s["plan"]), f"dev {GLUE_TASKS[task][0]}", LR_TEXT)
+                     + ("" if s["select"] == "last" else " (This part's primary score is the best-of-N checkpoint's, "
+                        "--glue-select best.)"))
+    lines.append("")
+    comparisons = [c for p in parts.values() for c in p.get("comparisons", [])]
+    return lines + significance_lines(comparisons, "Each plugin (A) against its teacher without plugins (B), dev")
 
 
 def plot(data, png):
@@ -665,7 +699,7 @@ def plot(data, png):
         by_k = {int(r["ratio"]): r for r in t["cost"]["rows"]}
         ks = t["settings"]["ratios"]
         xs = [100.0] + [100 - by_k[k]["encoder_flops_saved_percent"] for k in ks]
-        ys = [t["rows"]["teacher"]["bleu"]] + [t["rows"][f"k{k}"]["bleu"] for k in ks]
+        ys = [t["rows"]["teacher"]["bleu"]] + [num(t["rows"][f"k{k}"]["bleu"]) for k in ks]
         axes[0].plot(xs, ys, "o-")
         for x, y, label in zip(xs, ys, ["none"] + [f"k={k}" for k in ks]):
             axes[0].annotate(label, (x, y))
@@ -675,7 +709,7 @@ def plot(data, png):
         metric = GLUE_TASKS[task][0]
         ks = sorted(int(k) for k in p["results"] if int(k))
         xs = [100.0] + [100 - by_k[k]["encoder_flops_saved_percent"] for k in ks]
-        ys = [p["results"]["0"]["scores"][metric]] + [p["results"][str(k)]["scores"][metric] for k in ks]
+        ys = [p["results"]["0"]["scores"][metric]] + [num(p["results"][str(k)]["scores"][metric]) for k in ks]
         axes[1].plot(xs, ys, "o-", label=f"{task} ({metric}; teacher {p['teacher']['run']})")
     if data.get("glue"):
         axes[1].set(xlabel="encoder FLOPs (% of the backbone)", ylabel="dev score", title="GLUE (MiniLM-L6)")
@@ -695,11 +729,16 @@ def build_parser():
                    help="GLUE tasks that get every ratio of --ratios; the others get k=4 only (default: all)")
     p.add_argument("--bottleneck", type=int, default=16, help="adapter bottleneck r (paper: 64; see the docstring)")
     p.add_argument("--updates", default="400", help="training updates per translation plugin")
+    p.add_argument("--validations", type=int, default=4,
+                   help="validations of each translation plugin at the same update points (default 4: every 100 of "
+                        "400 updates); the last checkpoint is the primary score, the best-of-N beside it")
     p.add_argument("--glue-pretrain-updates", default="200")
     p.add_argument("--glue-updates", default="800", help="adaptation updates per GLUE plugin")
-    p.add_argument("--glue-validations", type=int, default=8, help="dev evaluations during each GLUE adaptation")
-    p.add_argument("--glue-select", default="best", choices=["best", "last"],
-                   help="the adapted plugin: the checkpoint with the best dev metric, or the last one")
+    p.add_argument("--glue-validations", type=int, default=8,
+                   help="dev evaluations during each GLUE adaptation, at the same update points for every plugin")
+    p.add_argument("--glue-select", default="last", choices=["best", "last"],
+                   help="the primary score: the last checkpoint (default), or the one with the best dev metric of "
+                        "the validations; the other is shown beside it")
     p.add_argument("--glue-work", default=os.path.join(ROOT, "work", "glue"),
                    help="scripts/glue_teachers.sh's work folder: the imported MiniLM, the data and TASK/checkpoints")
     p.add_argument("--no-ablations", action="store_true")
@@ -711,7 +750,9 @@ def build_parser():
     p.add_argument("--e2e-runs", type=int, default=5, help="timed runs of the end-to-end translation")
     p.add_argument("--force-cost", action="store_true", help="re-measure encoder cost")
     p.add_argument("--quick", action="store_true", help="a few updates per stage, a smoke test (not results)")
-    p.add_argument("--out", default=os.path.join(ROOT, "results", "variator.md"))
+    p.add_argument("--out", default=default_out("variator.md"),
+                   help="the table (default work/results/variator.md; the committed one: results/variator.md)")
+    add_seed_arguments(p, default="1")
     p.add_argument("--work", default=None, help="where plugins train (default: work/bench-variator/<the table's "
                    "name>, so each table keeps its own plugins; a folder made with other settings is refused)")
     p.add_argument("--fresh", action="store_true", help="write a table of this run's parts only (default: keep the "
@@ -724,19 +765,22 @@ def build_parser():
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.seeds = seeds_of(parser, args)
+    args.out = args.out if args.out.endswith(".md") else args.out + ".md"  # --out results/x: x.md and x.json
     args.work = args.work or default_work(args.out)
     if args.quick:
         args.updates = args.glue_pretrain_updates = args.glue_updates = "4"
+        args.validations, args.glue_validations = min(args.validations, 2), min(args.glue_validations, 2)
         args.cost_runs, args.e2e_sentences, args.e2e_runs = 1, 16, 1
         args.work = args.work + "-quick"
         args.out = os.path.join(args.work, "variator.md")
-    sys.path.insert(0, ROOT)
     json_path = os.path.splitext(args.out)[0] + ".json"
     existing = load_existing(json_path, args)
-    translation_part = translation(args, os.path.join(args.work, "translation")) if "translation" in args.parts else None
-    glue_parts = glue(args, os.path.join(args.work, "glue")) if "glue" in args.parts else None
+    translation_part = translation(args, args.work) if "translation" in args.parts else None
+    glue_parts = glue(args, args.work) if "glue" in args.parts else None
     if args.note:
         upgraded = existing.pop("upgraded", False)
         for part in [translation_part, *(glue_parts or {}).values()] + (
@@ -745,8 +789,7 @@ def main(argv=None):
                 part["notes"] = part.get("notes", []) + [n for n in args.note if n not in part.get("notes", [])]
     existing.pop("upgraded", None)
     data = merge(existing, translation_part, glue_parts)
-    with open(json_path, "w") as f:
-        json.dump(data, f, indent=1)
+    write_json(json_path, data)
     print(write_report(data, args.out))
     plot(data, os.path.splitext(args.out)[0] + "_score_vs_flops.png")
 

@@ -18,7 +18,6 @@ teacher's BLEU or the training budget (they would not measure the same thing), w
 differs between tables, or when two tables hold the same run (method and seed).
 """
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -27,10 +26,8 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("bench_translation", os.path.join(ROOT, "scripts", "bench_translation.py"))
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+import translation_students as students
+from benchlib import ROOT
 
 BUDGET = re.compile(r"trains for (\d+) updates from scratch \(PET: the first (\d+)")
 
@@ -91,7 +88,7 @@ def read_table(path):
     for r in runs:
         r["teacher_speed"] = teacher["sentences_per_s"]
         r["speedup"] = r["sentences_per_s"] / teacher["sentences_per_s"]
-        r["method"] = bench.method_of(r["name"])
+        r["method"] = students.method_of(r["name"])
         if r["method"] not in sizes:
             fail(f"run {r['name']} has no method row")
     return dict(path=path, budget=(int(budget[0]), int(budget[1])), machine=machine, teacher=teacher, runs=runs,
@@ -165,11 +162,11 @@ def summarise(by_method, tables, command):
              "std over all runs of a method, and speed the mean of each run's speed-up over the teacher measured in "
              "the same run (sentences/s from different measurements do not compare). Compression = non-embedding "
              "parameters in % of the teacher's. The paper's column: IWSLT'14 DE->EN, Transformer teacher "
-             f"{bench.PAPER_TEACHER_BLEU} BLEU (PET Table 7) -- a different scale, for orientation only.", "",
+             f"{students.PAPER_TEACHER_BLEU} BLEU (PET Table 7) -- a different scale, for orientation only.", "",
              "| method | seeds | BLEU (tok) | sacreBLEU | non-emb params | compression | weights MB | speed-up | "
              "from | paper: compression, BLEU |", "|---|---|---|---|---|---|---|---|---|---|",
              f"| teacher | - | {teacher['bleu_tok']:.2f} | {teacher['sacrebleu']:.2f} | {tsize['params']:,} | 100.00% | "
-             f"{tsize['weights_mb']:.1f} | 1.00x | all | 100%, {bench.PAPER_TEACHER_BLEU} |"]
+             f"{tsize['weights_mb']:.1f} | 1.00x | all | 100%, {students.PAPER_TEACHER_BLEU} |"]
     stats = {}
     for m in order:
         runs = by_method[m]
@@ -178,13 +175,13 @@ def summarise(by_method, tables, command):
         size = runs[0]["size"]
         stats[m] = dict(bleu=(statistics.mean(bleu), statistics.stdev(bleu) if len(bleu) > 1 else 0.0),
                         speed=speedup, compression=size["compression"])
-        paper = bench.PAPER.get(m)
+        paper = students.PAPER.get(m)
         paper = f"{paper[0] + '%, ' if paper[0] else ''}{paper[1]}" if paper else ""
         sources = ", ".join(dict.fromkeys(f"`{os.path.basename(r['table'])}`" for r in runs))
         lines.append(f"| {m} | {len(runs)} | {shown(bleu)} | {shown([r['sacrebleu'] for r in runs])} | "
                      f"{size['params']:,} | {size['compression']:.2f}% | {size['weights_mb']:.1f} | {speedup:.2f}x | "
                      f"{sources} | {paper} |")
-    lines += bench.warmup_table(teacher, stats)
+    lines += students.warmup_table(teacher, stats)
     lines += ["", "Methods:", ""] + [f"- `{m}`: {descriptions.get(m, '(not described in its table)')}" for m in order]
     lines += ["", "Per run:", "", "| run | BLEU (tok) | sacreBLEU | sent/s | teacher's sent/s, same run | speed-up | table |",
               "|---|---|---|---|---|---|---|"]
@@ -217,7 +214,7 @@ def main(argv=None):
     by_method, tables = merge(args.tables)
     text, stats, teacher = summarise(by_method, tables, command)
     prefix = os.path.splitext(args.out)[0]
-    plots = bench.plot(stats, teacher, prefix, speed_label="speed-up over the teacher (beam 5, CPU, same run)")
+    plots = students.plot(stats, teacher, prefix, speed_label="speed-up over the teacher (beam 5, CPU, same run)")
     if plots:
         text += "\nPlots (cf. PET Fig 5): " + ", ".join(f"`{os.path.basename(p)}`" for p in plots) + "\n"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -12,8 +12,7 @@ import re
 import shutil
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_translation import PAPER, PAPER_TEACHER_BLEU  # noqa: E402
+from translation_students import PAPER, PAPER_TEACHER_BLEU
 
 VALID = re.compile(r"\| valid \| epoch (\d+) \| valid on 'valid' subset .*?\| nll_loss ([0-9.]+)")
 

@@ -905,14 +905,18 @@ def test_apc_on_a_glue_encoder_trains_only_compression_finalizes_and_predicts_id
     assert bad.returncode != 0 and "apc_activation_kd is for translation" in bad.stderr
 
 
-def test_bench_apc_glue_runs_every_stage_on_a_tiny_teacher(tmp_path, tiny_glue_teacher):
+def test_bench_apc_glue_runs_every_stage_on_a_tiny_teacher(tmp_path, tiny_glue_teacher, monkeypatch):
     """scripts/bench_apc_glue.py --quick end to end on a tiny GLUE teacher laid out as glue_teachers.sh leaves
     one: init, compression stage, finalize, Finalized fine-tuning, neuron pruning with the same total updates,
     dev scores and costs; the table names the teacher and puts the compressed rows at the parameters a
-    closed form gives."""
-    import importlib.util
+    closed form gives. Issue 32: APC and neuron pruning are validated at the same update points of their whole
+    budgets (the baseline used to get twice as many draws), the last checkpoint is the primary score; a run
+    with --seeds 1 then --seeds 1,2 trains seed 2 only (seed 1's stages never rerun), and the table gives every
+    seed's value and the paired test of APC against pruning; the table goes under work/ by default."""
+    import importlib
     import json
     import shutil
+    import sys
 
     from conftest import REPO
     glue = tmp_path / "glue"
@@ -921,25 +925,49 @@ def test_bench_apc_glue_runs_every_stage_on_a_tiny_teacher(tmp_path, tiny_glue_t
     shutil.copy(tiny_glue_teacher["teacher"], glue / "RTE" / "run" / "checkpoints" / "checkpoint_best.pt")
     os.symlink(glue / "RTE" / "run" / "checkpoints", glue / "RTE" / "checkpoints")
     os.symlink(tiny_glue_teacher["data"], glue / "data-bin" / "RTE.wordpiece")
-    spec = importlib.util.spec_from_file_location("bench_apc_glue", os.path.join(REPO, "scripts", "bench_apc_glue.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    out = tmp_path / "apc_glue"
-    bench.main(["--glue-task", "RTE", "--quick", "--ffn-dim", "16", "--glue-work", str(glue), "--work",
-                str(tmp_path / "work"), "--out", str(out), "--time-batch", "2"])
-    part = json.loads((tmp_path / "apc_glue.json").read_text())["glue"]["RTE"]
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    bench, benchlib = importlib.import_module("bench_apc_glue"), importlib.import_module("benchlib")
+    monkeypatch.setattr(benchlib, "WORK", str(tmp_path / "checkout" / "work"))  # the checkout's work/
+    argv = ["--glue-task", "RTE", "--quick", "--ffn-dim", "16", "--glue-work", str(glue), "--work",
+            str(tmp_path / "work"), "--time-batch", "2"]
+    bench.main(argv + ["--seeds", "1"])
+    out = tmp_path / "checkout" / "work" / "results" / "apc_glue"
+    seed1 = sorted((tmp_path / "work_quick" / "seed1").rglob("DONE"))
+    stamps = [p.stat().st_mtime for p in seed1]
+    logs = {p: p.read_text() for p in (tmp_path / "work_quick" / "seed1").rglob("log.txt")}
+    assert len(seed1) == 6 and json.loads(out.with_suffix(".json").read_text())["glue"]["RTE"]["seeds"] == [1]
+    bench.main(argv + ["--seeds", "1,2"])
+    assert [p.stat().st_mtime for p in seed1] == stamps and all(p.read_text() == t for p, t in logs.items())
+    assert len(list((tmp_path / "work_quick" / "seed2").rglob("DONE"))) == 6
+    part = json.loads(out.with_suffix(".json").read_text())["glue"]["RTE"]
     rows = {r["name"]: r for r in part["rows"]}
     assert list(rows) == ["teacher", "APC-50-ff analogue, Finalized", "neuron pruning"]
-    assert part["ffn_dims"] == "1:16" and part["teacher"]["run"] == "run"
+    assert part["ffn_dims"] == "1:16" and part["teacher"]["run"] == "run" and part["seeds"] == [1, 2]
+    # 6 + 6 updates against 12: both validated at updates 9 and 12 of their budgets, read from fairseq's logs
+    assert part["settings"]["plan"] == [3, [9, 12]]
+    assert rows["APC-50-ff analogue, Finalized"]["validations"] == rows["neuron pruning"]["validations"] == [9, 12]
     # 2 layers of width 32: layer 1's FFN 64 -> 16 removes 2 * 32 * 48 weights and 48 biases
     removed = 2 * 32 * 48 + 48
     for name in ("APC-50-ff analogue, Finalized", "neuron pruning"):
         assert rows["teacher"]["encoder_params"] - rows[name]["encoder_params"] == removed
-        assert 0 <= rows[name]["scores"]["accuracy"] <= 100 and rows[name]["scores"]["examples"] == 277
-    report = (tmp_path / "apc_glue.md").read_text()
-    assert "| APC-50-ff analogue, Finalized | neuron-pruning init, 5 updates Compr. only (CE), finalized, 6 updates" \
-        in report and "| neuron pruning | the same neuron-pruning init, finalized (= the pruned network), 11 updates" \
+        accuracy = rows[name]["scores"]["accuracy"]
+        assert set(accuracy["values"]) == {"1", "2"} and rows[name]["scores"]["examples"] == 277
+        for seed in ("1", "2"):  # the primary score is the last checkpoint's, from its kept dev predictions
+            preds = json.load(open(rows[name]["predictions"][seed]))
+            gold = json.load(open(preds["labels"]))
+            assert len(preds["predictions"]) == len(gold) == 277
+            hits = sum(p == g for p, g in zip(preds["predictions"], gold))
+            assert accuracy["values"][seed] == pytest.approx(100 * hits / 277)
+            assert f"s{seed} {accuracy['values'][seed]:.2f}" in out.with_suffix(".md").read_text()
+    (comparison,) = part["comparisons"]
+    assert comparison["label"] == "APC-50-ff analogue, Finalized vs neuron pruning" and comparison["seeds"] == 2
+    assert comparison["a"] == pytest.approx(rows["APC-50-ff analogue, Finalized"]["scores"]["accuracy"]["mean"])
+    report = out.with_suffix(".md").read_text()
+    assert "| APC-50-ff analogue, Finalized | neuron-pruning init, 6 updates Compr. only (CE), finalized, 6 updates" \
+        in report and "| neuron pruning | the same neuron-pruning init, finalized (= the pruned network), 12 updates" \
         in report
+    assert "validated 2 times, at updates 9, 12 of the whole budget; the primary score is the last checkpoint's" in report
+    assert f"| APC-50-ff analogue, Finalized vs neuron pruning | accuracy | 2 | {comparison['a']:.2f} |" in report
     assert "Paper (BERT-base backbone, RTE dev accuracy): BERT-base 66.4; APC-50-ff (best strategy) 68.2" in report
 
 

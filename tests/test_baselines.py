@@ -15,13 +15,12 @@ from user_dir.baselines.patient_kd_criterion import PatientKDConfigError, parse_
 
 
 def _load_script(name):
-    """A script of scripts/ as a module (they are not a package)."""
-    import importlib.util
+    """A module of scripts/, imported as running a script does: scripts/ on sys.path (they are not a package)."""
+    import importlib
 
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "scripts", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    if os.path.join(REPO, "scripts") not in sys.path:
+        sys.path.insert(0, os.path.join(REPO, "scripts"))
+    return importlib.import_module(name)
 
 
 # a plain (unshared) student: 2+2 layers, narrower than the 256-wide reference teacher
@@ -221,9 +220,10 @@ def test_can_trains_with_kd_and_generates(tmp_path):
 
 @needs_teacher
 def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
-    """The benchmark runner end to end on one method: trains, measures, writes the table, its raw
-    measurement and the plots; --render writes the table again from the raw measurement alone; a
-    second call retrains nothing and measures nothing."""
+    """The benchmark runner end to end on one method: trains (in seed 1's folder, validated at the planned
+    update only), measures, keeps the test hypotheses, writes the table, its raw measurement and the plots;
+    --render writes the table again from the raw measurement alone; a second call retrains nothing, decodes
+    nothing and measures nothing."""
     import json
 
     from conftest import clean_env
@@ -237,11 +237,16 @@ def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
     raw = json.loads((tmp_path / "quick" / "translation.json").read_text())
     teacher, student = raw["rows"]
     assert (teacher["name"], student["name"]) == ("teacher", "word-kd-s1") and teacher["sentences"] == 10
-    assert f"| word-kd | 1 | {student['bleu_tok']:.2f} | {student['sacrebleu']:.2f} | 501,696 | 9.07% |" in table
+    assert f"| word-kd | 1 | {student['bleu_tok']:.2f} (s1) | {student['sacrebleu']:.2f} (s1) | 501,696 | 9.07% |" in table
     assert f"| teacher | - | {teacher['bleu_tok']:.2f} | {teacher['sacrebleu']:.2f} | 5,529,600 | 100.00% |" in table
     assert f"| word-kd-s1 | {student['bleu_tok']:.2f} | {student['sacrebleu']:.2f} | {student['sentences_per_s']:.1f} |" \
         in table
     assert raw["settings"]["updates"] == 6 and raw["bench_command"].endswith(f"--work {tmp_path}")
+    run = raw["runs"]["word-kd-s1"]
+    assert run["validations"] == [6] and raw["settings"]["plan"] == [3, [6]]  # one validation, at the last update
+    hypotheses = run["hypotheses_last"]  # the test set's first 10 sentences, detokenised, in order
+    assert hypotheses == str(tmp_path / "quick" / "seed1" / "u6-w3-e128-d96" / "word-kd" / "hypotheses" / "test.last.txt")
+    assert len(open(hypotheses).read().splitlines()) == 10 and "Selection protocol, the same for every variant" in table
     assert (tmp_path / "quick" / "translation_bleu_vs_speed.png").stat().st_size > 1000
     # --render writes the same table again from the JSON alone
     rendered = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench_translation.py"), "--render",
@@ -251,12 +256,13 @@ def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
     again = (tmp_path / "quick" / "translation.md").read_text()
     assert again.split("Raw measurement")[0] == table.split("Raw measurement")[0]
     assert "training and measuring nothing, by:\n```\npython scripts/bench_translation.py --render" in again
-    done = tmp_path / "quick" / "u6-w3-e128-d96" / "word-kd-s1" / "kd" / "DONE"
+    done = tmp_path / "quick" / "seed1" / "u6-w3-e128-d96" / "word-kd" / "kd" / "DONE"
     assert done.is_file()
-    stamp = done.stat().st_mtime
+    stamp, decoded = done.stat().st_mtime, os.stat(hypotheses).st_mtime
     second = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=900)
     assert second.returncode == 0, second.stderr[-3000:]
     assert done.stat().st_mtime == stamp and "not measuring again" in second.stderr
+    assert os.stat(hypotheses).st_mtime == decoded
     # the reused measurement keeps the load it ran under (the speed columns' caveat)
     assert "1-minute load average when the measurement ended" in (tmp_path / "quick" / "translation.md").read_text()
     bad = subprocess.run(cmd + ["--ablations", "pet-layers-diagonal"], capture_output=True, text=True,
@@ -366,9 +372,10 @@ def test_sequence_level_kd_data_replaces_targets_with_the_teachers_beam_outputs(
 
 
 def test_benchmark_summary_averages_seeds_and_heads_the_ablations_with_pets_own_seed():
-    """The summary's numbers come from the measured rows: PET's mean +- std over its seeds in the main
-    table; the ablation table starts with PET at the ablations' seed (not the mean), each row beside
-    the paper's number for that ablation, and ablations never enter the main table."""
+    """The summary's numbers come from the measured rows: PET's mean +- std [min, max] and every seed's BLEU in
+    the main table, its best-of-N checkpoints' beside; the selection protocol said once; PET against each method
+    with its paired test; the ablation table starts with PET at the ablations' seed (not the mean), each row
+    beside the paper's number for that ablation, and ablations never enter the main table."""
     import argparse
     bench = _load_script("bench_translation")
 
@@ -378,21 +385,31 @@ def test_benchmark_summary_averages_seeds_and_heads_the_ablations_with_pets_own_
 
     rows = [row("teacher", 36.0, 5_529_600), row("pet-s1", 21.0), row("pet-s2", 23.0), row("pet-s3", 22.0),
             row("pet-layers-mirrored-s1", 20.0), row("pet-layers-none-s1", 24.0, 1_003_392)]
+    details = {f"pet-s{s}": dict(sacrebleu_best=b, validations=[400, 600, 800], seconds=600)
+               for s, b in ((1, 21.5), (2, 23.5), (3, 22.5))}
+    comparison = {"label": "pet vs word-kd", "metric": "sacreBLEU", "seeds": 3, "a": 22.0, "b": 21.0, "diff": 1.0,
+                  "low": 0.2, "high": 1.8, "p": 0.012, "verdict": "A better"}
     args = argparse.Namespace(teacher=os.path.join(REPO, "teacher.pt"), updates=800, warmup_updates=200,
                               measure_runs=1, work=os.path.join(REPO, "work"), machine="test machine",
-                              load_after_measure=None)
+                              load_after_measure=None, plan=(200, [400, 600, 800]), lr_warmup=200, runs=details,
+                              comparisons=[comparison])
     text, stats, _ = bench.summarise(rows, bench.methods(128, 96, 96, 6), args, "python scripts/bench_translation.py")
     main, ablations = text.split("## PET ablations")
-    assert "| pet | 3 | 22.00 +- 1.00 |" in main and "pet-layers" not in main.split("Methods:")[0]
+    pet = "22.00 +- 1.00 [21.00, 23.00] (s1 21.00, s2 23.00, s3 22.00)"
+    assert f"| pet | 3 | {pet} | {pet} |" in main and "pet-layers" not in main.split("Methods:")[0]
+    assert main.count("validated 3 times, at updates 400, 600, 800 of the whole budget") == 1
+    assert "| 22.50 +- 1.00 [21.50, 23.50] (s1 21.50, s2 23.50, s3 22.50) |" in main  # best-of-N beside
+    assert "| pet vs word-kd | sacreBLEU | 3 | 22.00 | 21.00 | +1.00 | [+0.20, +1.80] | 0.012 | A better |" in main
+    assert "| pet-s2 | 23.00 | 23.00 | 50.0 | 23.50 | 400, 600, 800 | 10.0 min |" in text
     table = [line for line in ablations.splitlines() if line.startswith("| pet")]
-    assert table[0].startswith("| pet | 1 | 21.00 |") and "T2: 34.57" in table[0]
-    assert table[1].startswith("| pet-layers-mirrored | 1 | 20.00 |") and table[1].endswith("T2: 33.83 |")
-    assert table[2].startswith("| pet-layers-none | 1 | 24.00 |") and "18.15%" in table[2]
+    assert table[0].startswith("| pet | 1 | 21.00 (s1) |") and "T2: 34.57" in table[0]
+    assert table[1].startswith("| pet-layers-mirrored | 1 | 20.00 (s1) |") and "| T2: 33.83 | - |" in table[1]
+    assert table[2].startswith("| pet-layers-none | 1 | 24.00 (s1) |") and "18.15%" in table[2]
     assert stats["pet"]["bleu"] == (22.0, 1.0)  # the plots show PET's mean, not its ablation-seed row
 
 
 def test_benchmark_plot_labels_of_close_points_are_moved_apart_and_others_stay():
-    bench = _load_script("bench_translation")
+    bench = _load_script("translation_students")
     stats = {"a": dict(bleu=(21.65, 0.0), compression=8.74), "b": dict(bleu=(21.29, 0.0), compression=8.74),
              "c": dict(bleu=(21.30, 0.0), compression=8.74), "far": dict(bleu=(21.40, 0.0), compression=18.15)}
     heights = bench.dodged(stats, "compression", gap=0.7)
@@ -476,20 +493,28 @@ def test_the_committed_translation_table_is_what_its_merge_command_writes(tmp_pa
 def test_every_stage_of_the_translation_benchmark_is_a_valid_fairseq_train_command(tmp_path):
     """The benchmark's fairseq-train command of every stage of every method parses with fairseq's own
     parser (a criterion never receives a flag it does not take: seq-KD's cross-entropy stage has no
-    teacher), and every criterion that distils gets the teacher."""
+    teacher), every criterion that distils gets the teacher, and every method is validated at the same
+    updates of its whole budget (400, 600, 800: PET's warm-up stage not at all, its KD stage from its 200th)."""
     from fairseq import options
 
-    bench = _load_script("bench_translation")
+    bench, benchlib = _load_script("translation_students"), _load_script("benchlib")
+    plan = benchlib.validation_plan(800, 600, 3)
     for method, (_, _, arch, stages) in bench.methods(128, 96, 96, 6).items():
-        previous = None
+        previous, start, validated = None, 0, []
         for stage, criterion, share in stages:
             n = bench.stage_updates(share, 800, 200)
             argv = bench.train_command(str(tmp_path / "data-bin"), TEACHER, arch, criterion, n, 1, 200,
-                                       str(tmp_path / method / stage), previous, [])
+                                       str(tmp_path / method / stage), previous, [],
+                                       benchlib.selection_flags(plan, start, n, "loss"))
             try:
                 args = options.parse_args_and_arch(options.get_training_parser(), argv)
             except SystemExit as e:
                 raise AssertionError(f"{method}/{stage}: fairseq-train rejects {argv}") from e
             assert args.max_update == n and args.seed == 1 and (args.finetune_from_model == previous)
             assert ("--teacher-path" in argv) == (args.criterion != "label_smoothed_cross_entropy"), (method, stage)
-            previous = str(tmp_path / method / stage / "checkpoint_last.pt")
+            if not args.disable_validation:
+                validated += [start + u for u in range(1, n + 1) if u % args.validate_interval_updates == 0
+                              and u >= args.validate_after_updates]
+                assert args.validate_interval == 1000000  # none at epoch ends
+            previous, start = str(tmp_path / method / stage / "checkpoint_last.pt"), start + n
+        assert validated == [400, 600, 800], method

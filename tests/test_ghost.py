@@ -683,16 +683,18 @@ def test_dropping_encoder_layers_is_refused_naming_the_flag(tiny):
 # ---- scripts/bench_ghost.py: the GLUE part beside the translation part ------------------------------
 def test_bench_ghost_glue_part_keeps_the_translation_part_and_labels_its_rows(tmp_path, monkeypatch):
     """A GLUE run of the benchmark keeps the translation part of a translation-only JSON (the layout before
-    GLUE rows), names its teacher and puts the paper's Table 1/10 numbers beside its rows; a task without a
+    GLUE rows, rendered as before), names its teacher and puts the paper's Table 1/10 numbers beside its rows;
+    a part made with seeds shows each score's mean, spread and every seed, best-of-N beside the last checkpoint,
+    the selection protocol once, and a paired-test row per comparison with pruned only; a task without a
     teacher, or no GLUE task, is refused naming the flag."""
     import argparse
-    import importlib.util
+    import importlib
     import json
+    import sys
 
     from conftest import REPO
-    spec = importlib.util.spec_from_file_location("bench_ghost", os.path.join(REPO, "scripts", "bench_ghost.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    bench, benchlib = importlib.import_module("bench_ghost"), importlib.import_module("benchlib")
     cost = {"params": 1000, "encoder_params": 800, "ghost_params": 0, "encoder_flops_128": 4e6, "speedup": 1.0,
             "speedup_range": [1.0, 1.0]}
     translation = {"command": "python scripts/bench_ghost.py", "machine": "m", "date": "d", "seed": 1,
@@ -703,33 +705,47 @@ def test_bench_ghost_glue_part_keeps_the_translation_part_and_labels_its_rows(tm
     out = tmp_path / "ghostbert"
     (tmp_path / "ghostbert.json").write_text(json.dumps(translation))  # the translation-only layout
 
+    def over(values):  # a score over seeds 1 and 2, as the driver aggregates it
+        return benchlib.seed_summary(dict(zip((1, 2), values)))
+
     def glue_part(args, task, runs, header):
         assert runs == [("12/12", "pruned"), ("12/12", "ghost"), ("3/12", "pruned"), ("3/12", "ghost")]
+        assert args.seeds == [1, 2] and header["seeds"] == [1, 2]
         scores = {"accuracy": 60.0, "examples": 277}
         rows = [dict(cost, m="12/12", variant="teacher", scores=scores)]
-        rows += [dict(cost, m=m, variant=v, scores={"accuracy": a, "examples": 277}, scores_init=scores,
-                      scores_last=scores, ghost_params=g, encoder_flops_128=f, train_seconds=120)
-                 for m, v, a, g, f in (("12/12", "pruned", 61.0, 0, 4e6), ("12/12", "ghost", 62.0, 10, 4.1e6),
-                                       ("3/12", "pruned", 55.0, 0, 1e6), ("3/12", "ghost", 57.5, 10, 1.1e6))]
+        rows += [dict(cost, m=m, variant=v, scores={"accuracy": over(a), "examples": 277}, scores_init=scores,
+                      scores_best={"accuracy": over([x + 1 for x in a]), "examples": 277}, ghost_params=g,
+                      encoder_flops_128=f, train_seconds=over([110.0, 130.0]))
+                 for m, v, a, g, f in (("12/12", "pruned", (61.0, 61.0), 0, 4e6), ("12/12", "ghost", (62.0, 62.0), 10, 4.1e6),
+                                       ("3/12", "pruned", (55.0, 56.0), 0, 1e6), ("3/12", "ghost", (57.5, 57.5), 10, 1.1e6))]
+        comparison = {"label": "GhostBERT vs pruned only, m = 3/12", "metric": "accuracy", "seeds": 2, "a": 57.5,
+                      "b": 55.5, "diff": 2.0, "low": -1.5, "high": 5.25, "p": 0.21, "verdict": "inconclusive"}
         return dict(header, load=0.1, teacher={"run": "lr5e-5", "checkpoint": "work/glue/RTE/x.pt", "lr": 5e-5,
                                                "updates": 780, "metric": "accuracy", "score": 60.0,
                                                "sha256": "ab" * 32},
-                    metric="accuracy", rows=rows,
-                    settings={"distill_updates": 5, "finetune_updates": 6, "lr": 5e-5, "lr_source": "the teacher's",
-                              "batch_size": 32, "validations": 2, "best_metric": "accuracy",
+                    metric="accuracy", rows=rows, comparisons=[comparison],
+                    settings={"distill_updates": 6, "finetune_updates": 6, "lr": 5e-5, "lr_source": "the teacher's",
+                              "batch_size": 32, "validations": 2, "plan": [3, [9, 12]], "best_metric": "accuracy",
                               "importance_subset": "valid", "work": "w"})
     monkeypatch.setattr(bench, "glue_part", glue_part)
-    bench.main(["--glue-task", "RTE", "--widths", "12/12,3/12", "--out", str(out), "--work", str(tmp_path / "w")])
+    bench.main(["--glue-task", "RTE", "--widths", "12/12,3/12", "--out", str(out), "--work", str(tmp_path / "w"),
+                "--seeds", "1,2"])
     data = json.loads((tmp_path / "ghostbert.json").read_text())
     assert data["version"] == 2 and data["translation"] == translation and list(data["glue"]) == ["RTE"]
     assert data["glue"]["RTE"]["command"].startswith("python scripts/bench_ghost.py --glue-task RTE")
     report = (tmp_path / "ghostbert.md").read_text()
     assert "| pruned only | 2/4 |" in report and "| 30.00 | 35.50 |" in report  # the translation rows, kept
-    assert "run lr5e-5, lr 5e-05, 780 updates, dev acc 60.00" in report
+    assert "run lr5e-5, lr 5e-05, 780 updates, dev acc 60.00" in report and "seeds 1, 2;" in report
     assert "| teacher + ghost modules (unpruned, Table 1's GhostBERT m = 12/12) | 12/12 |" in report
-    assert "| acc 62.00 | acc 60.00 | 2 min | 71.8 (Table 1, GhostBERT m = 12/12) |" in report
-    assert "| acc 55.00 | acc 60.00 | 2 min | 68.6 (Table 10) |" in report  # pruned only, 3/12: RTE of Table 10
-    assert "same procedure: m = 12/12: +1.00 (10 ghost parameters" in report and "m = 3/12: +2.50" in report
+    # the last checkpoint's score over the seeds, best-of-N beside it, the paper's number last
+    assert ("| acc 60.00 | acc 62.00 +- 0.00 [62.00, 62.00] (s1 62.00, s2 62.00) | acc 63.00 +- 0.00 [63.00, 63.00] "
+            "(s1 63.00, s2 63.00) | 2 min per seed | 71.8 (Table 1, GhostBERT m = 12/12) |") in report
+    assert "| acc 55.50 +- 0.71 [55.00, 56.00] (s1 55.00, s2 56.00) |" in report and "| 68.6 (Table 10) |" in report
+    assert "validated 2 times, at updates 9, 12 of the whole budget; the primary score is the last" in report
+    assert "same procedure: m = 12/12: +1.00 (std 0.00; s1 +1.00, s2 +1.00) (10 ghost parameters" in report
+    assert "m = 3/12: +2.00 (std 0.71; s1 +2.50, s2 +1.50)" in report
+    assert "| GhostBERT vs pruned only, m = 3/12 | accuracy | 2 | 57.50 | 55.50 | +2.00 | [-1.50, +5.25] | 0.21 |" \
+        in report
     assert "| 1.1M (27.5%) |" in report  # FLOPs against the GLUE teacher's
     with pytest.raises(SystemExit, match="--glue-task XYZ"):
         bench.glue_setup(argparse.Namespace(glue_work=str(tmp_path)), "XYZ")

@@ -701,10 +701,19 @@ def test_benchmark_glue_part_runs_end_to_end_and_labels_its_teacher(bench, glue_
     assert (teacher["run"], teacher["lr"], teacher["updates"]) == ("lr3e-4", 3e-4, 2)
     assert teacher["checkpoint"].endswith(os.path.join("lr3e-4", "checkpoints", "checkpoint_best.pt"))
     assert teacher["score"] == record["results"]["0"]["scores"]["accuracy"]
-    folder = tmp_path / "w-quick" / "glue" / "SST-2" / f"lr3e-4-{teacher['sha256'][:8]}" / "k4"
-    assert (folder / "plugin.pt").is_file() and (folder / "settings.json").is_file()
-    assert record["results"]["4"]["plugin"] == str(folder / "plugin.pt")
+    # seed 1's own folder; the last checkpoint is the plugin scored (one validation: at the last update)
+    folder = tmp_path / "w-quick" / "seed1" / "glue" / "SST-2" / f"lr3e-4-{teacher['sha256'][:8]}" / "k4"
+    assert (folder / "plugin_last.pt").is_file() and (folder / "settings.json").is_file()
+    k4 = record["results"]["4"]
+    assert k4["plugin"] == str(folder / "plugin_last.pt") and record["seeds"] == [1] and k4["validations"] == [4]
+    assert record["settings"]["select"] == "last" and record["settings"]["plan"] == [4, [4]]
+    preds = json.load(open(k4["predictions"]["1"]))  # the dev predictions behind the score, for the paired test
+    hits = sum(p == g for p, g in zip(preds["predictions"], json.load(open(preds["labels"]))))
+    assert k4["scores"]["accuracy"]["values"]["1"] == pytest.approx(100 * hits / len(preds["predictions"]))
+    (comparison,) = record["comparisons"]
+    assert comparison["label"] == "k=4 vs the teacher (no plugin)" and comparison["b"] == pytest.approx(teacher["score"])
     table = (tmp_path / "w-quick" / "variator.md").read_text()
+    assert "| k=4 vs the teacher (no plugin) | accuracy | 1 |" in table
     label = f"| SST-2 | lr3e-4 (acc {teacher['score']:.2f}) |"
     assert sum(line.startswith(label) for line in table.splitlines()) == 2  # the teacher's row and k=4's
     speed = next(r for r in record["cost"]["rows"] if r["ratio"] == 4)["speedup"]
