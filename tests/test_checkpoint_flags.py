@@ -134,13 +134,13 @@ def test_apc_init_output_and_its_json_print_the_same_line(shipped_data, tmp_path
     build(flags, shipped_data).load_state_dict(stored_model(init), strict=True)
 
 
-@pytest.mark.xfail(strict=True, reason="apc_init.apc_args sets APC's fields on the teacher's model cfg as it is; "
-                   "the shipped teacher's cfg is a plain dict (a DictConfig once loaded), whose extra keys fairseq's "
-                   "TransformerConfig.from_namespace drops, so the model is built uncompressed")
 def test_apc_init_on_the_shipped_teacher_file(shipped_data, tmp_path):
+    """The shipped teacher's cfg is a plain dict (a DictConfig once loaded): apc_init must still compress."""
     from user_dir.tools import apc_init
     apc_init.main([TEACHER, "--data", shipped_data, "--encoder-ffn-dims", "256", "--init", "random", "--samples", "50",
                    "--out", str(tmp_path / "init.pt")])
+    assert "--apc-encoder-ffn-dims 256" in " ".join(flags_of(tmp_path / "init.pt"))
+    assert 256 in stored_model(tmp_path / "init.pt")["encoder.layers.0.fc1.D"].shape  # compressed (no D otherwise)
 
 
 def test_import_hf_bert_folder_and_its_checkpoint_print_the_same_line(tmp_path):

@@ -28,6 +28,7 @@ import torch
 
 import user_dir  # noqa: F401  registers apc_transformer, allows loading fairseq checkpoints
 from fairseq import checkpoint_utils
+from omegaconf import OmegaConf
 from user_dir.apc.activation_sampling import (collect_activations, collect_attention_inputs, collect_ffn_inputs,
                                               ffn_layers, sample_batches)
 from user_dir.apc.attention_compression import SAMPLED_INITIALISATIONS, init_attention as init_one_attention
@@ -73,7 +74,16 @@ def load_teacher(path: str, data: str):
 def apc_args(teacher_args, encoder_ffn_dims, decoder_ffn_dims, train_original=False, encoder_attn_dims=None,
              decoder_attn_dims=None, cross_attn_dims=None, model_type="TransformerModel", encoder_embed_dims=None,
              decoder_embed_dims=None):
-    """The teacher's model arguments turned into those of its APC architecture (``APC_ARCH``)."""
+    """The teacher's model arguments turned into those of its APC architecture (``APC_ARCH``).
+
+    A checkpoint whose ``cfg["model"]`` is a plain dict (as ``scripts/ship_checkpoint.py`` writes the shipped
+    teacher) loads as a DictConfig, whose extra keys fairseq's ``TransformerConfig.from_namespace`` drops: the
+    APC fields would be lost and the model built uncompressed. The arguments become an ``argparse.Namespace``
+    first, as fairseq-train's own checkpoints hold them."""
+    if OmegaConf.is_config(teacher_args) or isinstance(teacher_args, dict):
+        container = OmegaConf.to_container(teacher_args, resolve=True) if OmegaConf.is_config(teacher_args) \
+            else dict(teacher_args)
+        teacher_args = argparse.Namespace(**container)
     args = copy.deepcopy(teacher_args)
     base = APC_ARCH[model_type]
     args.arch = args._name = base  # the model args are complete: the named variants' defaults add nothing
