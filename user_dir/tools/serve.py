@@ -124,6 +124,8 @@ class ServerMetrics:
         self.chosen = Gauge("fc_serve_chosen_k", "Variator ratio k of the latest batch", registry=r)
         self.predicted = Gauge("fc_serve_predicted_latency_seconds",
                                "Adaptive policy: predicted latency of the queued work at the chosen k", registry=r)
+        self.scale = Gauge("fc_serve_cost_scale", "Adaptive policy: measured / cost-table batch time, running "
+                                                  "average (1 = the machine as fast as at start-up)", registry=r)
         self.batch_seconds = Histogram("fc_serve_batch_seconds", "Compute time of one batch, by k", ["k"],
                                        registry=r, buckets=LATENCY_BUCKETS)
         self.latency = Histogram("fc_serve_request_latency_seconds", "Request latency in the server, by endpoint",
@@ -149,7 +151,8 @@ class ServerMetrics:
 def retry_after_seconds(queued: int, policy, table, max_batch: int) -> int:
     """Whole seconds until the queue would be empty at the largest ratio the policy uses (at least 1)."""
     from .serving.policy import predicted_latency
-    return max(1, math.ceil(predicted_latency([0.0] * queued, policy.largest_ratio, table, max_batch)))
+    scale = getattr(policy, "scale", 1.0)
+    return max(1, math.ceil(predicted_latency([0.0] * queued, policy.largest_ratio, table, max_batch, scale)))
 
 
 def create_app(backend, policy, table, settings: dict):
@@ -162,8 +165,14 @@ def create_app(backend, policy, table, settings: dict):
     from .serving.batcher import Batcher, QueueFull
 
     metrics = ServerMetrics(table, settings["max_batch"])
+
+    def on_batch(record):
+        policy.observe(record.k, record.size, record.seconds)
+        metrics.record_batch(record)
+        metrics.scale.set(getattr(policy, "scale", 1.0))
+
     batcher = Batcher(backend.run, policy.choose, settings["max_batch"], settings["max_wait_ms"] / 1000.0,
-                      settings["max_queue"], on_batch=metrics.record_batch)
+                      settings["max_queue"], on_batch=on_batch)
     metrics.queue.set_function(lambda: batcher.queued)
 
     @asynccontextmanager
@@ -220,7 +229,7 @@ def create_app(backend, policy, table, settings: dict):
     @app.get("/health")
     async def health():
         return {"status": "ok", "model": backend.describe(), "policy": policy.name, "ratios": backend.ratios,
-                "queued": batcher.queued, "cost_table": table.as_dict(),
+                "queued": batcher.queued, "cost_table": table.as_dict(), "cost_scale": getattr(policy, "scale", 1.0),
                 **{k: v for k, v in settings.items() if k != "graceful_timeout"}}
 
     @app.get("/metrics")
@@ -273,6 +282,10 @@ def get_parser() -> argparse.ArgumentParser:
     cost.add_argument("--cost-batch-sizes", default=None,
                       help="comma-separated batch sizes to time (default 1, 2, 4, ... up to --max-batch)")
     cost.add_argument("--cost-runs", type=int, default=3, help="timed runs per cell; the median is kept (default 3)")
+    cost.add_argument("--cost-rescale", type=float, default=0.2,
+                      help="adaptive policy: weight of each batch in the running average of measured / table batch "
+                           "times that scales the table's predictions (a machine shared with other work runs slower "
+                           "or faster than at start-up); 0 uses the table as it is (default 0.2)")
     cls = p.add_argument_group("classification")
     cls.add_argument("--head", default=None, help="classification head to serve (default: the checkpoint's only one)")
     cls.add_argument("--wordpiece-vocab", default=None,
@@ -341,7 +354,7 @@ def build(args):
         table.details.update(threads=args.threads, texts=args.cost_texts or "random tokens")
     if args.save_cost_table:
         table.save(args.save_cost_table)
-    policy = parse_policy(args.policy, backend.ratios, table, args.max_batch, args.target_p95_ms)
+    policy = parse_policy(args.policy, backend.ratios, table, args.max_batch, args.target_p95_ms, args.cost_rescale)
     settings = {"max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms, "max_queue": args.max_queue,
                 "truncate": args.truncate == "yes", "threads": args.threads,
                 "target_p95_ms": args.target_p95_ms if policy.name == "adaptive" else None,
@@ -363,6 +376,7 @@ def cli_main(argv: Optional[List[str]] = None):
         backend, table, policy, settings = build(args)
     except (ValueError, VariatorError, FileNotFoundError) as e:
         sys.exit(f"fc-serve: {e}")
+    logging.getLogger("fairseq").setLevel(max(logging.WARNING, logging.getLogger().level))  # no log line per batch
     print(table.format(), flush=True)
     print(f"fc-serve: {backend.kind} model, ratios {backend.ratios}, policy {policy.name}"
           + (f" (target p95 {args.target_p95_ms:g} ms)" if policy.name == "adaptive" else ""), flush=True)

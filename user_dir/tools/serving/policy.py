@@ -6,7 +6,9 @@ current workload") as a policy.
 * ``adaptive``: before each batch, for every attached ratio k from the smallest up, predict when the
   queued work would finish if it all ran at k (FIFO batches of the maximum size, times from the cost
   table), and take the first k whose worst-off example (its wait so far plus its predicted completion)
-  meets the latency target; if none does (overload), the largest k.
+  meets the latency target; if none does (overload), the largest k. The table is measured once, at
+  start-up; on a machine shared with other work every batch then runs slower or faster than it says, so
+  the predictions are scaled by a running average of measured / predicted batch times (``observe``).
 
 The maths are pure functions of the queue's ages and the cost table, so they are tested on hand-made
 numbers (tests/test_serve.py).
@@ -17,27 +19,29 @@ from typing import Sequence, Tuple
 from .cost_table import CostTable
 
 
-def predicted_latency(ages: Sequence[float], k: int, table: CostTable, max_batch: int) -> float:
+def predicted_latency(ages: Sequence[float], k: int, table: CostTable, max_batch: int, scale: float = 1.0) -> float:
     """Seconds until the worst-off queued example is answered if every queued example runs at ratio ``k``.
 
     ``ages`` are the seconds each queued example has waited, oldest first (the queue is FIFO). The
     queue runs as batches of ``max_batch``; batch m finishes after batches 0..m, and its oldest example
-    (the first of the batch) is its worst-off one: latency = its age + that finish time."""
+    (the first of the batch) is its worst-off one: latency = its age + that finish time. ``scale`` multiplies
+    every batch time of the table (how much slower the machine runs now than when it was measured)."""
     if max_batch < 1:
         raise ValueError(f"max_batch {max_batch}: at least 1")
     worst, clock = 0.0, 0.0
     for start in range(0, len(ages), max_batch):
-        clock += table.batch_seconds(k, min(max_batch, len(ages) - start))
+        clock += scale * table.batch_seconds(k, min(max_batch, len(ages) - start))
         worst = max(worst, ages[start] + clock)
     return worst
 
 
-def choose_ratio(ages: Sequence[float], table: CostTable, max_batch: int, target: float) -> Tuple[int, float]:
+def choose_ratio(ages: Sequence[float], table: CostTable, max_batch: int, target: float,
+                 scale: float = 1.0) -> Tuple[int, float]:
     """(k, predicted seconds): the smallest ratio whose predicted latency for the queued work is within
     ``target`` seconds, or the largest ratio when none is (overload)."""
     predicted = 0.0
     for k in table.ratios:
-        predicted = predicted_latency(ages, k, table, max_batch)
+        predicted = predicted_latency(ages, k, table, max_batch, scale)
         if predicted <= target:
             return k, predicted
     return table.ratios[-1], predicted
@@ -58,12 +62,26 @@ class FixedPolicy:
     def choose(self, ages: Sequence[float]) -> Tuple[int, float]:
         return self.ratio, float("nan")
 
+    def observe(self, k: int, size: int, seconds: float) -> None:
+        pass
+
+
+def updated_scale(scale: float, measured: float, predicted: float, weight: float = 0.2,
+                  bounds: Tuple[float, float] = (0.25, 4.0)) -> float:
+    """The running average of measured / predicted batch seconds after one more batch (exponential, ``weight``
+    on the new batch), kept within ``bounds`` so that one freak batch cannot swing the policy far."""
+    if predicted <= 0 or measured <= 0:
+        return scale
+    return min(bounds[1], max(bounds[0], (1 - weight) * scale + weight * measured / predicted))
+
 
 @dataclass
 class AdaptivePolicy:
     table: CostTable
     max_batch: int
     target: float  # seconds
+    weight: float = 0.2  # of each new batch in the running average of measured / predicted times (0: never rescale)
+    scale: float = 1.0  # measured / predicted batch time, running average
 
     name = "adaptive"
 
@@ -72,10 +90,16 @@ class AdaptivePolicy:
         return self.table.ratios[-1]
 
     def choose(self, ages: Sequence[float]) -> Tuple[int, float]:
-        return choose_ratio(ages, self.table, self.max_batch, self.target)
+        return choose_ratio(ages, self.table, self.max_batch, self.target, self.scale)
+
+    def observe(self, k: int, size: int, seconds: float) -> None:
+        """A batch of ``size`` at ratio ``k`` took ``seconds``: update the scale of the table's predictions."""
+        if self.weight > 0:
+            self.scale = updated_scale(self.scale, seconds, self.table.batch_seconds(k, size), self.weight)
 
 
-def parse_policy(spec: str, ratios: Sequence[int], table: CostTable, max_batch: int, target_ms: float):
+def parse_policy(spec: str, ratios: Sequence[int], table: CostTable, max_batch: int, target_ms: float,
+                 rescale: float = 0.2):
     """``fixed:K`` (K one of the attached ratios, 0 = backbone) or ``adaptive``; errors name --policy."""
     if spec == "adaptive":
         missing = sorted(set(ratios) - set(table.ratios))
@@ -84,8 +108,10 @@ def parse_policy(spec: str, ratios: Sequence[int], table: CostTable, max_batch: 
                              f"(it has {table.ratios}; measure it with these plugins or fix --cost-table)")
         if target_ms <= 0:
             raise ValueError(f"--target-p95-ms {target_ms}: must be positive")
+        if not 0 <= rescale <= 1:
+            raise ValueError(f"--cost-rescale {rescale}: a weight between 0 and 1")
         sub = CostTable({k: table.seconds[k] for k in ratios}, table.length, table.source, table.details)
-        return AdaptivePolicy(sub, max_batch, target_ms / 1000.0)
+        return AdaptivePolicy(sub, max_batch, target_ms / 1000.0, rescale)
     if spec.startswith("fixed:"):
         try:
             k = int(spec.split(":", 1)[1])
@@ -94,5 +120,8 @@ def parse_policy(spec: str, ratios: Sequence[int], table: CostTable, max_batch: 
         if k not in ratios:
             raise ValueError(f"--policy {spec}: no plugin with k={k} is attached (ratios: {list(ratios)}; "
                              "add its file to --plugins)")
+        if k not in table.ratios:
+            raise ValueError(f"--policy {spec}: the cost table has no row for k={k} (Retry-After is predicted "
+                             f"from it; it has {table.ratios}: measure it with these plugins or fix --cost-table)")
         return FixedPolicy(k)
     raise ValueError(f"--policy {spec!r}: 'adaptive' or 'fixed:K'")

@@ -1,0 +1,550 @@
+#!/usr/bin/env python
+"""Variator served under a burst of traffic: fc-serve (user_dir/tools/serve.py) with a GLUE classifier and
+its plugins, under ``fixed:0`` (the backbone alone), ``fixed:K`` (the largest plugin) and ``adaptive``,
+each replaying one fixed bursty trace of the task's dev sentences from localhost.
+
+    python scripts/bench_serving.py                          # -> work/serving/serving.md (.json, .png)
+    python scripts/bench_serving.py --out results/serving.md
+
+The trace (seeded Poisson arrivals, one dev sentence per request, the same for every policy): idle
+(``--idle-factor`` x the backbone's throughput) for ``--idle-seconds``, a burst at ``--burst-factor`` x
+that throughput for ``--burst-seconds``, then idle again. "The backbone's throughput" is read from the
+cost table the first server measures at start-up: full batches at k=0, ``max_batch / t(k=0, max_batch)``
+examples per second. The client (asyncio + httpx) sends every request at its scheduled time whatever the
+server does, and never retries a refused one: the run is bounded in requests and time. Latency is from
+the scheduled send time to the answer, so a client that falls behind cannot hide latency.
+
+Defaults that follow from the cost table (each can be given instead):
+
+* ``--target-p95-ms``: twice a full batch of the backbone, plus the longest batching wait;
+* ``--max-queue``: the full batches the largest plugin finishes within the target, less one (the batch a
+  new example may find running) -- the bound an operator would set for this target, the same for every
+  policy: beyond it a request is refused (503) rather than left to wait past the target.
+
+Reported per policy: p50/p95/p99 latency of the answered requests (over the trace and over the burst),
+throughput, refused and failed requests, the share of examples at each k, and accuracy of the answered
+requests against the dev labels (and, on the requests both answered, against ``fixed:0``'s answers);
+beside them each k's accuracy on the whole dev set (glue_predict). A plot over time shows offered load,
+the k chosen and latency. The machine, threads and load (``/proc/loadavg``) before each policy are stated.
+
+Where the teacher and plugins come from: by default the SST-2 teacher of scripts/glue_teachers.sh's
+layout (``work/glue/SST-2/checkpoints/checkpoint_best.pt``) and the plugins scripts/bench_variator.py
+adapted to it (``--variator-work``, found by the teacher's SHA-256 as bench_variator names its folders); how each was
+trained is read from the ``log.txt`` beside it and quoted in the report.
+"""
+import argparse
+import asyncio
+import glob
+import hashlib
+import json
+import math
+import os
+import random
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def log(msg):
+    print(f"[bench_serving {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ---- the trace --------------------------------------------------------------------------------------------
+def poisson_schedule(phases, seed: int):
+    """Arrival times (seconds) of a Poisson process whose rate is constant within each (seconds, rate) phase."""
+    rng, times, start = random.Random(seed), [], 0.0
+    for seconds, rate in phases:
+        t = start
+        while rate > 0:
+            t += rng.expovariate(rate)
+            if t >= start + seconds:
+                break
+            times.append(t)
+        start += seconds
+    return times
+
+
+def percentile(values, q):
+    """The q-th percentile (0-100) by linear interpolation between order statistics (numpy's default)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+# ---- one server --------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(args, policy, target_ms, max_queue, logfile):
+    port = free_port()
+    cmd = [sys.executable, "-m", "user_dir.tools.serve", args.checkpoint, "--data", args.data,
+           "--plugins", ",".join(args.plugin_files), "--policy", policy, "--target-p95-ms", f"{target_ms:g}",
+           "--max-batch", str(args.max_batch), "--max-wait-ms", f"{args.max_wait_ms:g}", "--max-queue",
+           str(max_queue), "--threads", str(args.threads), "--cost-texts", args.cost_texts,
+           "--cost-runs", str(args.cost_runs), "--port", str(port), "--log-level", "warning"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = open(logfile, "w")
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    return proc, out, f"http://127.0.0.1:{port}", cmd
+
+
+def wait_ready(proc, url, logfile, timeout=600):
+    import httpx
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"bench_serving: fc-serve exited ({proc.returncode}); see {logfile}")
+        try:
+            r = httpx.get(url + "/health", timeout=5)
+            if r.status_code == 200:
+                return r.json()
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    sys.exit(f"bench_serving: fc-serve not ready after {timeout} s; see {logfile}")
+
+
+def stop_server(proc, out):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    out.close()
+
+
+async def replay(url, arrivals, examples, timeout):
+    """Send request i at arrivals[i] seconds (example examples[i]); one record per request."""
+    import httpx
+    limits = httpx.Limits(max_connections=4000, max_keepalive_connections=4000)
+    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
+        t0 = time.perf_counter() + 1.0
+
+        async def one(at, example):
+            delay = t0 + at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            lag = time.perf_counter() - (t0 + at)
+            record = {"at": at, "lag": lag, "index": example["index"]}
+            try:
+                r = await client.post("/classify", json={"texts": example["text"]})
+                record["status"] = r.status_code
+                if r.status_code == 200:
+                    result = r.json()["results"][0]
+                    record.update(k=result["k"], label=result["label"])
+            except httpx.HTTPError as e:
+                record["status"] = f"error: {type(e).__name__}"
+            record["latency"] = time.perf_counter() - (t0 + at)
+            return record
+
+        return await asyncio.gather(*(one(at, ex) for at, ex in zip(arrivals, examples)))
+
+
+# ---- the numbers ------------------------------------------------------------------------------------------------
+def summarise(records, gold, burst, duration, reference=None):
+    answered = [r for r in records if r["status"] == 200]
+    refused = sum(r["status"] == 503 for r in records)
+    failed = len(records) - len(answered) - refused
+    lat = [r["latency"] * 1000 for r in answered]
+    in_burst = [r["latency"] * 1000 for r in answered if burst[0] <= r["at"] < burst[1]]
+    correct = [r["label"] == gold[r["index"]] for r in answered]
+    ks = {}
+    for r in answered:
+        ks[r["k"]] = ks.get(r["k"], 0) + 1
+    out = {"requests": len(records), "answered": len(answered), "refused": refused, "failed": failed,
+           "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95), "p99_ms": percentile(lat, 99),
+           "burst_p95_ms": percentile(in_burst, 95), "burst_answered": len(in_burst),
+           "throughput": len(answered) / duration, "accuracy": 100 * sum(correct) / max(1, len(correct)),
+           "k_share": {str(k): n / max(1, len(answered)) for k, n in sorted(ks.items())},
+           "client_lag_p99_ms": percentile([r["lag"] * 1000 for r in records], 99)}
+    if reference is not None:  # the requests both this policy and fixed:0 answered (same trace position)
+        both = [(r, reference[i]) for i, r in enumerate(records) if r["status"] == 200 and reference[i]["status"] == 200]
+        out["shared"] = len(both)
+        out["shared_accuracy"] = 100 * sum(r["label"] == gold[r["index"]] for r, _ in both) / max(1, len(both))
+        out["shared_reference_accuracy"] = 100 * sum(q["label"] == gold[q["index"]] for _, q in both) / max(1, len(both))
+        out["agreement_with_reference"] = 100 * sum(r["label"] == q["label"] for r, q in both) / max(1, len(both))
+    return out
+
+
+def series(records, arrivals_all, duration, step=1.0):
+    """Per ``step``-second bin (by scheduled send time): offered and answered requests per second, mean k and
+    p95 latency of the answered."""
+    bins = int(math.ceil(duration / step))
+    rows = []
+    for b in range(bins):
+        lo, hi = b * step, (b + 1) * step
+        inside = [r for r in records if lo <= r["at"] < hi]
+        ok = [r for r in inside if r["status"] == 200]
+        rows.append({"t": lo, "offered": sum(lo <= a < hi for a in arrivals_all) / step, "answered": len(ok) / step,
+                     "refused": sum(r["status"] == 503 for r in inside) / step,
+                     "mean_k": statistics.mean(r["k"] for r in ok) if ok else None,
+                     "p95_ms": percentile([r["latency"] * 1000 for r in ok], 95) if ok else None})
+    return rows
+
+
+def plot(result, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
+    colours = {}
+    first = next(iter(result["policies"].values()))
+    t = [row["t"] for row in first["series"]]
+    axes[0].step(t, [row["offered"] for row in first["series"]], where="post", color="black", lw=2,
+                 label="offered")
+    for name, run in result["policies"].items():
+        line = axes[0].step(t, [row["answered"] for row in run["series"]], where="post", label=f"answered, {name}")
+        colours[name] = line[0].get_color()
+        axes[1].step(t, [row["mean_k"] if row["mean_k"] is not None else math.nan for row in run["series"]],
+                     where="post", color=colours[name], label=name)
+        axes[2].plot([row["t"] + 0.5 for row in run["series"]],
+                     [row["p95_ms"] if row["p95_ms"] is not None else math.nan for row in run["series"]],
+                     marker=".", color=colours[name], label=name)
+    axes[2].axhline(result["target_p95_ms"], color="black", ls="--", lw=1, label="target p95")
+    axes[0].set_ylabel("requests / s")
+    axes[1].set_ylabel("mean k of answered")
+    axes[2].set_ylabel("p95 latency per second (ms)")
+    axes[2].set_yscale("log")
+    axes[2].set_xlabel("seconds into the trace (by scheduled send time)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper right")
+        for edge in result["burst_window"]:
+            ax.axvline(edge, color="grey", lw=0.8, ls=":")
+    fig.suptitle(f"fc-serve, {result['task']}: idle, burst at {result['burst_factor']:g}x the backbone's throughput, idle")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---- the report ----------------------------------------------------------------------------------------------------
+def fmt(v, digits=0):
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}"
+
+
+def cost_rows(table):
+    sizes = sorted({int(b) for row in table["seconds"].values() for b in row})
+    lines = ["| k | " + " | ".join(f"batch {b}" for b in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    for k, row in sorted(table["seconds"].items(), key=lambda kv: int(kv[0])):
+        lines.append(f"| {k} | " + " | ".join(fmt(row[str(b)] * 1000, 1) if str(b) in row else "-" for b in sizes) + " |")
+    return lines
+
+
+def report(result, md_path, png_name):
+    r, pol = result, result["policies"]
+    L = [f"# Serving Variator: fc-serve under a burst ({r['task']} dev sentences)", "",
+         f"Made by `{r['command']}` on {r['date']}; {r['machine']}; server: {r['threads']} torch thread(s), one "
+         f"worker; client (asyncio + httpx) in another process on the same machine. Load average (1/5/15 min) "
+         f"before the run: {r['load_before']}; after: {r['load_after']}; before each policy: "
+         + "; ".join(f"{name} {run['load_before']}" for name, run in pol.items()) + ".", "",
+         f"Backbone: `{r['teacher']['checkpoint']}` (sha256 {r['teacher']['sha256'][:12]}); {r['teacher']['note']}",
+         "",
+         f"Plugins ({', '.join('k=' + str(k) for k in r['ratios'] if k)}): {r['plugins_note']}", "",
+         "Accuracy of each k on the whole dev set (user_dir.tools.glue_predict, offline): "
+         + ", ".join(f"k={k}: {v:.2f}" for k, v in sorted(r["offline_accuracy"].items(), key=lambda kv: int(kv[0])))
+         + f" ({r['dev_examples']} examples; one example = {100 / r['dev_examples']:.2f} points).", "",
+         "## The trace", "",
+         f"Seeded Poisson arrivals (seed {r['seed']}), one dev sentence per request: {r['idle_seconds']:g} s at "
+         f"{r['idle_rate']:.1f} req/s, {r['burst_seconds']:g} s at {r['burst_rate']:.1f} req/s, {r['idle_seconds']:g} s "
+         f"at {r['idle_rate']:.1f} req/s: {r['requests']:,} requests. The backbone's throughput, "
+         f"{r['backbone_throughput']:.1f} examples/s, is full batches of {r['max_batch']} at k=0 in the cost table "
+         f"the {r['calibrated_on']} server measured; idle = {r['idle_factor']:g}x, burst = {r['burst_factor']:g}x. "
+         f"Server: `--max-batch {r['max_batch']} --max-wait-ms {r['max_wait_ms']:g} --max-queue {r['max_queue']}`, "
+         f"adaptive target p95 {r['target_p95_ms']:.0f} ms. {r['defaults_note']}", "",
+         "## Results", "",
+         "| policy | p50 ms | p95 ms | p99 ms | burst p95 ms | answered | refused (503) | failed | throughput req/s | "
+         "accuracy of answered | vs fixed:0 on shared requests | k share of answered |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, run in pol.items():
+        s = run["summary"]
+        shared = (f"{s['shared_accuracy']:.2f} vs {s['shared_reference_accuracy']:.2f} ({s['shared']:,} requests, "
+                  f"{s['agreement_with_reference']:.1f}% same label)" if "shared" in s else "-")
+        shares = ", ".join(f"k={k}: {100 * v:.0f}%" for k, v in s["k_share"].items())
+        L.append(f"| {name} | {fmt(s['p50_ms'])} | {fmt(s['p95_ms'])} | {fmt(s['p99_ms'])} | {fmt(s['burst_p95_ms'])} | "
+                 f"{s['answered']:,} | {s['refused']:,} | {s['failed']:,} | {s['throughput']:.1f} | {s['accuracy']:.2f} | "
+                 f"{shared} | {shares} |")
+    L += ["", "Latency: from the scheduled send time to the answer, answered requests only; burst p95: requests "
+              "scheduled inside the burst. Throughput: answered requests over the trace's duration. Client lag "
+              "(p99 of how late the client sent a request): "
+          + ", ".join(f"{name} {run['summary']['client_lag_p99_ms']:.0f} ms" for name, run in pol.items()) + ".", ""]
+    L += ["## Against the goal", ""] + [f"- {line}" for line in r["verdict"]] + [""]
+    L += [f"![offered load, k chosen and latency over time]({png_name})", "", "## Cost tables measured at start-up", "",
+          "Milliseconds per batch of real dev sentences (the first ones of the dev file, the server's --cost-texts), "
+          "median of the server's --cost-runs; each policy's server measured its own:", ""]
+    for name, run in pol.items():
+        L += [f"{name}:", ""] + cost_rows(run["cost_table"]) + [""]
+    L += ["## Scaling past one process", "",
+          "One fc-serve process owns one model and one worker thread. More traffic is served by more replicas "
+          "(one per core group or machine, each with its own --threads) behind an ordinary load balancer; each "
+          "replica's adaptive policy reacts to its own queue, and a refused request (503 with Retry-After) can be "
+          "retried on another replica. See README, \"Serving Variator\".", ""]
+    with open(md_path, "w", encoding="utf-8") as f:
+        f.write("\n".join(L))
+
+
+def verdict(result):
+    pol, target = result["policies"], result["target_p95_ms"]
+    lines = []
+    base = pol.get("fixed:0", {}).get("summary")
+    ad = pol.get("adaptive", {}).get("summary")
+    for name, run in pol.items():
+        s = run["summary"]
+        lines.append(f"{name}: burst p95 {fmt(s['burst_p95_ms'])} ms, trace p95 {fmt(s['p95_ms'])} ms "
+                     f"({'within' if s['p95_ms'] <= target else 'over'} the {target:.0f} ms target); "
+                     f"{s['refused']:,} refused of {s['requests']:,}")
+    if base and ad:
+        kept = ad["burst_p95_ms"] <= target and ad["p95_ms"] <= target
+        missed = base["burst_p95_ms"] > target
+        diff = ad["accuracy"] - base["accuracy"]
+        lines.append(f"p95 within the target through the burst: adaptive {'yes' if kept else 'no'}, fixed:0 "
+                     f"{'no' if missed else 'yes'} -> the latency goal is {'met' if kept and missed else 'not met'}")
+        lines.append(f"accuracy of answered requests: adaptive {ad['accuracy']:.2f} vs fixed:0 {base['accuracy']:.2f} "
+                     f"({diff:+.2f} points; goal: within 1 point -> {'met' if abs(diff) <= 1 else 'not met'}); on the "
+                     f"{ad.get('shared', 0):,} requests both answered: {ad.get('shared_accuracy', float('nan')):.2f} vs "
+                     f"{ad.get('shared_reference_accuracy', float('nan')):.2f}")
+        lines.append(f"answered: adaptive {ad['answered']:,}, fixed:0 {base['answered']:,} "
+                     f"(refused {ad['refused']:,} vs {base['refused']:,})")
+    return lines
+
+
+def training_commands(folder):
+    """The commands logged in ``folder``/log.txt (bench_variator's stage logs: one '$ command' line each)."""
+    path = os.path.join(folder, "log.txt")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return [shlex.split(line[2:]) for line in f if line.startswith("$ ") and "fairseq_cli.train" in line]
+
+
+def flag(cmd, name):
+    return cmd[cmd.index(name) + 1] if name in cmd else None
+
+
+def plugin_provenance(path):
+    """How a plugin was trained, read from the logs beside it and beside the plugin it was initialised from."""
+    rel = os.path.relpath(os.path.realpath(path), ROOT)
+    cmds = training_commands(os.path.dirname(path))
+    if not cmds:
+        return f"{rel} (its training is not recorded beside it)"
+    cmd = cmds[-1]
+    text = f"{rel}: {flag(cmd, '--max-update')} updates of `fairseq-train --task {flag(cmd, '--task')} --criterion " \
+           f"{flag(cmd, '--criterion')}` on `{os.path.relpath(flag(cmd, '--variator-backbone'), ROOT)}`"
+    if flag(cmd, "--validate-interval-updates"):
+        text += f", the best of its dev validations every {flag(cmd, '--validate-interval-updates')} updates"
+    init = flag(cmd, "--variator-plugins")
+    if init:
+        before = training_commands(os.path.dirname(init))
+        text += (f", initialised from {os.path.relpath(init, ROOT)}" + (
+            f" ({flag(before[-1], '--max-update')} pre-training updates on "
+            f"`{os.path.relpath(flag(before[-1], '--variator-backbone'), ROOT)}`)" if before else ""))
+    return text + f" (commands: {os.path.relpath(os.path.dirname(path), ROOT)}/log.txt)"
+
+
+# ---- main -------------------------------------------------------------------------------------------------------------
+def default_plugins(variator_work, task, checkpoint):
+    digest = sha256(checkpoint)[:8]
+    found = sorted(glob.glob(os.path.join(variator_work, "glue", task, f"*-{digest}", "k*", "plugin.pt")),
+                   key=lambda p: int(os.path.basename(os.path.dirname(p))[1:]))
+    if not found:
+        sys.exit(f"bench_serving: no plugins adapted to {checkpoint} (sha256 {digest}) under {variator_work}/glue/"
+                 f"{task}/*-{digest}/k*/plugin.pt; train them with scripts/bench_variator.py or give --plugins")
+    return found
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", default="SST-2", help="GLUE task (its dev sentences are the trace's requests)")
+    p.add_argument("--checkpoint", default=None, help="the backbone (default: work/glue/TASK/checkpoints/checkpoint_best.pt)")
+    p.add_argument("--data", default=None, help="its data folder (default: work/glue/data-bin/TASK.wordpiece)")
+    p.add_argument("--plugins", default=None, help="comma-separated plugin files (default: those bench_variator "
+                                                   "adapted to the checkpoint, under --variator-work)")
+    p.add_argument("--variator-work", default=os.path.join(ROOT, "work", "bench-variator", "variator_sst2"),
+                   help="scripts/bench_variator.py's work folder for its --out work/serving/variator_sst2.md run")
+    p.add_argument("--policies", default="fixed:0,fixed:max,adaptive",
+                   help="policies to run, in order (fixed:max = the largest plugin's ratio)")
+    p.add_argument("--max-batch", type=int, default=32, help="fc-serve --max-batch")
+    p.add_argument("--max-wait-ms", type=float, default=5.0, help="fc-serve --max-wait-ms")
+    p.add_argument("--max-queue", type=int, default=None, help="fc-serve --max-queue (default: see the docstring)")
+    p.add_argument("--target-p95-ms", type=float, default=None, help="adaptive target (default: see the docstring)")
+    p.add_argument("--threads", type=int, default=1, help="fc-serve --threads (and OMP_NUM_THREADS)")
+    p.add_argument("--cost-runs", type=int, default=3, help="fc-serve --cost-runs")
+    p.add_argument("--idle-seconds", type=float, default=15.0)
+    p.add_argument("--burst-seconds", type=float, default=20.0)
+    p.add_argument("--idle-factor", type=float, default=0.2, help="idle rate / the backbone's throughput")
+    p.add_argument("--burst-factor", type=float, default=3.0, help="burst rate / the backbone's throughput")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=60.0, help="client timeout per request, seconds")
+    p.add_argument("--out", default=os.path.join(ROOT, "work", "serving", "serving.md"),
+                   help="the report (a .json and a .png beside it); results/serving.md only when asked")
+    args = p.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else argv
+    args.checkpoint = args.checkpoint or os.path.join(ROOT, "work", "glue", args.task, "checkpoints", "checkpoint_best.pt")
+    args.data = args.data or os.path.join(ROOT, "work", "glue", "data-bin", f"{args.task}.wordpiece")
+    for path, flag in ((args.checkpoint, "--checkpoint"), (args.data, "--data")):
+        if not os.path.exists(path):
+            sys.exit(f"bench_serving: {flag} {path}: not found (scripts/glue_teachers.sh makes it)")
+    args.plugin_files = args.plugins.split(",") if args.plugins else default_plugins(args.variator_work, args.task,
+                                                                                      args.checkpoint)
+    text_dir = os.path.join(args.data, "text")
+    raw, labels = os.path.join(text_dir, "valid.raw.input0"), os.path.join(text_dir, "valid.label")
+    if os.path.exists(os.path.join(text_dir, "valid.raw.input1")):
+        sys.exit("bench_serving: a single-sentence task is expected (the requests are single texts)")
+    with open(raw, encoding="utf-8") as f:
+        texts = f.read().splitlines()
+    with open(labels, encoding="utf-8") as f:
+        gold = f.read().splitlines()
+    args.cost_texts = raw
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(out_dir, exist_ok=True)
+    stem = os.path.splitext(os.path.abspath(args.out))[0]
+    work = os.path.join(ROOT, "work", "serving", "runs")
+    os.makedirs(work, exist_ok=True)
+    import logging
+
+    import torch
+    torch.set_num_threads(args.threads)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    from user_dir.tools.glue_predict import predict
+    from user_dir.tools.measure import machine_description
+    from user_dir.tools.serving.cost_table import CostTable
+
+    ratios = [0] + sorted(int(torch.load(pf, map_location="cpu", weights_only=True)["config"]["ratio"])
+                          for pf in args.plugin_files)
+    load_before = loadavg()
+    log(f"offline dev accuracy of each k ({len(texts)} sentences)")
+    offline = {}
+    for k in ratios:
+        _, preds, dev_labels, _ = predict(args.data, args.checkpoint, "valid", variator_plugins=",".join(args.plugin_files),
+                                          variator_ratio=k)
+        offline[str(k)] = 100 * sum(int(a) == int(b) for a, b in zip(preds, dev_labels)) / len(dev_labels)
+    names_path = os.path.join(args.data, "label", "names.txt")
+    with open(names_path, encoding="utf-8") as f:
+        names = dict(line.rstrip("\n").split("\t", 1) for line in f if line.strip())
+    gold_names = gold if set(gold) <= set(names.values()) else [names[g] for g in gold]
+
+    policies = [s.replace("fixed:max", f"fixed:{ratios[-1]}") for s in args.policies.split(",")]
+    result = {"command": "python scripts/bench_serving.py " + " ".join(shlex.quote(a) for a in args.argv),
+              "date": time.strftime("%Y-%m-%d"), "machine": machine_description(), "threads": args.threads,
+              "task": args.task, "ratios": ratios, "offline_accuracy": offline, "dev_examples": len(texts),
+              "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms, "seed": args.seed,
+              "idle_seconds": args.idle_seconds, "burst_seconds": args.burst_seconds, "idle_factor": args.idle_factor,
+              "burst_factor": args.burst_factor, "load_before": load_before, "policies": {}}
+    teacher_dir = os.path.dirname(os.path.dirname(os.path.realpath(args.checkpoint)))
+    note = open(os.path.join(teacher_dir, "command.txt")).read().strip() if os.path.exists(
+        os.path.join(teacher_dir, "command.txt")) else "how it was trained is not recorded beside it"
+    result["teacher"] = {"checkpoint": os.path.relpath(os.path.realpath(args.checkpoint), ROOT),
+                         "sha256": sha256(args.checkpoint), "note": f"trained by: {note}"}
+    result["plugins_note"] = "; ".join(plugin_provenance(pf) for pf in args.plugin_files)
+
+    schedule = None
+    for policy in policies:
+        logfile = os.path.join(work, f"server-{policy.replace(':', '')}.log")
+        result["policies"][policy] = run = {"load_before": loadavg()}
+        if schedule is None:  # calibrate on the first server's cost table: a throw-away start to read it
+            log(f"calibrating: {policy} server measures its cost table")
+            proc, out, url, _ = start_server(args, policy, args.target_p95_ms or 1000.0, args.max_queue or 1, logfile)
+            health = wait_ready(proc, url, logfile)
+            stop_server(proc, out)
+            table = CostTable.from_dict(health["cost_table"])
+            B = args.max_batch
+            throughput = B / table.batch_seconds(0, B)
+            target = args.target_p95_ms or 1000 * (2 * table.batch_seconds(0, B) + args.max_wait_ms / 1000)
+            largest = ratios[-1]
+            # full batches at the largest k that fit in the target, less the one a new example may find running
+            max_queue = args.max_queue or B * max(1, int(target / 1000 / table.batch_seconds(largest, B)) - 1)
+            defaults = []
+            if args.target_p95_ms is None:
+                defaults.append(f"The target is the default: twice a full batch at k=0 "
+                                f"({1000 * table.batch_seconds(0, B):.0f} ms) plus the batching wait")
+            if args.max_queue is None:
+                defaults.append(f"the queue bound is the default: the full batches k={largest} finishes within the "
+                                f"target ({1000 * table.batch_seconds(largest, B):.0f} ms each), less one (the batch a "
+                                "new example may find running)")
+            result.update(backbone_throughput=throughput, target_p95_ms=target, max_queue=max_queue,
+                          calibrated_on=policy, defaults_note=("; ".join(defaults) + ".") if defaults else "",
+                          idle_rate=args.idle_factor * throughput, burst_rate=args.burst_factor * throughput)
+            phases = [(args.idle_seconds, result["idle_rate"]), (args.burst_seconds, result["burst_rate"]),
+                      (args.idle_seconds, result["idle_rate"])]
+            schedule = poisson_schedule(phases, args.seed)
+            order = list(range(len(texts)))
+            random.Random(args.seed).shuffle(order)
+            examples = [{"index": order[i % len(order)], "text": texts[order[i % len(order)]]}
+                        for i in range(len(schedule))]
+            duration = sum(s for s, _ in phases)
+            result.update(requests=len(schedule), burst_window=[args.idle_seconds, args.idle_seconds + args.burst_seconds],
+                          duration=duration)
+            log(f"backbone {throughput:.1f} ex/s -> idle {result['idle_rate']:.1f}, burst {result['burst_rate']:.1f} "
+                f"req/s; target {target:.0f} ms; max queue {max_queue}; {len(schedule)} requests over {duration:g} s")
+        log(f"{policy}: starting the server")
+        proc, out, url, cmd = start_server(args, policy, result["target_p95_ms"], result["max_queue"], logfile)
+        health = wait_ready(proc, url, logfile)
+        run["cost_table"] = health["cost_table"]
+        run["server_command"] = " ".join(shlex.quote(c) for c in cmd[1:]).replace(ROOT + "/", "")
+        log(f"{policy}: replaying the trace")
+        run["load_before"] = loadavg()
+        records = asyncio.run(replay(url, schedule, examples, args.timeout))
+        try:
+            import httpx
+            run["metrics"] = httpx.get(url + "/metrics", timeout=10).text
+        except Exception as e:  # the report does not need them; keep going
+            run["metrics"] = f"unavailable: {e}"
+        stop_server(proc, out)
+        reference = result["policies"].get("fixed:0", {}).get("records") if policy != "fixed:0" else None
+        run["records"] = records
+        run["summary"] = summarise(records, gold_names, result["burst_window"], result["duration"], reference)
+        run["series"] = series(records, schedule, result["duration"])
+        s = run["summary"]
+        log(f"{policy}: p50 {s['p50_ms']:.0f} p95 {s['p95_ms']:.0f} p99 {s['p99_ms']:.0f} ms, burst p95 "
+            f"{s['burst_p95_ms']:.0f} ms; answered {s['answered']}, refused {s['refused']}, failed {s['failed']}; "
+            f"accuracy {s['accuracy']:.2f}; k share {s['k_share']}")
+    result["load_after"] = loadavg()
+    result["verdict"] = verdict(result)
+    png = stem + ".png"
+    plot(result, png)
+    with open(os.path.join(work, "records.json"), "w") as f:  # every request, for whoever wants to look again
+        json.dump({name: run["records"] for name, run in result["policies"].items()}, f)
+    slim = json.loads(json.dumps(result))
+    for run in slim["policies"].values():
+        run.pop("records", None)
+        run.pop("metrics", None)
+    with open(stem + ".json", "w") as f:
+        json.dump(slim, f, indent=1)
+    report(result, stem + ".md", os.path.basename(png))
+    log(f"wrote {stem}.md, .json, .png")
+    for line in result["verdict"]:
+        log(line)
+
+
+if __name__ == "__main__":
+    main()
