@@ -192,6 +192,10 @@ def test_pruned_ghost_and_apc_finalized_models_export_or_are_refused_with_the_wa
         export_hf(str(m["ghost"]), str(tmp_path / "refused"))
     export_onnx(str(m["ghost"]), str(tmp_path / "ghost"), int8=False)
     assert _logits_agree(m["ghost"], m["data"], m["vocab"], {tmp_path / "ghost": "onnx"}, pairs) <= 1e-4
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "ghost" / "model.onnx"), load_external_data=False).graph.node]
+    assert "ScatterND" not in ops and ops.count("Pad") == 12  # the out-of-place form: one Pad per ghost module
     # APC-50-ff analogue, finalized: one intermediate_size cannot hold per-layer widths
     with pytest.raises(ExportHFError, match=r"per-layer FFN widths \[1536, 128, 128, 128, 128, 128\].*--zero-pad"):
         export_hf(str(m["apc"]), str(tmp_path / "refused"))
@@ -301,7 +305,7 @@ def _reference(module, y):
 @pytest.mark.parametrize("features, kernel, relu, softmax", list(itertools.product((1, 2), (1, 3, 5), (True, False),
                                                                                      (True, False))))
 def test_fast_ghost_module_equals_the_reference_form_with_gradients(features, kernel, relu, softmax):
-    from user_dir.ghost.ghost_module import GhostActivation, GhostConfig, GhostLinear
+    from user_dir.ghost.ghost_module import GhostActivation, GhostConfig, GhostLinear, shifted_ghost_graph
 
     torch.manual_seed(kernel + 10 * features)
     cfg = GhostConfig(kernel_size=kernel, features=features, relu=relu, softmax=softmax)
@@ -325,6 +329,9 @@ def test_fast_ghost_module_equals_the_reference_form_with_gradients(features, ke
                 assert torch.allclose(a, b, atol=1e-12)
             with torch.no_grad():  # inference: cached kernel, scratch buffer, features added in place
                 assert torch.equal(module(x if module is linear else x[..., :6]), ref)
+                # the out-of-place form torch.onnx traces
+                keep = None if padding_mask is None else (~padding_mask).t().unsqueeze(-1).double()
+                assert torch.allclose(shifted_ghost_graph(before(x), module.ghost.taps(), relu, keep), ref, atol=1e-12)
 
 
 def test_fast_ghost_module_at_inference_ignores_padding_and_follows_weight_updates():

@@ -169,6 +169,8 @@ def add_shifted_ghost(y: torch.Tensor, taps: torch.Tensor, relu: bool = True, ke
     grad = torch.is_grad_enabled() and (y.requires_grad or (torch.is_tensor(taps) and taps.requires_grad))
     if torch.is_tensor(taps):  # (at inference GhostConv.taps gives its vectors, already in the model's dtype)
         taps = taps.to(y.dtype)
+    if torch.onnx.is_in_onnx_export():
+        return shifted_ghost_graph(y, taps, relu, keep, scale)
     x = y if keep is None else y * keep
     k, T = len(taps[0]), y.size(0)
     centre = k // 2
@@ -189,6 +191,34 @@ def add_shifted_ghost(y: torch.Tensor, taps: torch.Tensor, relu: bool = True, ke
     if scale is not None:  # --ghost-zero-init
         features = features * scale.to(y.dtype) if grad else features.mul_(scale.to(y.dtype))
     return y + features if grad else y.add_(features)
+
+
+def shifted_ghost_graph(y: torch.Tensor, taps, relu: bool = True, keep: Optional[torch.Tensor] = None,
+                        scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """:func:`add_shifted_ghost` out of place, the form graph exporters trace (torch.onnx): the sequence padded
+    once with k // 2 zeros at each end, each tap's shifted slice multiplied and added in the same order (the
+    zeros past the ends add exact zeros; equal up to rounding, addcmul_ may fuse its multiply-add). Traced,
+    the in-place updates of slices become ONNX ScatterND nodes; in ONNX Runtime this form ran GhostBERT's
+    classifier at m = 1/12 in 1.33x pruned-only's time against 1.66x for the in-place one (and 1.58x for a
+    grouped Conv between transposes)."""
+    x = y if keep is None else y * keep
+    k, T = len(taps[0]), y.size(0)
+    centre = k // 2
+    padded = F.pad(x, (0, 0, 0, 0, centre, centre))
+    features = None
+    for tap in taps:
+        c = x * tap[centre]
+        for m in range(k):
+            if m != centre:
+                c = c + padded[m: m + T] * tap[m]
+        if keep is not None:
+            c = c * keep
+        if relu:
+            c = torch.relu(c)
+        features = c if features is None else features + c
+    if scale is not None:
+        features = features * scale.to(y.dtype)
+    return y + features
 
 
 class GhostConv(nn.Module):
