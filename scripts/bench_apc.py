@@ -6,11 +6,13 @@ feed-forward compression (APC paper eq. 12) of every encoder and decoder FFN, 10
     python scripts/bench_apc.py --parts inits   # only the initialisation comparison at --compare-size
     python scripts/bench_apc.py --parts embed word-kd   # embedding compression; word-KD students of --sizes
 
-The seed runs of the committed tables (each seed trains in --work/seed<k>/, resumable):
+The seed runs of the committed tables (each seed trains in --work/seed<k>/, resumable; the whole test set:
+the hypotheses of the paired tests are decoded for all of it anyway):
 
-    python scripts/bench_apc.py --parts sizes inits --all-params --max-sentences 500 --seeds 1,2,3 --out results/apc
-    python scripts/bench_apc.py --updates 300 --sizes 128 --parts sizes embed word-kd --kd-updates 300,2000 \
-        --max-sentences 500 --seeds 1,2,3 --out results/apc_300_updates
+    python scripts/bench_apc.py --parts sizes inits --all-params --seeds 1,2,3 --out results/apc
+    python scripts/bench_apc.py --parts sizes embed word-kd searched --sizes 128 --attn-dims 128 \\
+        --embed-sizes 192,128,112 --kd-updates 300,2000 --updates 300 --work work/bench-apc-300 --seeds 1,2,3 \\
+        --out results/apc_300_updates
 
 Stages, each a stock command (``--user-dir user_dir``), skipped when its output exists (resumable):
 1. ``python -m user_dir.tools.apc_init`` for every initialisation at ``--compare-size`` and the paper's
@@ -269,7 +271,8 @@ def main(argv=None):
     by_seed = {seed: run_seed(argparse.Namespace(**dict(vars(args), seed=seed)), command) for seed in args.seeds}
     result = {"command": command, "updates": args.updates, "lr": args.lr, "seeds": args.seeds,
               "teacher": args.teacher, "validations": args.validations, "plan": list(args.plan),
-              "kd_validations": args.kd_validations, "machine": machine(), "threads": args.threads}
+              "kd_validations": args.kd_validations, "machine": machine(), "threads": args.threads,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     for part in by_seed[args.seeds[0]]:
         result[part] = over_seeds({seed: parts[part] for seed, parts in by_seed.items()})
     result["comparisons"] = comparisons(result, args.seeds, multi30k_references(os.path.join(args.work, "test.raw.en")))
@@ -457,7 +460,8 @@ def report(args, result):
              "Commands: " + "; ".join(f"`{result[p]['command']}` ({p})"
                                       for p in ("sizes", "inits", "embed", "word-kd", "searched") if p in result)
              + f". {seeds}; fine-tuning: Adam lr {result['lr']:g} with linear decay to 0 over the run's "
-             "updates, CE loss, max 2,048 tokens, dropout 0.1, one thread.",
+             "updates, CE loss, max 2,048 tokens, dropout 0.1, "
+             + (f"{result['threads']} thread(s) per run; run on {result['date']}." if new else "one thread."),
              *([protocol_text(result["updates"], tuple(result["plan"]), "validation loss",
                               f"Adam {result['lr']:g} decaying linearly to 0 over the run, the same for every APC, "
                               f"pruning and control run (the word-KD students: their own recipe, validated "

@@ -10,7 +10,7 @@ work/results/apc_glue.md (``--out``; + .json).
 The seed runs of the committed table (each seed trains in --work/seed<k>/, resumable; --train-only runs of
 one seed each may go in parallel, then the same command without --train-only measures and writes):
 
-    nice -n 10 python scripts/bench_apc_glue.py --glue-task MRPC,RTE,SST-2 --all-params --seeds 1,2,3 --out results/apc_glue
+    nice -n 10 python scripts/bench_apc_glue.py --glue-task RTE,MRPC,SST-2 --all-params --seeds 1,2,3 --out results/apc_glue
 
 The paper's APC-50-ff compresses BERT-base's FFNs 3072 -> 256 (1/12) on layers 3-12, every layer but the
 first two, to ~50% of the encoder. MiniLM-L6 has 6 layers of FFN 1536: the analogue compresses layers

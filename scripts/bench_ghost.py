@@ -13,8 +13,12 @@ numbers, + a PNG of score against encoder FLOPs).
 The seed runs of the committed table (each seed trains in --work/seed<k>/, resumable; --train-only runs of
 one seed each may go in parallel, then the same command without --train-only measures and writes):
 
-    nice -n 10 python scripts/bench_ghost.py --seeds 1,2,3 --out results/ghostbert
-    nice -n 10 python scripts/bench_ghost.py --glue-task MRPC,SST-2 --widths 3/12 --seeds 1,2,3 --out results/ghostbert
+    nice -n 10 python scripts/bench_ghost.py --variants pruned,ghost,ghost-zero-init --extra 1/4:ghost-no-softmax \\
+        --seeds 1,2,3 --out results/ghostbert
+    nice -n 10 python scripts/bench_ghost.py --glue-task RTE,MRPC --widths 12/12,6/12,3/12,1/12 \\
+        --variants pruned,ghost,ghost-zero-init --seeds 1,2,3 --out results/ghostbert
+    nice -n 10 python scripts/bench_ghost.py --glue-task SST-2 --widths 12/12,3/12 --variants pruned,ghost,ghost-zero-init \\
+        --seeds 1,2,3 --out results/ghostbert
 
 The JSON keeps one part per GLUE task and the translation part: a run measures its own part (the
 translation part, or each task of ``--glue-task``) and keeps every other part.

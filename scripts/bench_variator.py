@@ -10,8 +10,8 @@ with stock ``fairseq-train --user-dir user_dir`` and measured against the model 
 
 The seed runs of the committed table (each seed trains in --work/seed<k>/, resumable):
 
-    python scripts/bench_variator.py --parts translation --seeds 1,2,3 --out results/variator.md
-    python scripts/bench_variator.py --parts glue --tasks SST-2 MRPC RTE --glue-sweep --seeds 1,2,3 --out results/variator.md
+    python scripts/bench_variator.py --parts translation --cost-runs 9 --seeds 1,2,3 --out results/variator.md
+    python scripts/bench_variator.py --parts glue --cost-runs 9 --seeds 1,2,3 --out results/variator.md
 
 The table (``--out``) is written from the JSON beside it (same name, .json) alone. A run measures the
 parts it is given and keeps every other part of that JSON (``--fresh``: only this run's parts); each
