@@ -51,7 +51,7 @@
 #               user_dir.tools.apc_finalize, then generation with the finalized (stock) checkpoint
 # Precisions: fp32 (no flag), fp16 (--fp16), amp (--amp), memory-efficient-fp16 (CUDA only), bf16 (--bf16 as
 # fairseq takes it: fairseq 0.12 turns --bf16 into --tpu, fairseq/options.py, and its Trainer then asks
-# torch_xla for a device), bf16-notpu (--bf16 through WORK/bin/fairseq_train_bf16.py, which undoes that one
+# torch_xla for a device), bf16-notpu (--bf16 through fc-train-bf16, user_dir/tools/train_bf16.py, which undoes that one
 # implication and runs fairseq_cli.train unchanged: fairseq's own bfloat16 training on CUDA or a CPU).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -296,7 +296,7 @@ chain() {  # chain PRECISION METHOD: the method's steps in order, stopping at th
   # distillation as scripts/bench_ghost.py, the students' as scripts/bench_translation.py
   local lr=1e-3; [ "$method" = apc ] && lr=1e-4; [ "$method" = ghost ] && lr=5e-4
   local train=("$PYTHON" -m fairseq_cli.train "$DATA" "${TRAIN[@]}" --lr "$lr" "${prec_flags[@]}")
-  [ "$prec" = bf16-notpu ] && train=("$PYTHON" "$WORK/bin/fairseq_train_bf16.py" "${train[@]:3}")
+  [ "$prec" = bf16-notpu ] && train=("$PYTHON" -m user_dir.tools.train_bf16 "${train[@]:3}")
   local generate=("$PYTHON" -m fairseq_cli.generate "$DATA" "${GENERATE[@]}" "${gen_prec[@]}")
   case "$method" in
     pet)
@@ -387,32 +387,6 @@ lengths = ct2_engine._max_lengths(batches, 1.2, 10)  # as fairseq-generate --max
 decoded = ct2_engine.decode(model, batches, lengths, beam=5, compute_type=compute_type, device=device)
 ct2_engine.write_generate_format(ct2_engine.hypotheses_as_text(task, batches, decoded, "subword_nmt"), sys.stdout)
 print("ctranslate2", decoded["ctranslate2"], "on", device, compute_type, file=sys.stderr)
-PY
-  cat > "$WORK/bin/fairseq_train_bf16.py" <<'PY'
-"""fairseq-train --bf16 off TPUs: fairseq 0.12 turns --bf16 into --tpu (fairseq/options.py), so its Trainer asks
-torch_xla for a device; this undoes that one implication, then runs fairseq_cli.train unchanged (its Trainer
-and optimizer have a bfloat16 path: the model and batches in bfloat16, float32 master weights, no loss scale)."""
-import logging
-import os
-import runpy
-import sys
-
-# fairseq_cli.train's logging, set before fairseq's imports log anything
-logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", datefmt="%Y-%m-%d %H:%M:%S",
-                    level=os.environ.get("LOGLEVEL", "INFO").upper(), stream=sys.stdout)
-from fairseq import options  # noqa: E402
-
-parse_args_and_arch = options.parse_args_and_arch
-
-
-def parse_without_tpu(*args, **kwargs):
-    parsed = parse_args_and_arch(*args, **kwargs)
-    (parsed[0] if isinstance(parsed, tuple) else parsed).tpu = False
-    return parsed
-
-
-options.parse_args_and_arch = parse_without_tpu
-runpy.run_module("fairseq_cli.train", run_name="__main__", alter_sys=True)
 PY
 }
 

@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ["pet", "word-kd", "patient-kd", "can", "variator", "ghost", "apc"]
 PRECISIONS = ["fp32", "fp16", "bf16", "bf16-notpu", "amp", "memory-efficient-fp16"]
 PRECISION_FLAGS = {"fp32": "(none)", "fp16": "--fp16", "bf16": "--bf16",
-                   "bf16-notpu": "--bf16 through bin/fairseq_train_bf16.py (fairseq's implied --tpu undone)",
+                   "bf16-notpu": "--bf16 through fc-train-bf16 (user_dir/tools/train_bf16.py: fairseq's implied --tpu undone)",
                    "amp": "--amp", "memory-efficient-fp16": "--memory-efficient-fp16"}
 # fairseq's log lines ("| train_inner | epoch 001: ... loss=12.3, ..."; "| valid | ... | loss 9.6 | ...")
 INNER_LOSS = re.compile(r"\btrain_inner\b.*?\bloss=([^,\s]+)")

@@ -141,7 +141,7 @@ def test_every_row_command_parses_with_fairseq_and_chains_its_checkpoints(tmp_pa
         for key, criterion in criteria.items():
             argv = shlex.split(rows[f"{precision}/{key}"])
             # bf16-notpu: fairseq-train's arguments through the launcher that undoes --bf16's implied --tpu
-            launcher = ["-m", "fairseq_cli.train"] if precision != "bf16-notpu" else [f"{work}/bin/fairseq_train_bf16.py"]
+            launcher = ["-m", "fairseq_cli.train"] if precision != "bf16-notpu" else ["-m", "user_dir.tools.train_bf16"]
             assert argv[1:1 + len(launcher)] == launcher, argv
             argv = argv[:1] + ["-m", "fairseq_cli.train"] + argv[1 + len(launcher):]
             try:
@@ -152,7 +152,7 @@ def test_every_row_command_parses_with_fairseq_and_chains_its_checkpoints(tmp_pa
             assert args.bf16 == precision.startswith("bf16") and not args.fp16
             assert args.save_dir == f"{work}/rows/{precision}/{key}"
         kd = options.parse_args_and_arch(options.get_training_parser(),
-                                         shlex.split(rows[f"{precision}/pet/2-kd"])[2 if precision == "bf16-notpu" else 3:])
+                                         shlex.split(rows[f"{precision}/pet/2-kd"])[3:])
         assert kd.finetune_from_model == f"{work}/rows/{precision}/pet/1-warmup/checkpoint_last.pt"
         # each translation reads the checkpoint its chain saved last (apc: the finalized one)
         for key, path in [("pet/3-generate", "pet/2-kd/checkpoint_last.pt"), ("can/2-generate", "can/1-kd/checkpoint_last.pt"),

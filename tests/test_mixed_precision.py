@@ -39,6 +39,7 @@ import json
 import logging
 import math
 import os
+import re
 
 import pytest
 import torch
@@ -448,3 +449,16 @@ def test_apc_initialisations_run_in_float64_whatever_they_are_given():
             half, full = (attns[d].get_parameter(name) for d in (torch.bfloat16, torch.float64))
             assert half.dtype == torch.bfloat16 and torch.isfinite(half).all()
             assert torch.allclose(half.double(), full, rtol=2 ** -8, atol=1e-30), (method, name)  # one rounding
+
+
+def test_fc_train_bf16_trains_where_stock_bf16_needs_a_tpu(multi30k_slice, tmp_path):
+    """``fc-train-bf16`` is fairseq-train with --bf16's implied --tpu undone when torch_xla is absent."""
+    from conftest import TINY_TRANSFORMER, TRAIN_FLAGS, USER_DIR, run_cli
+
+    args = [multi30k_slice, "--user-dir", USER_DIR, *TINY_TRANSFORMER, *TRAIN_FLAGS, "--max-update", "2", "--bf16",
+            "--cpu", "--no-save", "--disable-validation"]
+    stock = run_cli("fairseq_cli.train", *args, "--save-dir", tmp_path / "stock", check=False)
+    assert stock.returncode != 0 and "xla" in (stock.stdout + stock.stderr).lower()
+    ours = run_cli("user_dir.tools.train_bf16", *args, "--save-dir", tmp_path / "ours")
+    losses = [float(x) for x in re.findall(r"\| loss ([0-9.]+) \|", ours.stdout + ours.stderr)]
+    assert "num_updates 2" in ours.stdout + ours.stderr and losses and all(math.isfinite(x) for x in losses)
