@@ -1,0 +1,164 @@
+# What every recipe in scripts/recipes/ shares; sourced, never run. Defines:
+#   begin DEFAULT_WORK "$@"      --help, WORK and TEACHER (see below)
+#   stage NAME CMD...      run CMD once: its log is WORK/NAME.log, WORK/NAME/DONE marks it finished (holding the
+#                          command); a finished stage is skipped, one finished with another command is refused
+#   flags_of VAR [--task] PATH   fc-flags of PATH (user_dir/tools/checkpoint_flags.py) into the array VAR
+#   updates_for VAR DATA EPOCHS BATCH   EPOCHS passes over DATA's training examples in updates of BATCH
+#   interval VAR UPDATES N       the validation interval of N validations in UPDATES updates
+#   shipped_translation_data     DATA for the shipped teacher: the embedded Multi30k with its BPE codes and dictionary
+#   glue_or_translation          MODE=glue (GLUE_TASK set: TASK_FLAGS from the teacher's own task, fc-flags --task, and
+#                                its METRIC) or translation (DATA by shipped_translation_data when not given)
+#   score_measure JSON NAME      the score line from fc-measure's JSON (the student NAME against the teacher)
+#   bert_teachers                (the GPU reproductions) TEACHERS: a folder of GLUE teachers as scripts/glue_teachers.sh
+#                                leaves them, fine-tuned here from HF_MODEL unless given
+# Switches every recipe takes: SMOKE=1 (a tiny budget: an end-to-end check, numbers meaningless), DRY_RUN=1
+# (print the commands, run nothing; flags of checkpoints not yet written print as $(fc-flags PATH)),
+# DEVICE_FLAGS (default --cpu; e.g. --fp16 on a GPU), PYTHON (default python).
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+PY="${PYTHON:-python}"
+SMOKE="${SMOKE:-0}"; DRY_RUN="${DRY_RUN:-0}"
+DEVICE_FLAGS="${DEVICE_FLAGS---cpu}"
+# the device switches the plug-in's tools and fc-measure take (they know --cpu and --fp16, not fairseq's others)
+TOOL_DEVICE=(); MEASURE_DEVICE=()
+[[ " $DEVICE_FLAGS " == *" --cpu "* ]] && TOOL_DEVICE=(--cpu) && MEASURE_DEVICE=(--cpu)
+[[ " $DEVICE_FLAGS " == *" --fp16 "* ]] && MEASURE_DEVICE+=(--fp16)
+SHIPPED="$ROOT/checkpoints/multi30k.de-en"
+RECIPE="$(basename "$0")"
+
+die() { echo "$RECIPE: $*" >&2; exit 2; }
+say() { printf '\n=== %s: %s\n' "$RECIPE" "$*"; }
+
+# begin DEFAULT_WORK "$@": the recipe's header comment (its documentation) on -h / --help; WORK, the first
+# argument or work/DEFAULT_WORK, made absolute; TEACHER, default the shipped Multi30k DE->EN teacher, checked
+begin() {
+  local default="$1"; shift
+  case "${1:-}" in -h|--help) sed -n '2,/^[^#]/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+  WORK="$(mkdir -p "${1:-$ROOT/work/$default}" && cd "${1:-$ROOT/work/$default}" && pwd)"
+  TEACHER="${TEACHER:-$SHIPPED/teacher.pt}"
+  [ -f "$TEACHER" ] || [ "$DRY_RUN" = 1 ] || die "TEACHER=$TEACHER: no such checkpoint"
+}
+
+# show CMD...: the command as one shell line, arguments single-quoted where the shell needs it ($(fc-flags ...)
+# and $(updates ...) placeholders of a dry run left as they are)
+show() {
+  local out="" arg q="'"
+  for arg in "$@"; do
+    if [[ "$arg" == '$(fc-flags '* || "$arg" == '$(updates '* || "$arg" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then
+      out+="$arg "
+    else
+      out+="'${arg//$q/$q\\$q$q}' "
+    fi
+  done
+  printf '%s' "${out% }"
+}
+
+stage() {
+  local name="$1"; shift
+  local dir="$WORK/$name" line
+  line="$(show "$@")"
+  if [ "$DRY_RUN" = 1 ]; then printf '%s\n' "$line"; return 0; fi
+  if [ -f "$dir/DONE" ]; then
+    [ "$(cat "$dir/DONE")" = "$line" ] || die "stage $name in $dir was finished with another command:
+  $(cat "$dir/DONE")
+now:
+  $line
+delete $dir (or choose another work folder) to run it again"
+    echo "--- $name: done, skipped ($dir/DONE)"
+    return 0
+  fi
+  mkdir -p "$dir"
+  echo "--- $name: $line"
+  if ! "$@" 2>&1 | tee -a "$WORK/$name.log"; then die "stage $name failed; its log: $WORK/$name.log"; fi
+  printf '%s\n' "$line" > "$dir/DONE"
+}
+
+flags_of() {
+  local -n _flags="$1"; shift
+  local path="${!#}" text
+  if [ "$DRY_RUN" = 1 ] && [ ! -e "$path" ]; then _flags=("\$(fc-flags $*)"); return 0; fi
+  text="$("$PY" -m user_dir.tools.checkpoint_flags --lines "$@" 2>/dev/null)" ||
+    die "fc-flags $*: $("$PY" -m user_dir.tools.checkpoint_flags "$@" 2>&1 >/dev/null | tail -1)"
+  mapfile -t _flags <<< "$text"
+}
+
+updates_for() {
+  local -n _updates="$1"
+  local data="$2" epochs="$3" batch="$4" examples
+  if [ "$DRY_RUN" = 1 ] && [ ! -d "$data" ]; then _updates="\$(updates $epochs epochs of $data at batch $batch)"; return 0; fi
+  examples="$("$PY" -c "import sys; from fairseq.data import data_utils
+print(len(data_utils.load_indexed_dataset(sys.argv[1], None)))" "$data/input0/train" 2>/dev/null)" ||
+    die "$data/input0/train: no binarised training examples (preprocess/prepare_glue.py output?)"
+  _updates=$(( (examples + batch - 1) / batch * epochs ))
+}
+
+# interval VAR UPDATES N: every how many updates N validations fall (a dry run's $(updates ...) stays symbolic)
+interval() {
+  local -n _every="$1"
+  if [[ "$2" =~ ^[0-9]+$ ]]; then _every=$(( $2 / $3 )); [ "$_every" -ge 1 ] || _every=1
+  else _every="${2%)} / $3)"; fi
+}
+
+shipped_translation_data() {
+  [ -n "${DATA:-}" ] && return 0
+  [ "$TEACHER" -ef "$SHIPPED/teacher.pt" ] || die "DATA=...: the binarised data $TEACHER was trained on"
+  DATA="$WORK/data-bin"
+  local lines=(); [ "$SMOKE" = 1 ] && lines=(--train-lines 1000)
+  say "data: the embedded Multi30k DE->EN -> lowercase, Moses tokens -> the teacher's BPE codes and dictionary"
+  stage data "$PY" -m preprocess.prepare_multi30k --src de --tgt en --dest "$DATA" --bpe-codes "$SHIPPED/code" \
+    --srcdict "$SHIPPED/dict.de.txt" "${lines[@]}"
+}
+
+glue_or_translation() {
+  if [ -z "${GLUE_TASK:-}" ]; then
+    MODE=translation
+    shipped_translation_data
+    return 0
+  fi
+  MODE=glue
+  [ -n "${DATA:-}" ] || die "DATA=...: the task's data-bin (python -m preprocess.prepare_glue ...)"
+  flags_of TASK_FLAGS --task "$TEACHER"
+  [ "${TASK_FLAGS[1]:-}" = sentence_prediction ] || [ "$DRY_RUN" = 1 ] ||
+    die "GLUE_TASK=$GLUE_TASK, but $TEACHER was trained with ${TASK_FLAGS[*]} (a sentence_prediction teacher?)"
+  # the task's checkpoint metric, read from user_dir/common/glue_metrics.py's tables (parsed: no import of fairseq)
+  METRIC="$("$PY" - "$ROOT/user_dir/common/glue_metrics.py" "$GLUE_TASK" <<'PY'
+import ast, sys
+tables = {t.id: ast.literal_eval(node.value) for node in ast.parse(open(sys.argv[1]).read()).body
+          if isinstance(node, ast.Assign) for t in node.targets if getattr(t, "id", "") in ("TASK_METRICS", "BEST_CHECKPOINT_METRIC")}
+task = sys.argv[2]
+if task not in tables["TASK_METRICS"]:
+    sys.exit(f"GLUE_TASK={task}: one of {', '.join(sorted(tables['TASK_METRICS']))}")
+print(tables["BEST_CHECKPOINT_METRIC"].get(task, tables["TASK_METRICS"][task][0]))
+PY
+)" || exit 2
+}
+
+score_measure() {
+  "$PY" - "$1" "$2" "${GLUE_TASK:-}" <<'PY'
+import json, os, sys
+path, name, task = sys.argv[1:]
+rows = {r["name"]: r for r in json.load(open(path))["rows"]}
+student, teacher = rows[name], rows["teacher"]
+if task:
+    from user_dir.common.glue_metrics import TASK_METRICS
+    key, what = TASK_METRICS[task][0], f"{task} dev {TASK_METRICS[task][0]}"
+else:
+    key, what = "bleu_tok", "BLEU (tok)"
+print(f"score: {name} {what} {student[key]:.2f} (teacher {teacher[key]:.2f}) at {student['compression_rate']:.2f}% of "
+      f"the teacher's non-embedding parameters, {student['sentences']} sentences -- {os.path.relpath(path[:-5])}.md")
+PY
+}
+
+bert_teachers() {
+  if [ -n "${TEACHERS:-}" ]; then
+    TEACHERS="$(cd "$TEACHERS" && pwd)"; say "teachers: $TEACHERS (TASK/checkpoints/checkpoint_best.pt, data-bin/TASK.wordpiece)"
+    return 0
+  fi
+  [ -n "${HF_MODEL:-}" ] || die "HF_MODEL=path/to/bert-base-uncased (a Hugging Face BERT directory), or TEACHERS=a folder of fine-tuned teachers"
+  [ -n "${GLUE_DIR:-}" ] || die "GLUE_DIR=path/to/glue (the GLUE TSVs: RTE/train.tsv, ...)"
+  TEACHERS="$WORK/teachers"
+  say "teachers: $HF_MODEL imported and fine-tuned on $TASKS with scripts/glue_teachers.sh (512 positions, fp16, lr $TEACHER_LRS)"
+  local cmd=(env HF_MODEL="$HF_MODEL" GLUE_DIR="$GLUE_DIR" GPU=1 TASKS="$TASKS" LRS="$TEACHER_LRS"
+             SEGMENTS="${SEGMENTS:-0}" WORK="$TEACHERS" bash "$ROOT/scripts/glue_teachers.sh")
+  if [ "$DRY_RUN" = 1 ]; then show "${cmd[@]}"; echo; else "${cmd[@]}"; fi
+}

@@ -1,0 +1,259 @@
+"""scripts/recipes/: each method's recipe end to end on a SMOKE budget -- on the shipped Multi30k teacher and a slice
+of the embedded Multi30k, and on a tiny GLUE teacher -- resumable (a finished stage is skipped, one finished with
+other settings refused); the GPU reproductions are checked by a dry run whose every fairseq-train line must parse
+with fairseq's own parser.
+
+The SMOKE runs start together, two at a time (the machine's two cores), and each test reads its own run."""
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from conftest import REPO, USER_DIR, clean_env
+from test_checkpoint_flags import SHIPPED, TEACHER, shipped_data  # noqa: F401  (shipped_data: a session fixture)
+
+RECIPES = os.path.join(REPO, "scripts", "recipes")
+CPU_RECIPES = ("pet", "ghostbert", "apc", "variator")
+GPU_RECIPES = ("pet_gpu", "ghostbert_glue_gpu", "apc_glue_gpu", "variator_glue_gpu")
+
+
+def env(**variables):
+    e = clean_env()
+    e["PATH"] = os.path.dirname(sys.executable) + os.pathsep + e["PATH"]  # fairseq-train of this Python
+    e.update(OMP_NUM_THREADS="1", PYTHON=sys.executable, **{k: str(v) for k, v in variables.items()})
+    for name in ("SMOKE", "DRY_RUN", "TEACHER", "DATA", "GLUE_TASK", "TEACHERS", "HF_MODEL", "GLUE_DIR"):
+        if name not in variables:
+            e.pop(name, None)
+    return e
+
+
+def bash(script, work, timeout=900, **variables):
+    started = time.time()
+    proc = subprocess.run(["bash", script, str(work)], capture_output=True, text=True, env=env(**variables),
+                          timeout=timeout, cwd=REPO)
+    return {"out": proc.stdout + proc.stderr, "stdout": proc.stdout, "rc": proc.returncode, "work": str(work),
+            "seconds": time.time() - started}
+
+
+def score_line(run):
+    assert run["rc"] == 0, run["out"][-6000:]
+    lines = [line for line in run["stdout"].splitlines() if line.startswith("score: ")]
+    assert len(lines) == 1, run["out"][-3000:]
+    return lines[0]
+
+
+def flags(path, *options):
+    proc = subprocess.run([sys.executable, "-m", "user_dir.tools.checkpoint_flags", *options, str(path)],
+                          capture_output=True, text=True, env=env(), cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.split()
+
+
+@pytest.fixture(scope="module")
+def namespace_teacher(tmp_path_factory):
+    """The shipped teacher with its model configuration as fairseq-train writes it (an argparse Namespace): apc_init
+    cannot read the shipped file's plain-dict configuration (test_checkpoint_flags.py's xfail)."""
+    import argparse
+    path = tmp_path_factory.mktemp("ns_teacher") / "teacher.pt"
+    state = torch.load(TEACHER, map_location="cpu")
+    state["cfg"]["model"] = argparse.Namespace(**state["cfg"]["model"])
+    torch.save(state, path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def smoke(shipped_data, namespace_teacher, tmp_path_factory, request):  # noqa: F811
+    """Every CPU recipe on a SMOKE budget, two at a time: translation on the shipped teacher (the old
+    scripts/pet_multi30k.sh name for PET), and GLUE on the tiny RTE teacher when the GLUE TSVs are present."""
+    root = tmp_path_factory.mktemp("recipes")
+    jobs = {
+        "pet": (os.path.join(REPO, "scripts", "pet_multi30k.sh"), {"DATA": shipped_data}),
+        "ghostbert": (os.path.join(RECIPES, "ghostbert.sh"), {"DATA": shipped_data}),
+        "apc": (os.path.join(RECIPES, "apc.sh"), {"DATA": shipped_data, "TEACHER": namespace_teacher,
+                                                  "FINETUNE_UPDATES": 2}),
+        "variator": (os.path.join(RECIPES, "variator.sh"), {"DATA": shipped_data, "BOTTLENECK": 16}),
+    }
+    try:
+        glue = request.getfixturevalue("tiny_glue_teacher")
+    except pytest.skip.Exception:
+        glue = None
+    if glue is not None:
+        common = {"TEACHER": glue["teacher"], "DATA": glue["data"], "GLUE_TASK": "RTE"}
+        jobs.update({
+            "ghostbert-glue": (os.path.join(RECIPES, "ghostbert.sh"), dict(common, WIDTH="2/4")),
+            "apc-glue": (os.path.join(RECIPES, "apc.sh"), dict(common, ENCODER_FFN_DIMS="1:16", FINETUNE_UPDATES=2)),
+            "variator-glue": (os.path.join(RECIPES, "variator.sh"), dict(
+                common, K=2, BOTTLENECK=8, PRETRAIN_BACKBONE=glue["teacher"], PRETRAIN_DATA=glue["data"])),
+        })
+    with ThreadPoolExecutor(2) as pool:
+        futures = {name: pool.submit(bash, script, root / name, SMOKE=1, **variables)
+                   for name, (script, variables) in jobs.items()}
+        runs = {name: f.result() for name, f in futures.items()}
+    runs["glue"] = glue
+    return runs
+
+
+def test_recipes_parse_and_print_their_documentation():
+    for name in CPU_RECIPES + GPU_RECIPES:
+        script = os.path.join(RECIPES, name + ".sh")
+        assert subprocess.run(["bash", "-n", script]).returncode == 0, name
+        proc = subprocess.run(["bash", script, "--help"], capture_output=True, text=True, env=env(), timeout=60)
+        assert proc.returncode == 0 and "Variables" in proc.stdout and "#" not in proc.stdout.splitlines()[0], name
+    for old in ("pet_multi30k.sh", "pet_gpu.sh"):  # the old names users saved: a wrapper naming the new one
+        text = open(os.path.join(REPO, "scripts", old)).read()
+        assert len(text.splitlines()) == 3 and "scripts/recipes/" in text and "exec bash" in text
+
+
+def test_pet_recipe_under_its_old_name_then_resumed_and_refused_with_other_settings(smoke, shipped_data):  # noqa: F811
+    run = smoke["pet"]
+    line = score_line(run)
+    assert "scripts/pet_multi30k.sh is now scripts/recipes/pet.sh" in run["out"]
+    assert re.match(r"score: pet BLEU \(tok\) [\d.]+ \(teacher [\d.]+\) at 8\.74% of the teacher's non-embedding", line)
+    kd_log = open(os.path.join(run["work"], "kd.log")).read()
+    assert re.search(r"num_updates 3\b", kd_log) and not re.search(r"num_updates 4\b", kd_log)
+    # the same command again: every stage skipped, the same score
+    again = bash(os.path.join(RECIPES, "pet.sh"), run["work"], SMOKE=1, DATA=shipped_data)
+    assert score_line(again) == line
+    assert all(f"--- {s}: done, skipped" in again["out"] for s in ("warmup", "kd", "measure"))
+    # other settings on a finished stage: refused, naming the stage and the way out
+    other = bash(os.path.join(RECIPES, "pet.sh"), run["work"], SMOKE=1, DATA=shipped_data, LR="2e-3")
+    assert other["rc"] == 2 and "stage warmup in" in other["out"] and "was finished with another command" in other["out"]
+
+
+def test_ghostbert_recipe_on_translation(smoke):
+    run = smoke["ghostbert"]
+    line = score_line(run)
+    assert re.match(r"score: ghostbert-ghost BLEU \(tok\) [\d.]+ \(teacher [\d.]+\) at [\d.]+% ", line)
+    # m = 1/2 of the shipped teacher's 4 heads: the pruned checkpoint's flags, read by fc-flags, trained both stages
+    arch = flags(os.path.join(run["work"], "prune", "init.pt"))
+    assert arch[:2] == ["--arch", "ghost_transformer"] and "--ghost-heads 2 --ghost-ffn-dim 512" in " ".join(arch)
+    for stage in ("distill", "finetune"):
+        assert " ".join(arch) in open(os.path.join(run["work"], stage, "DONE")).read()
+    assert "criterion: GhostDistillCriterion" in open(os.path.join(run["work"], "distill.log")).read()
+
+
+def test_apc_recipe_on_translation(smoke):
+    run = smoke["apc"]
+    line = score_line(run)
+    # every FFN 1024 -> 128: half of the non-embedding parameters; finalized into a stock transformer, fine-tuned
+    assert re.match(r"score: apc BLEU \(tok\) [\d.]+ \(teacher [\d.]+\) at 50\.12% ", line), line
+    final = flags(os.path.join(run["work"], "finalize", "apc.pt"))
+    assert final[:2] == ["--arch", "transformer"] and "--encoder-ffn-embed-dim 128" in " ".join(final)
+    assert "--apc-encoder-ffn-dims 128" in open(os.path.join(run["work"], "compress", "DONE")).read()
+    assert " ".join(final) in open(os.path.join(run["work"], "finetune", "DONE")).read()
+
+
+def test_variator_recipe_on_translation(smoke):
+    run = smoke["variator"]
+    line = score_line(run)
+    m = re.match(r"score: variator k=4 BLEU4 ([\d.]+) \(backbone alone ([\d.]+)\), ([\d.]+)% of the encoder's FLOPs "
+                 r"saved with ([\d.]+)% extra parameters", line)
+    assert m and 0 < float(m.group(3)) < 75 and 0 < float(m.group(4)) < 1, line
+    # the backbone's flags came from the shipped checkpoint (fc-flags) and it stayed the shipped file
+    assert " ".join(flags(TEACHER)) in open(os.path.join(run["work"], "plugin", "DONE")).read()
+    assert os.path.getsize(os.path.join(run["work"], "plugin-k4.pt")) < 2_000_000
+
+
+def glue_run(smoke, name):
+    if smoke["glue"] is None:
+        pytest.skip("needs the GLUE TSVs of the tiny GLUE teacher (../shared/data/glue)")
+    return smoke[name]
+
+
+def test_ghostbert_recipe_on_glue(smoke):
+    run = glue_run(smoke, "ghostbert-glue")
+    assert re.match(r"score: ghostbert-ghost RTE dev accuracy [\d.]+ \(teacher [\d.]+\) ", score_line(run))
+    done = open(os.path.join(run["work"], "finetune", "DONE")).read()
+    # the task flags read from the teacher, Table 8's optimiser, the dev metric choosing the checkpoint
+    assert "--task sentence_prediction --num-classes 2 --init-token 0 --shorten-method truncate" in done
+    assert "--adam-betas '(0.9,0.999)' --adam-eps 1e-6 --lr 2e-5 --lr-scheduler polynomial_decay" in done
+    assert "--best-checkpoint-metric accuracy --maximize-best-checkpoint-metric" in done
+    assert flags(os.path.join(run["work"], "prune", "init.pt"))[:2] == ["--arch", "ghost_hf_bert"]
+
+
+def test_apc_recipe_on_glue(smoke):
+    run = glue_run(smoke, "apc-glue")
+    assert re.match(r"score: apc RTE dev accuracy [\d.]+ \(teacher [\d.]+\) ", score_line(run))
+    final = flags(os.path.join(run["work"], "finalize", "apc.pt"))
+    assert final[:2] == ["--arch", "apc_hf_bert"] and "--apc-finalized" in final
+
+
+def test_variator_recipe_on_glue(smoke):
+    run = glue_run(smoke, "variator-glue")
+    assert re.match(r"score: variator k=2 RTE dev accuracy [\d.]+ \(backbone alone [\d.]+\), ", score_line(run))
+    # adaptation started from the pre-trained plugin
+    assert f"--variator-plugins {run['work']}/pretrained-k2.pt" in open(os.path.join(run["work"], "plugin", "DONE")).read()
+
+
+# ---- the GPU reproductions: dry runs -----------------------------------------------------------------------------
+PLACEHOLDER = re.compile(r"\$\((fc-flags|updates) ([^)]*)\)")
+
+
+def train_lines(stdout):
+    return [line for line in stdout.splitlines() if line.startswith("fairseq-train ")]
+
+
+def parse(line, stand_in):
+    """fairseq's own parser on a printed fairseq-train line, each $(fc-flags PATH) of a checkpoint the dry run
+    had not written replaced by ``stand_in(options, path)`` and each $(updates ...) by a number."""
+    from fairseq import options
+    line = PLACEHOLDER.sub(lambda m: "10" if m.group(1) == "updates" else " ".join(stand_in(*m.group(2).rsplit(" ", 1))
+                                                                                  if " " in m.group(2) else stand_in("", m.group(2))),
+                           line)
+    args = shlex.split(line)[1:]
+    assert "--user-dir" in args and args[args.index("--user-dir") + 1] == USER_DIR
+    return options.parse_args_and_arch(options.get_training_parser(), args)
+
+
+def test_pet_gpu_dry_run_prints_parseable_commands(shipped_data, tmp_path):  # noqa: F811
+    run = bash(os.path.join(RECIPES, "pet_gpu.sh"), tmp_path / "pet-gpu", DRY_RUN=1, TEACHER=TEACHER, DATA=shipped_data)
+    assert run["rc"] == 0, run["out"][-3000:]
+    lines = train_lines(run["stdout"])
+    assert len(lines) == 2 and not (tmp_path / "pet-gpu" / "warmup").exists()
+    for line, criterion in zip(lines, ("pet_warmup", "kd")):
+        args = parse(line, None)
+        assert args.criterion == criterion and args.fp16 and args.arch == "pet_transformer_iwslt"
+    assert args.patience == 3 and args.best_checkpoint_metric == "bleu"
+
+
+def test_glue_gpu_reproductions_dry_run_prints_parseable_commands(smoke, tmp_path):
+    """Table 1/3 (GhostBERT), Table 2 (APC) and Variator on BERT-base: every fairseq-train line they would run
+    parses, with the flags of the checkpoints they would write taken from the same stage of the SMOKE runs."""
+    glue = smoke["glue"]
+    if glue is None:
+        pytest.skip("needs the GLUE TSVs of the tiny GLUE teacher (../shared/data/glue)")
+    stand_ins = {"prune/init.pt": os.path.join(smoke["ghostbert-glue"]["work"], "prune", "init.pt"),
+                 "init/init.pt": os.path.join(smoke["apc-glue"]["work"], "init", "init.pt"),
+                 "finalize/apc.pt": os.path.join(smoke["apc-glue"]["work"], "finalize", "apc.pt"),
+                 "checkpoint_best.pt": str(glue["teacher"]), "model.pt": str(glue["teacher"])}
+    cache = {}
+
+    def stand_in(options, path):
+        key = next(k for k in stand_ins if path.endswith(k))
+        if (options, key) not in cache:
+            cache[(options, key)] = flags(stand_ins[key], *options.split())
+        return cache[(options, key)]
+
+    expected = {"ghostbert_glue_gpu": ({"ghost_distill": 2, "glue_sentence_prediction": 2}, "ghost_hf_bert"),
+                "apc_glue_gpu": ({"glue_sentence_prediction": 4}, None),
+                "variator_glue_gpu": ({"variator_distill": 3}, "hf_bert")}
+    for name, (criteria, arch) in expected.items():
+        run = bash(os.path.join(RECIPES, name + ".sh"), tmp_path / name, DRY_RUN=1, HF_MODEL="/models/bert-base-uncased",
+                   GLUE_DIR="/data/glue", TASKS="RTE MRPC", WIDTHS="3/12", VALIDATIONS=3)
+        assert run["rc"] == 0, run["out"][-3000:]
+        assert "HF_MODEL=/models/bert-base-uncased GLUE_DIR=/data/glue GPU=1" in run["stdout"]
+        seen = {}
+        for line in train_lines(run["stdout"]):
+            args = parse(line, stand_in)
+            assert args.fp16 and args.user_dir == USER_DIR
+            seen[args.criterion] = seen.get(args.criterion, 0) + 1
+            if arch:
+                assert args.arch == arch
+        assert seen == criteria, (name, seen)
+        assert not list((tmp_path / name).rglob("DONE")), "a dry run ran something"
