@@ -25,7 +25,8 @@ import pytest
 from conftest import REPO
 
 RESULTS = os.path.join(REPO, "results")
-CITATION = re.compile(r"(?<![\w/.-])(results/)?([\w.-]+\.(?:md|json))\b")
+# a results file named as results/NAME.md, ../../results/NAME.md (a page's link) or a bare NAME.md
+CITATION = re.compile(r"(?<![\w/.-])((?:\.\./)*results/)?([\w.-]+\.(?:md|json))\b")
 # a number not inside a word or a longer number; group 2: decimals, group 3: x or %
 NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(x|%)?(?!\w|\.\d)")
 PAPER_CLAUSE = re.compile(r"\b(paper|published|authors)\b", re.I)
@@ -73,6 +74,8 @@ def citations(unit, results_dir):
     """The results files a unit cites (sources, accounts) and the ``results/`` paths it names that do not exist."""
     sources, accounts, missing = [], [], []
     for explicit, name in CITATION.findall(unit):
+        if name == "README.md":  # results/README.md is the index of the results files, holding none of their numbers
+            continue
         path = os.path.join(results_dir, name)
         if not os.path.isfile(path):
             if explicit:
@@ -102,8 +105,8 @@ def appears_in(number, text):
     return re.search(r"(?<![\w.])" + re.escape(number) + zeros + r"(?!\d|\.\d)", text) is not None
 
 
-def mismatches(readme_text, results_dir):
-    """One line per README number not found in the results files its unit cites."""
+def mismatches(readme_text, results_dir, name="README.md"):
+    """One line per number of page ``name`` not found in the results files its unit cites."""
     problems, cache = [], {}
 
     def read(path):
@@ -114,7 +117,7 @@ def mismatches(readme_text, results_dir):
 
     for line, unit in units(readme_text):
         sources, accounts, missing = citations(unit, results_dir)
-        where = f"README.md:{line} ({unit[:90]}...)"
+        where = f"{name}:{line} ({unit[:90]}...)"
         problems += [f"{where}: cites {m}, which does not exist" for m in missing]
         if not sources and not accounts:
             continue
@@ -125,10 +128,47 @@ def mismatches(readme_text, results_dir):
     return problems
 
 
-def test_every_number_the_readme_quotes_is_in_the_results_file_it_cites():
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        problems = mismatches(f.read(), RESULTS)
-    assert not problems, "README numbers without a source:\n" + "\n".join(problems)
+# folders whose Markdown is not the project's documentation (generated results, environments, work, data)
+NOT_PAGES = {"results", "work", "wheels", ".venv", ".git", "data", "fairseq_compress.egg-info"}
+
+
+def pages():
+    """Every Markdown page of the checkout outside results/ that cites a results file: README.md and the
+    method and topic pages (user_dir/pet/README.md, ...), each a path relative to the checkout."""
+    found = []
+    for folder, subfolders, files in os.walk(REPO):
+        subfolders[:] = sorted(d for d in subfolders if d not in NOT_PAGES and not d.startswith("."))
+        for name in sorted(files):
+            if name.endswith(".md"):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+                if any(citations(unit, RESULTS)[0] for _, unit in units(text)):
+                    found.append(os.path.relpath(path, REPO))
+    return found
+
+
+def test_the_pages_checked_include_readme_and_every_method_page():
+    found = set(pages())
+    assert {"README.md", "user_dir/pet/README.md", "user_dir/baselines/README.md", "user_dir/variator/README.md",
+            "user_dir/ghost/README.md", "user_dir/apc/README.md", "user_dir/bert/README.md",
+            "user_dir/tools/README.md", "scripts/README.md"} <= found, found
+
+
+# pages known to quote a number their unit's results file does not hold, with the fix (strict: the test fails
+# once the page is fixed, so the entry goes)
+KNOWN_UNSOURCED = {
+    "checkpoints/multi30k.de-en/README.md": "line 103 quotes 37.09 (in results/translation_long_budget.md) and 0.02 "
+                                            "(in no results file) for an earlier run, citing only results/pet_multi30k.md",
+}
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN_UNSOURCED[p]))
+                                  if p in KNOWN_UNSOURCED else p for p in pages()])
+def test_every_number_a_page_quotes_is_in_the_results_file_it_cites(page):
+    with open(os.path.join(REPO, page), encoding="utf-8") as f:
+        problems = mismatches(f.read(), RESULTS, page)
+    assert not problems, f"{page}: numbers without a source:\n" + "\n".join(problems)
 
 
 @pytest.fixture
