@@ -171,6 +171,19 @@ def test_every_number_a_page_quotes_is_in_the_results_file_it_cites(page):
     assert not problems, f"{page}: numbers without a source:\n" + "\n".join(problems)
 
 
+def test_results_index_lists_every_results_file():
+    """results/README.md (scripts/results_index.py) names every file in results/, each with a status."""
+    with open(os.path.join(RESULTS, "README.md"), encoding="utf-8") as f:
+        index = f.read()
+    listed = set(re.findall(r"\[([\w.-]+)\]\(\1\)", index))
+    files = {n for n in os.listdir(RESULTS) if n != "README.md" and not n.startswith(".")}
+    assert files - listed == set(), f"not in results/README.md (run python scripts/results_index.py): {files - listed}"
+    assert listed - files == set(), f"results/README.md lists files that are gone: {listed - files}"
+    rows = re.findall(r"^\| \[([\w.-]+\.md)\]\([^)]*\) \| (\w+) \|", index, re.M)
+    assert {n for n in files if n.endswith(".md")} == {n for n, _ in rows}
+    assert all(status in ("headline", "part", "superseded") for _, status in rows), rows
+
+
 @pytest.fixture
 def results_dir(tmp_path):
     (tmp_path / "bench.md").write_text("| pet | 3 | 20.98 +- 0.30 | 8.74% | 1.62x |\nteacher 36.29, drop -0.80, "
