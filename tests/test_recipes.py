@@ -13,8 +13,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import torch
-
 from conftest import REPO, USER_DIR, clean_env
 from test_checkpoint_flags import SHIPPED, TEACHER, shipped_data  # noqa: F401  (shipped_data: a session fixture)
 
@@ -56,27 +54,14 @@ def flags(path, *options):
 
 
 @pytest.fixture(scope="module")
-def namespace_teacher(tmp_path_factory):
-    """The shipped teacher with its model configuration as fairseq-train writes it (an argparse Namespace): apc_init
-    cannot read the shipped file's plain-dict configuration (test_checkpoint_flags.py's xfail)."""
-    import argparse
-    path = tmp_path_factory.mktemp("ns_teacher") / "teacher.pt"
-    state = torch.load(TEACHER, map_location="cpu")
-    state["cfg"]["model"] = argparse.Namespace(**state["cfg"]["model"])
-    torch.save(state, path)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def smoke(shipped_data, namespace_teacher, tmp_path_factory, request):  # noqa: F811
+def smoke(shipped_data, tmp_path_factory, request):  # noqa: F811
     """Every CPU recipe on a SMOKE budget, two at a time: translation on the shipped teacher (the old
     scripts/pet_multi30k.sh name for PET), and GLUE on the tiny RTE teacher when the GLUE TSVs are present."""
     root = tmp_path_factory.mktemp("recipes")
     jobs = {
         "pet": (os.path.join(REPO, "scripts", "pet_multi30k.sh"), {"DATA": shipped_data}),
         "ghostbert": (os.path.join(RECIPES, "ghostbert.sh"), {"DATA": shipped_data}),
-        "apc": (os.path.join(RECIPES, "apc.sh"), {"DATA": shipped_data, "TEACHER": namespace_teacher,
-                                                  "FINETUNE_UPDATES": 2}),
+        "apc": (os.path.join(RECIPES, "apc.sh"), {"DATA": shipped_data, "FINETUNE_UPDATES": 2}),
         "variator": (os.path.join(RECIPES, "variator.sh"), {"DATA": shipped_data, "BOTTLENECK": 16}),
     }
     try:
