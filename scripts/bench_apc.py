@@ -275,7 +275,8 @@ def main(argv=None):
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     for part in by_seed[args.seeds[0]]:
         result[part] = over_seeds({seed: parts[part] for seed, parts in by_seed.items()})
-    result["comparisons"] = comparisons(result, args.seeds, multi30k_references(os.path.join(args.work, "test.raw.en")))
+    result["references"] = multi30k_references(os.path.join(args.work, "test.raw.en"))  # of every hypotheses file
+    result["comparisons"] = comparisons(result, args.seeds, result["references"])
     report(args, result)
 
 

@@ -517,8 +517,8 @@ def glue_section(task, p):
              f"variant gets the identical procedure: {s['distill_updates']} updates of distillation (eq 6), then "
              f"{s['finetune_updates']} updates of cross-entropy (`glue_sentence_prediction`), Table 8's settings "
              f"(batch {s['batch_size']}, Adam (0.9, 0.999), lr {s['lr']:g} ({s['lr_source']}) decaying linearly to "
-             "0 without warm-up, weight decay 0, clipping 1, dropout 0.1), no data augmentation; "
-             f"{selection} Scores: `user_dir.tools.glue_predict` "
+             "0 without warm-up, weight decay 0, clipping 1, dropout 0.1), no data augmentation"
+             f"{'. ' if new else '; '}{selection} Scores: `user_dir.tools.glue_predict` "
              f"+ `user_dir.common.glue_metrics` on the {rows[0]['scores']['examples']} dev examples. Paper: BERT-base, "
              f"dev {METRIC_NAMES[metric]}, the table named.", "",
              "| model | m | params | encoder-layer params | ghost params | encoder FLOPs (len 128) | encoder speed-up "

@@ -244,7 +244,8 @@ def main(argv=None):
 
 def students_protocol(args, plan):
     _, points = plan
-    return (f"Selection: every student validated {len(points)} times, at updates {', '.join(map(str, points))} of its "
+    times = "once" if len(points) == 1 else f"{len(points)} times"
+    return (f"Selection: every student validated {times}, at update(s) {', '.join(map(str, points))} of its "
             f"{args.updates}; the last checkpoint is scored." if points else
             "Selection: no validation; the last checkpoint is scored.")
 

@@ -131,14 +131,6 @@ def stage(directory, cmds, threads, logfile=None):
     return True
 
 
-def cached_json(path, compute):
-    """``compute()`` once, kept as JSON at ``path`` (written whole): a finished step is read back."""
-    if not os.path.isfile(path):
-        write_json(path, compute())
-    with open(path) as f:
-        return json.load(f)
-
-
 # ---- the teacher's digest and fairseq's training time -------------------------------------------------
 def sha256_of(path):
     """The SHA-256 of a checkpoint file (a link followed): what a stage was trained on. Each file is read once
@@ -329,6 +321,10 @@ def protocol_text(total, plan, best_by, lr):
     if not points:
         return (f"Selection protocol, the same for every variant: {total} updates in all, no validation; the score "
                 f"is the last checkpoint's. Learning rate: {lr}.")
+    if len(points) == 1:
+        return (f"Selection protocol, the same for every variant: {total} updates in all (a two-stage variant's "
+                f"stages together), validated once, at update {total}; the score is the last checkpoint's. "
+                f"Learning rate: {lr}.")
     return (f"Selection protocol, the same for every variant: {total} updates in all (a two-stage variant's "
             f"stages together), validated {len(points)} times, at updates {', '.join(map(str, points))} of the "
             f"whole budget; the primary score is the last checkpoint's (update {total}), best-of-{len(points)} (the "
