@@ -31,16 +31,16 @@ def test_verdicts(c, threshold, flip, expected):
 
 
 def test_table_reads_comparisons_anywhere_in_a_drivers_json_and_names_what_is_missing(tmp_path, monkeypatch):
-    spec = dict(claims.CLAIMS[0], json="results/claims/x.json", label="word-kd")
+    spec = dict(claims.CLAIMS[0], json="results/claims/x.json")
     missing = dict(claims.CLAIMS[1], json="results/claims/missing.json")
     monkeypatch.setattr(claims, "CLAIMS", [spec, missing])
     os.makedirs(tmp_path / "results" / "claims")
     data = {"provenance": {"command": "python scripts/bench_translation.py --seeds 1,2,3"},
-            "parts": [{"comparisons": [comparison("word-kd vs pet", -4.0, -3.0, 0.001)]}]}
+            "parts": [{"comparisons": [comparison("pet vs word-kd", 3.0, 4.0, 0.001)]}]}
     (tmp_path / "results" / "claims" / "x.json").write_text(json.dumps(data))
     text = claims.render(str(tmp_path), ["--out", "x"])
     row = next(line for line in text.splitlines() if line.startswith("| PET"))
-    assert "| word-kd vs pet |" in row and "[-4.00, -3.00]" in row and "| reproduced |" in row
+    assert "| pet vs word-kd |" in row and "[+3.00, +4.00]" in row and "| reproduced |" in row
     assert "python scripts/bench_translation.py --seeds 1,2,3" in text
     row = next(line for line in text.splitlines() if line.startswith("| Variator"))
     assert "not measured yet" in row and missing["command"] in row
