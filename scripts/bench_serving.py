@@ -6,7 +6,7 @@ each replaying one fixed bursty trace of the task's dev sentences from localhost
     python scripts/bench_serving.py                          # -> work/serving/serving.md (.json, .png)
     python scripts/bench_serving.py --out results/serving.md
 
-The trace (seeded Poisson arrivals, one dev sentence per request, the same for every policy): idle
+The trace (seeded Poisson arrivals of requests, the same for every policy): idle
 (``--idle-factor`` x the backbone's throughput) for ``--idle-seconds``, a burst at ``--burst-factor`` x
 that throughput for ``--burst-seconds``, then idle again. "The backbone's throughput" is read from the
 cost table the first server measures at start-up: full batches at k=0, ``max_batch / t(k=0, max_batch)``
@@ -21,9 +21,10 @@ Defaults that follow from the cost table (each can be given instead):
   new example may find running) -- the bound an operator would set for this target, the same for every
   policy: beyond it a request is refused (503) rather than left to wait past the target.
 
-Reported per policy: p50/p95/p99 latency of the answered requests (over the trace and over the burst),
-throughput, refused and failed requests, the share of examples at each k, and accuracy of the answered
-requests against the dev labels (and, on the requests both answered, against ``fixed:0``'s answers);
+Each request carries ``--texts-per-request`` dev sentences. Reported per policy: p50/p95/p99 latency of the
+answered requests (over the trace and over the burst), throughput, refused and failed requests, the share of
+sentences at each k, and accuracy of the answered sentences against the dev labels (and, on the sentences both
+answered, against ``fixed:0``'s answers);
 beside them each k's accuracy on the whole dev set (glue_predict). A plot over time shows offered load,
 the k chosen and latency. The machine, threads and load (``/proc/loadavg``) before each policy are stated.
 
@@ -35,7 +36,6 @@ trained is read from the ``log.txt`` beside it and quoted in the report.
 import argparse
 import asyncio
 import glob
-import hashlib
 import json
 import math
 import os
@@ -48,28 +48,13 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from benchlib import ROOT, environment, invocation, logger, machine, pyplot, sha256_of, write_json, write_text
 
-
-def log(msg):
-    print(f"[bench_serving {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+log = logger("bench_serving")
 
 
 def loadavg() -> str:
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "unknown"
-
-
-def sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 # ---- the trace --------------------------------------------------------------------------------------------
@@ -105,13 +90,22 @@ def free_port() -> int:
 
 
 def start_server(args, policy, target_ms, max_queue, logfile):
+    """fc-serve for ``policy``: ``fixed:K``, ``adaptive`` (every plugin attached), or ``adaptive@4+8`` (the
+    adaptive policy over a subset of the plugins: only k=4 and k=8 attached, besides the backbone)."""
     port = free_port()
+    files = args.plugin_files
+    if "@" in policy:
+        policy, subset = policy.split("@", 1)
+        wanted = {int(k) for k in subset.split("+")}
+        files = [f for f, k in zip(args.plugin_files, args.plugin_ratios) if k in wanted]
+        if len(files) != len(wanted):
+            sys.exit(f"bench_serving: --policies {policy}@{subset}: plugins attached have k in {args.plugin_ratios}")
     cmd = [sys.executable, "-m", "user_dir.tools.serve", args.checkpoint, "--data", args.data,
-           "--plugins", ",".join(args.plugin_files), "--policy", policy, "--target-p95-ms", f"{target_ms:g}",
+           "--plugins", ",".join(files), "--policy", policy, "--target-p95-ms", f"{target_ms:g}",
            "--max-batch", str(args.max_batch), "--max-wait-ms", f"{args.max_wait_ms:g}", "--max-queue",
            str(max_queue), "--threads", str(args.threads), "--cost-texts", args.cost_texts,
            "--cost-runs", str(args.cost_runs), "--port", str(port), "--log-level", "warning"]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = environment(args.threads)
     out = open(logfile, "w")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     return proc, out, f"http://127.0.0.1:{port}", cmd
@@ -144,79 +138,85 @@ def stop_server(proc, out):
     out.close()
 
 
-async def replay(url, arrivals, examples, timeout):
-    """Send request i at arrivals[i] seconds (example examples[i]); one record per request."""
+async def replay(url, arrivals, requests, timeout):
+    """Send request i at arrivals[i] seconds (the dev examples requests[i], a list); one record per request."""
     import httpx
     limits = httpx.Limits(max_connections=4000, max_keepalive_connections=4000)
     async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
         t0 = time.perf_counter() + 1.0
 
-        async def one(at, example):
+        async def one(at, examples):
             delay = t0 + at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             lag = time.perf_counter() - (t0 + at)
-            record = {"at": at, "lag": lag, "index": example["index"]}
+            record = {"at": at, "lag": lag, "indices": [e["index"] for e in examples]}
             try:
-                r = await client.post("/classify", json={"texts": example["text"]})
+                r = await client.post("/classify", json={"texts": [e["text"] for e in examples]})
                 record["status"] = r.status_code
                 if r.status_code == 200:
-                    result = r.json()["results"][0]
-                    record.update(k=result["k"], label=result["label"])
+                    results = r.json()["results"]
+                    record.update(ks=[x["k"] for x in results], labels=[x["label"] for x in results])
             except httpx.HTTPError as e:
                 record["status"] = f"error: {type(e).__name__}"
             record["latency"] = time.perf_counter() - (t0 + at)
             return record
 
-        return await asyncio.gather(*(one(at, ex) for at, ex in zip(arrivals, examples)))
+        return await asyncio.gather(*(one(at, ex) for at, ex in zip(arrivals, requests)))
 
 
 # ---- the numbers ------------------------------------------------------------------------------------------------
 def summarise(records, gold, burst, duration, reference=None):
+    """Latency per request; throughput, k and accuracy per example (a request carries several)."""
     answered = [r for r in records if r["status"] == 200]
     refused = sum(r["status"] == 503 for r in records)
     failed = len(records) - len(answered) - refused
     lat = [r["latency"] * 1000 for r in answered]
     in_burst = [r["latency"] * 1000 for r in answered if burst[0] <= r["at"] < burst[1]]
-    correct = [r["label"] == gold[r["index"]] for r in answered]
+    pairs = [(i, label) for r in answered for i, label in zip(r["indices"], r["labels"])]
     ks = {}
     for r in answered:
-        ks[r["k"]] = ks.get(r["k"], 0) + 1
+        for k in r["ks"]:
+            ks[k] = ks.get(k, 0) + 1
     out = {"requests": len(records), "answered": len(answered), "refused": refused, "failed": failed,
+           "examples_answered": len(pairs),
            "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95), "p99_ms": percentile(lat, 99),
            "burst_p95_ms": percentile(in_burst, 95), "burst_answered": len(in_burst),
-           "throughput": len(answered) / duration, "accuracy": 100 * sum(correct) / max(1, len(correct)),
-           "k_share": {str(k): n / max(1, len(answered)) for k, n in sorted(ks.items())},
+           "throughput": len(pairs) / duration, "accuracy": 100 * sum(gold[i] == lab for i, lab in pairs) / max(1, len(pairs)),
+           "k_share": {str(k): n / max(1, len(pairs)) for k, n in sorted(ks.items())},
            "client_lag_p99_ms": percentile([r["lag"] * 1000 for r in records], 99)}
     if reference is not None:  # the requests both this policy and fixed:0 answered (same trace position)
-        both = [(r, reference[i]) for i, r in enumerate(records) if r["status"] == 200 and reference[i]["status"] == 200]
+        both = [(i, a, b) for r, q in zip(records, reference) if r["status"] == 200 and q["status"] == 200
+                for i, a, b in zip(r["indices"], r["labels"], q["labels"])]
+        n = max(1, len(both))
         out["shared"] = len(both)
-        out["shared_accuracy"] = 100 * sum(r["label"] == gold[r["index"]] for r, _ in both) / max(1, len(both))
-        out["shared_reference_accuracy"] = 100 * sum(q["label"] == gold[q["index"]] for _, q in both) / max(1, len(both))
-        out["agreement_with_reference"] = 100 * sum(r["label"] == q["label"] for r, q in both) / max(1, len(both))
+        out["shared_accuracy"] = 100 * sum(gold[i] == a for i, a, _ in both) / n
+        out["shared_reference_accuracy"] = 100 * sum(gold[i] == b for i, _, b in both) / n
+        out["agreement_with_reference"] = 100 * sum(a == b for _, a, b in both) / n
     return out
 
 
-def series(records, arrivals_all, duration, step=1.0):
-    """Per ``step``-second bin (by scheduled send time): offered and answered requests per second, mean k and
-    p95 latency of the answered."""
-    bins = int(math.ceil(duration / step))
+def series(records, arrivals, per_request, duration, step=1.0):
+    """Per ``step``-second bin (by scheduled send time): offered and answered examples per second, mean k of
+    the answered examples and p95 latency of the answered requests."""
     rows = []
-    for b in range(bins):
+    for b in range(int(math.ceil(duration / step))):
         lo, hi = b * step, (b + 1) * step
         inside = [r for r in records if lo <= r["at"] < hi]
         ok = [r for r in inside if r["status"] == 200]
-        rows.append({"t": lo, "offered": sum(lo <= a < hi for a in arrivals_all) / step, "answered": len(ok) / step,
-                     "refused": sum(r["status"] == 503 for r in inside) / step,
-                     "mean_k": statistics.mean(r["k"] for r in ok) if ok else None,
+        ks = [k for r in ok for k in r["ks"]]
+        rows.append({"t": lo, "offered": per_request * sum(lo <= a < hi for a in arrivals) / step,
+                     "answered": len(ks) / step,
+                     "refused": per_request * sum(r["status"] == 503 for r in inside) / step,
+                     "mean_k": statistics.mean(ks) if ks else None,
                      "p95_ms": percentile([r["latency"] * 1000 for r in ok], 95) if ok else None})
     return rows
 
 
 def plot(result, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
     fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
     colours = {}
     first = next(iter(result["policies"].values()))
@@ -232,9 +232,9 @@ def plot(result, path):
                      [row["p95_ms"] if row["p95_ms"] is not None else math.nan for row in run["series"]],
                      marker=".", color=colours[name], label=name)
     axes[2].axhline(result["target_p95_ms"], color="black", ls="--", lw=1, label="target p95")
-    axes[0].set_ylabel("requests / s")
-    axes[1].set_ylabel("mean k of answered")
-    axes[2].set_ylabel("p95 latency per second (ms)")
+    axes[0].set_ylabel("examples / s")
+    axes[1].set_ylabel("mean k of answered examples")
+    axes[2].set_ylabel("p95 request latency per second (ms)")
     axes[2].set_yscale("log")
     axes[2].set_xlabel("seconds into the trace (by scheduled send time)")
     for ax in axes:
@@ -275,27 +275,31 @@ def report(result, md_path, png_name):
          + ", ".join(f"k={k}: {v:.2f}" for k, v in sorted(r["offline_accuracy"].items(), key=lambda kv: int(kv[0])))
          + f" ({r['dev_examples']} examples; one example = {100 / r['dev_examples']:.2f} points).", "",
          "## The trace", "",
-         f"Seeded Poisson arrivals (seed {r['seed']}), one dev sentence per request: {r['idle_seconds']:g} s at "
-         f"{r['idle_rate']:.1f} req/s, {r['burst_seconds']:g} s at {r['burst_rate']:.1f} req/s, {r['idle_seconds']:g} s "
-         f"at {r['idle_rate']:.1f} req/s: {r['requests']:,} requests. The backbone's throughput, "
+         f"Seeded Poisson arrivals (seed {r['seed']}) of requests carrying {r['texts_per_request']} dev sentences each "
+         f"(the dev set shuffled, then cycled): {r['idle_seconds']:g} s at {r['idle_rate']:.1f} sentences/s, "
+         f"{r['burst_seconds']:g} s at {r['burst_rate']:.1f} sentences/s, {r['idle_seconds']:g} s at "
+         f"{r['idle_rate']:.1f} sentences/s: {r['requests']:,} requests. The backbone's throughput, "
          f"{r['backbone_throughput']:.1f} examples/s, is full batches of {r['max_batch']} at k=0 in the cost table "
          f"the {r['calibrated_on']} server measured; idle = {r['idle_factor']:g}x, burst = {r['burst_factor']:g}x. "
          f"Server: `--max-batch {r['max_batch']} --max-wait-ms {r['max_wait_ms']:g} --max-queue {r['max_queue']}`, "
-         f"adaptive target p95 {r['target_p95_ms']:.0f} ms. {r['defaults_note']}", "",
+         f"adaptive target p95 {r['target_p95_ms']:.0f} ms. {r['defaults_note']}", ""] + \
+        [f"Note: {n}" for n in r.get("notes", [])] + ([""] if r.get("notes") else []) + [
          "## Results", "",
-         "| policy | p50 ms | p95 ms | p99 ms | burst p95 ms | answered | refused (503) | failed | throughput req/s | "
-         "accuracy of answered | vs fixed:0 on shared requests | k share of answered |",
+         "| policy | p50 ms | p95 ms | p99 ms | burst p95 ms | requests answered | refused (503) | failed | "
+         "throughput (sentences/s) | accuracy of answered sentences | vs fixed:0 on the sentences both answered | "
+         "k share of answered sentences |",
          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, run in pol.items():
         s = run["summary"]
-        shared = (f"{s['shared_accuracy']:.2f} vs {s['shared_reference_accuracy']:.2f} ({s['shared']:,} requests, "
+        shared = (f"{s['shared_accuracy']:.2f} vs {s['shared_reference_accuracy']:.2f} ({s['shared']:,} sentences, "
                   f"{s['agreement_with_reference']:.1f}% same label)" if "shared" in s else "-")
         shares = ", ".join(f"k={k}: {100 * v:.0f}%" for k, v in s["k_share"].items())
         L.append(f"| {name} | {fmt(s['p50_ms'])} | {fmt(s['p95_ms'])} | {fmt(s['p99_ms'])} | {fmt(s['burst_p95_ms'])} | "
                  f"{s['answered']:,} | {s['refused']:,} | {s['failed']:,} | {s['throughput']:.1f} | {s['accuracy']:.2f} | "
                  f"{shared} | {shares} |")
-    L += ["", "Latency: from the scheduled send time to the answer, answered requests only; burst p95: requests "
-              "scheduled inside the burst. Throughput: answered requests over the trace's duration. Client lag "
+    L += ["", "Latency: of a request, from its scheduled send time to its answer, answered requests only; burst "
+              "p95: requests scheduled inside the burst. Throughput: answered sentences over the trace's duration. "
+              "Client lag "
               "(p99 of how late the client sent a request): "
           + ", ".join(f"{name} {run['summary']['client_lag_p99_ms']:.0f} ms" for name, run in pol.items()) + ".", ""]
     L += ["## Against the goal", ""] + [f"- {line}" for line in r["verdict"]] + [""]
@@ -309,32 +313,32 @@ def report(result, md_path, png_name):
           "(one per core group or machine, each with its own --threads) behind an ordinary load balancer; each "
           "replica's adaptive policy reacts to its own queue, and a refused request (503 with Retry-After) can be "
           "retried on another replica. See README, \"Serving Variator\".", ""]
-    with open(md_path, "w", encoding="utf-8") as f:
-        f.write("\n".join(L))
+    write_text(md_path, "\n".join(L) + "\n")
 
 
 def verdict(result):
     pol, target = result["policies"], result["target_p95_ms"]
     lines = []
-    base = pol.get("fixed:0", {}).get("summary")
-    ad = pol.get("adaptive", {}).get("summary")
     for name, run in pol.items():
         s = run["summary"]
         lines.append(f"{name}: burst p95 {fmt(s['burst_p95_ms'])} ms, trace p95 {fmt(s['p95_ms'])} ms "
                      f"({'within' if s['p95_ms'] <= target else 'over'} the {target:.0f} ms target); "
                      f"{s['refused']:,} refused of {s['requests']:,}")
-    if base and ad:
+    base = pol.get("fixed:0", {}).get("summary")
+    for name, run in pol.items():
+        if not name.startswith("adaptive") or base is None:
+            continue
+        ad = run["summary"]
         kept = ad["burst_p95_ms"] <= target and ad["p95_ms"] <= target
         missed = base["burst_p95_ms"] > target
         diff = ad["accuracy"] - base["accuracy"]
-        lines.append(f"p95 within the target through the burst: adaptive {'yes' if kept else 'no'}, fixed:0 "
-                     f"{'no' if missed else 'yes'} -> the latency goal is {'met' if kept and missed else 'not met'}")
-        lines.append(f"accuracy of answered requests: adaptive {ad['accuracy']:.2f} vs fixed:0 {base['accuracy']:.2f} "
-                     f"({diff:+.2f} points; goal: within 1 point -> {'met' if abs(diff) <= 1 else 'not met'}); on the "
-                     f"{ad.get('shared', 0):,} requests both answered: {ad.get('shared_accuracy', float('nan')):.2f} vs "
-                     f"{ad.get('shared_reference_accuracy', float('nan')):.2f}")
-        lines.append(f"answered: adaptive {ad['answered']:,}, fixed:0 {base['answered']:,} "
-                     f"(refused {ad['refused']:,} vs {base['refused']:,})")
+        lines.append(f"{name} against fixed:0 -- p95 within the target through the burst: {name} "
+                     f"{'yes' if kept else 'no'}, fixed:0 {'no' if missed else 'yes'} -> the latency goal is "
+                     f"{'met' if kept and missed else 'not met'}; accuracy of answered sentences {ad['accuracy']:.2f} vs "
+                     f"{base['accuracy']:.2f} ({diff:+.2f} points; goal: within 1 point -> "
+                     f"{'met' if abs(diff) <= 1 else 'not met'}), on the {ad.get('shared', 0):,} sentences both answered "
+                     f"{ad.get('shared_accuracy', float('nan')):.2f} vs {ad.get('shared_reference_accuracy', float('nan')):.2f}; "
+                     f"sentences answered {ad['examples_answered']:,} vs {base['examples_answered']:,}")
     return lines
 
 
@@ -373,7 +377,7 @@ def plugin_provenance(path):
 
 # ---- main -------------------------------------------------------------------------------------------------------------
 def default_plugins(variator_work, task, checkpoint):
-    digest = sha256(checkpoint)[:8]
+    digest = sha256_of(checkpoint)[:8]
     found = sorted(glob.glob(os.path.join(variator_work, "glue", task, f"*-{digest}", "k*", "plugin.pt")),
                    key=lambda p: int(os.path.basename(os.path.dirname(p))[1:]))
     if not found:
@@ -392,7 +396,8 @@ def main(argv=None):
     p.add_argument("--variator-work", default=os.path.join(ROOT, "work", "bench-variator", "variator_sst2"),
                    help="scripts/bench_variator.py's work folder for its --out work/serving/variator_sst2.md run")
     p.add_argument("--policies", default="fixed:0,fixed:max,adaptive",
-                   help="policies to run, in order (fixed:max = the largest plugin's ratio)")
+                   help="policies to run, in order (fixed:max = the largest plugin's ratio; adaptive@4+8 = the adaptive "
+                        "policy with only the k=4 and k=8 plugins attached)")
     p.add_argument("--max-batch", type=int, default=32, help="fc-serve --max-batch")
     p.add_argument("--max-wait-ms", type=float, default=5.0, help="fc-serve --max-wait-ms")
     p.add_argument("--max-queue", type=int, default=None, help="fc-serve --max-queue (default: see the docstring)")
@@ -403,12 +408,16 @@ def main(argv=None):
     p.add_argument("--burst-seconds", type=float, default=20.0)
     p.add_argument("--idle-factor", type=float, default=0.2, help="idle rate / the backbone's throughput")
     p.add_argument("--burst-factor", type=float, default=3.0, help="burst rate / the backbone's throughput")
+    p.add_argument("--texts-per-request", type=int, default=4,
+                   help="dev sentences per request (default 4: at one per request, this 2-core machine's HTTP side -- "
+                        "uvicorn and the httpx client beside the model's worker -- falls behind in the burst before "
+                        "the server's queue sees the requests; see the report)")
+    p.add_argument("--note", action="append", default=[], help="a sentence of provenance for the report")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=60.0, help="client timeout per request, seconds")
     p.add_argument("--out", default=os.path.join(ROOT, "work", "serving", "serving.md"),
                    help="the report (a .json and a .png beside it); results/serving.md only when asked")
     args = p.parse_args(argv)
-    args.argv = sys.argv[1:] if argv is None else argv
     args.checkpoint = args.checkpoint or os.path.join(ROOT, "work", "glue", args.task, "checkpoints", "checkpoint_best.pt")
     args.data = args.data or os.path.join(ROOT, "work", "glue", "data-bin", f"{args.task}.wordpiece")
     for path, flag in ((args.checkpoint, "--checkpoint"), (args.data, "--data")):
@@ -430,17 +439,14 @@ def main(argv=None):
     stem = os.path.splitext(os.path.abspath(args.out))[0]
     work = os.path.join(ROOT, "work", "serving", "runs")
     os.makedirs(work, exist_ok=True)
-    import logging
-
     import torch
     torch.set_num_threads(args.threads)
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     from user_dir.tools.glue_predict import predict
-    from user_dir.tools.measure import machine_description
     from user_dir.tools.serving.cost_table import CostTable
 
-    ratios = [0] + sorted(int(torch.load(pf, map_location="cpu", weights_only=True)["config"]["ratio"])
-                          for pf in args.plugin_files)
+    args.plugin_ratios = [int(torch.load(pf, map_location="cpu", weights_only=True)["config"]["ratio"])
+                          for pf in args.plugin_files]
+    ratios = [0] + sorted(args.plugin_ratios)
     load_before = loadavg()
     log(f"offline dev accuracy of each k ({len(texts)} sentences)")
     offline = {}
@@ -454,17 +460,18 @@ def main(argv=None):
     gold_names = gold if set(gold) <= set(names.values()) else [names[g] for g in gold]
 
     policies = [s.replace("fixed:max", f"fixed:{ratios[-1]}") for s in args.policies.split(",")]
-    result = {"command": "python scripts/bench_serving.py " + " ".join(shlex.quote(a) for a in args.argv),
-              "date": time.strftime("%Y-%m-%d"), "machine": machine_description(), "threads": args.threads,
+    result = {"command": invocation("bench_serving.py", argv), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "machine": machine(), "threads": args.threads,
               "task": args.task, "ratios": ratios, "offline_accuracy": offline, "dev_examples": len(texts),
               "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms, "seed": args.seed,
               "idle_seconds": args.idle_seconds, "burst_seconds": args.burst_seconds, "idle_factor": args.idle_factor,
-              "burst_factor": args.burst_factor, "load_before": load_before, "policies": {}}
+              "burst_factor": args.burst_factor, "load_before": load_before, "notes": args.note,
+              "texts_per_request": args.texts_per_request, "policies": {}}
     teacher_dir = os.path.dirname(os.path.dirname(os.path.realpath(args.checkpoint)))
     note = open(os.path.join(teacher_dir, "command.txt")).read().strip() if os.path.exists(
         os.path.join(teacher_dir, "command.txt")) else "how it was trained is not recorded beside it"
     result["teacher"] = {"checkpoint": os.path.relpath(os.path.realpath(args.checkpoint), ROOT),
-                         "sha256": sha256(args.checkpoint), "note": f"trained by: {note}"}
+                         "sha256": sha256_of(args.checkpoint), "note": f"trained by: {note}"}
     result["plugins_note"] = "; ".join(plugin_provenance(pf) for pf in args.plugin_files)
 
     schedule = None
@@ -494,18 +501,19 @@ def main(argv=None):
             result.update(backbone_throughput=throughput, target_p95_ms=target, max_queue=max_queue,
                           calibrated_on=policy, defaults_note=("; ".join(defaults) + ".") if defaults else "",
                           idle_rate=args.idle_factor * throughput, burst_rate=args.burst_factor * throughput)
-            phases = [(args.idle_seconds, result["idle_rate"]), (args.burst_seconds, result["burst_rate"]),
-                      (args.idle_seconds, result["idle_rate"])]
+            n = args.texts_per_request  # requests arrive at 1/n of the example rate, n examples each
+            phases = [(args.idle_seconds, result["idle_rate"] / n), (args.burst_seconds, result["burst_rate"] / n),
+                      (args.idle_seconds, result["idle_rate"] / n)]
             schedule = poisson_schedule(phases, args.seed)
             order = list(range(len(texts)))
             random.Random(args.seed).shuffle(order)
-            examples = [{"index": order[i % len(order)], "text": texts[order[i % len(order)]]}
-                        for i in range(len(schedule))]
+            requests = [[{"index": order[j % len(order)], "text": texts[order[j % len(order)]]}
+                         for j in range(i * n, (i + 1) * n)] for i in range(len(schedule))]
             duration = sum(s for s, _ in phases)
             result.update(requests=len(schedule), burst_window=[args.idle_seconds, args.idle_seconds + args.burst_seconds],
                           duration=duration)
             log(f"backbone {throughput:.1f} ex/s -> idle {result['idle_rate']:.1f}, burst {result['burst_rate']:.1f} "
-                f"req/s; target {target:.0f} ms; max queue {max_queue}; {len(schedule)} requests over {duration:g} s")
+                f"sentences/s; target {target:.0f} ms; max queue {max_queue}; {len(schedule)} requests over {duration:g} s")
         log(f"{policy}: starting the server")
         proc, out, url, cmd = start_server(args, policy, result["target_p95_ms"], result["max_queue"], logfile)
         health = wait_ready(proc, url, logfile)
@@ -513,7 +521,7 @@ def main(argv=None):
         run["server_command"] = " ".join(shlex.quote(c) for c in cmd[1:]).replace(ROOT + "/", "")
         log(f"{policy}: replaying the trace")
         run["load_before"] = loadavg()
-        records = asyncio.run(replay(url, schedule, examples, args.timeout))
+        records = asyncio.run(replay(url, schedule, requests, args.timeout))
         try:
             import httpx
             run["metrics"] = httpx.get(url + "/metrics", timeout=10).text
@@ -523,7 +531,7 @@ def main(argv=None):
         reference = result["policies"].get("fixed:0", {}).get("records") if policy != "fixed:0" else None
         run["records"] = records
         run["summary"] = summarise(records, gold_names, result["burst_window"], result["duration"], reference)
-        run["series"] = series(records, schedule, result["duration"])
+        run["series"] = series(records, schedule, args.texts_per_request, result["duration"])
         s = run["summary"]
         log(f"{policy}: p50 {s['p50_ms']:.0f} p95 {s['p95_ms']:.0f} p99 {s['p99_ms']:.0f} ms, burst p95 "
             f"{s['burst_p95_ms']:.0f} ms; answered {s['answered']}, refused {s['refused']}, failed {s['failed']}; "
@@ -538,8 +546,7 @@ def main(argv=None):
     for run in slim["policies"].values():
         run.pop("records", None)
         run.pop("metrics", None)
-    with open(stem + ".json", "w") as f:
-        json.dump(slim, f, indent=1)
+    write_json(stem + ".json", slim)
     report(result, stem + ".md", os.path.basename(png))
     log(f"wrote {stem}.md, .json, .png")
     for line in result["verdict"]:

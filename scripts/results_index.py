@@ -37,6 +37,7 @@ METHODS = [
     ("teacher_", "Translation teachers", "scripts/README.md"),
     ("deploy", "Deployment", "user_dir/tools/README.md"),
     ("gpu_check", "GPU check", "scripts/README.md"),
+    ("serving", "Serving Variator", "user_dir/tools/README.md"),
 ]
 # status and a few words on what the table is; only tables (.md): their JSON and plots share it
 STATUS = {
@@ -72,6 +73,7 @@ STATUS = {
     "glue.md": ("headline", "MiniLM-L6 fine-tuned on SST-2, MRPC, RTE"),
     "teacher_multi30k.md": ("headline", "the CPU-scale Multi30k teacher against the reference"),
     "deploy.md": ("headline", "fairseq and CTranslate2 (float32, int8), teacher and PET"),
+    "serving.md": ("headline", "fc-serve under a bursty load: fixed k against the adaptive policy (SST-2)"),
 }
 HAND_WRITTEN = {"translation_account.md"}  # prose, no command made them
 COMMAND_LINE = re.compile(r"^(?:\*\*)?(Commands?\b|Made by\b|Report made by\b)", re.I)
