@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import REPO, USER_DIR, clean_env
-from test_checkpoint_flags import SHIPPED, TEACHER, shipped_data  # noqa: F401  (shipped_data: a session fixture)
+from test_checkpoint_flags import TEACHER, shipped_data  # noqa: F401  (shipped_data: a session fixture)
+from test_checkpoint_flags import flags_of as flags  # fc-flags, in this process
 
 RECIPES = os.path.join(REPO, "scripts", "recipes")
 CPU_RECIPES = ("pet", "ghostbert", "apc", "variator")
@@ -44,13 +45,6 @@ def score_line(run):
     lines = [line for line in run["stdout"].splitlines() if line.startswith("score: ")]
     assert len(lines) == 1, run["out"][-3000:]
     return lines[0]
-
-
-def flags(path, *options):
-    proc = subprocess.run([sys.executable, "-m", "user_dir.tools.checkpoint_flags", *options, str(path)],
-                          capture_output=True, text=True, env=env(), cwd=REPO, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout.split()
 
 
 @pytest.fixture(scope="module")
