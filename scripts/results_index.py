@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""results/README.md: every file in results/ with its method, the command that made it, its date and its status,
+"""results/README.md: every file in results/ (that git tracks) with its method, the command that made it, its date and its status,
 grouped by method so each method's tables and plots are found together.
 
     python scripts/results_index.py                 # writes results/README.md
@@ -73,6 +73,7 @@ STATUS = {
     "glue.md": ("headline", "MiniLM-L6 fine-tuned on SST-2, MRPC, RTE"),
     "teacher_multi30k.md": ("headline", "the CPU-scale Multi30k teacher against the reference"),
     "deploy.md": ("headline", "fairseq and CTranslate2 (float32, int8), teacher and PET"),
+    "deploy_glue.md": ("headline", "a GLUE task's teacher and compressed encoders in fairseq, Hugging Face and ONNX"),
     "serving.md": ("headline", "fc-serve under a bursty load: fixed k against the adaptive policy (SST-2)"),
 }
 HAND_WRITTEN = {"translation_account.md"}  # prose, no command made them
@@ -125,8 +126,16 @@ def owner(name, tables):
     return max(matches, key=len) if matches else None
 
 
+def results_files(results=RESULTS):
+    """The files of results/ that git tracks (a file not yet committed is someone's work in progress), or every file
+    where there is no git checkout."""
+    proc = subprocess.run(["git", "ls-files", "--", "."], capture_output=True, text=True, cwd=results)
+    names = proc.stdout.split() if proc.returncode == 0 else os.listdir(results)
+    return sorted(n for n in names if "/" not in n and n != "README.md" and not n.startswith("."))
+
+
 def entries(results=RESULTS):
-    names = sorted(n for n in os.listdir(results) if n != "README.md" and not n.startswith("."))
+    names = results_files(results)
     tables = [n for n in names if n.endswith(".md")]
     rows = []
     for name in tables:
