@@ -27,14 +27,15 @@ user_dir.common.glue_metrics on the predictions of each runtime. Size: the file 
 checkpoint's model and configuration without optimizer state). Speed: sentences per second of the model's forward
 on already tokenised dev examples in dev order (batch 32: consecutive examples padded to the longest; batch 1: no
 padding), ``--threads`` intra-op threads everywhere, the median over ``--runs`` rounds in which every (model,
-runtime) is timed in turn (the order rotating), so all see the same moments of a shared machine.
+runtime) runs batch by batch in turn (the order rotating), so all see the same moments of a shared machine.
 
 GhostBERT's cost (the issue's goal: within 10% of pruned-only's encoder time at every m): pruned-only and GhostBERT
 encoders cut from the teacher by ghost_prune at every ``--widths`` m (importance on ``--prune-batches`` dev batches;
 timing does not depend on training), plus GhostBERT with the ghost module in its reference form (GhostConv's
 depthwise_conv_time, the form before issue 35's fused one), forwarded on ``--time-batch`` x 128 real dev tokens and
-on one 128-token sequence, alternately in each of ``--runs`` runs (``--repeats`` each); the ratio of a run is
-median(GhostBERT) / median(pruned only); the table gives the median over runs and their range. The same for the
+on one 128-token sequence, forward by forward in turn in each of ``--runs`` runs (``--repeats`` forwards each,
+10x at 1 x 128); the ratio of a run is GhostBERT's time over pruned-only's; the table gives the median over runs
+and their range. The same for the
 ONNX Runtime graphs of the pruned-only and GhostBERT encoders' classifiers.
 """
 import argparse
@@ -99,12 +100,61 @@ def bench_models(args, setup, task):
     return models
 
 
+def training_of(path):
+    """How a checkpoint was trained, read beside it: its updates; scripts/glue_teachers.sh's command.txt of its run
+    folder; or the chain of benchmark stages that made it (benchlib's settings.json: each stage's tool and
+    --max-update, followed back through --finetune-from-model / --path / the checkpoint a finalize stage read)."""
+    from fairseq import checkpoint_utils
+
+    import user_dir  # noqa: F401  (the plug-in's checkpoint-loading allow-list)
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    out = {"updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates")}
+    run_dir = os.path.dirname(os.path.dirname(os.path.realpath(path)))
+    if os.path.isfile(os.path.join(run_dir, "command.txt")):
+        with open(os.path.join(run_dir, "command.txt")) as f:
+            out["command"] = f.read().strip()
+    chain, current = [], os.path.realpath(path)
+    for _ in range(8):
+        stage = os.path.dirname(current)
+        stage = os.path.dirname(stage) if os.path.basename(stage) == "checkpoints" else stage
+        if not os.path.isfile(os.path.join(stage, "settings.json")) and os.path.isfile(
+                os.path.join(stage + "-finalize", "settings.json")):
+            stage += "-finalize"
+        if not os.path.isfile(os.path.join(stage, "settings.json")):
+            break
+        with open(os.path.join(stage, "settings.json")) as f:
+            cmd = json.load(f)[-1]
+        tool = cmd[1] if cmd[0] == "-m" else os.path.basename(cmd[0])
+        updates = cmd[cmd.index("--max-update") + 1] if "--max-update" in cmd else None
+        name = "fairseq-train" if tool == "fairseq_cli.train" else tool.split(".")[-1]
+        chain.append(name + (f" {updates} updates" if updates else ""))
+        source = next((cmd[i + 1] for i, a in enumerate(cmd) if a in ("--finetune-from-model", "--path")), None)
+        if source is None and tool.endswith("apc_finalize"):
+            source = cmd[2]
+        if source is None or not os.path.exists(source):
+            break
+        current = os.path.realpath(source)
+    if chain:
+        out["stages"] = list(reversed(chain))
+    return out
+
+
 # ---- exports and the token ids every runtime reads ------------------------------------------------------------
 def export_model(name, path, data, folder):
-    """{"hf": dir or None, "hf_refused": reason, "onnx": dir} of one model (user_dir/tools/export_*.py)."""
+    """{"hf": dir or None, "hf_refused": reason, "onnx": dir} of one model (user_dir/tools/export_*.py); an
+    earlier run's exports of the same checkpoint file (path, size and modification time) are reused."""
     from user_dir.tools.export_hf import ExportHFError, export_hf
     from user_dir.tools.export_onnx import export_onnx
 
+    stamp = {"checkpoint": os.path.abspath(path), "size": os.path.getsize(path), "mtime": os.path.getmtime(path),
+             "data": os.path.abspath(data)}
+    done = os.path.join(folder, "exported.json")
+    if os.path.isfile(done):
+        with open(done) as f:
+            previous = json.load(f)
+        if previous["stamp"] == stamp:
+            log(f"{name}: exports of this checkpoint already in {folder}")
+            return previous["exports"]
     out = {"onnx": os.path.join(folder, "onnx"), "hf": os.path.join(folder, "hf"), "hf_refused": None}
     log(f"{name}: ONNX export")
     out["onnx_summary"] = export_onnx(path, out["onnx"], data=data)
@@ -117,6 +167,8 @@ def export_model(name, path, data, folder):
             out["hf_padded_because"] = str(plain).split(": ", 1)[1].split(". --zero-pad")[0]
         except ExportHFError as refused:
             out["hf"], out["hf_refused"] = None, str(refused)
+    with open(done, "w") as f:
+        json.dump({"stamp": stamp, "exports": out}, f, indent=1)
     return out
 
 
@@ -221,16 +273,22 @@ def scores_and_parity(runners, dev_batches, labels, task):
     return out
 
 
-def timed_rounds(configs, runs, log_every=None):
-    """{key: [seconds per round]}: each round times every config once, the order rotating by one each round."""
+def timed_rounds(configs, items, runs, log_every=None):
+    """{key: [seconds per round]}: in each round every config ``configs[key](item)`` runs on every item, the configs
+    interleaved item by item (the order rotating by one each round), so a change of the machine's load between
+    two moments falls on every config alike; a round's time of a config is the sum over the items."""
     times = {k: [] for k in configs}
     keys = list(configs)
     for r in range(runs):
         order = keys[r % len(keys):] + keys[: r % len(keys)]
-        for k in order:
-            start = time.perf_counter()
-            configs[k]()
-            times[k].append(time.perf_counter() - start)
+        total = dict.fromkeys(keys, 0.0)
+        for item in items:
+            for k in order:
+                start = time.perf_counter()
+                configs[k](item)
+                total[k] += time.perf_counter() - start
+        for k in keys:
+            times[k].append(total[k])
         if log_every and (r + 1) % log_every == 0:
             log(f"  timing round {r + 1}/{runs}")
     return times
@@ -322,9 +380,8 @@ def ghost_costs(args, setup, work):
                 for enc in encoders.values():
                     enc(tokens, src_lengths=lengths)  # warm-up (and the ghost kernels' cache)
                 reps = args.repeats if label == "batch" else args.repeats * 10
-                configs = {k: (lambda enc=enc: [enc(tokens, src_lengths=lengths) for _ in range(reps)])
-                           for k, enc in encoders.items()}
-                times = timed_rounds(configs, args.runs)
+                configs = {k: (lambda _, enc=enc: enc(tokens, src_lengths=lengths)) for k, enc in encoders.items()}
+                times = timed_rounds(configs, range(reps), args.runs)
             for variant in ("ghost", "ghost, reference form"):
                 row[f"{label}: {variant}"] = ratios(times, variant)
             row[f"{label}: pruned ms"] = 1e3 * statistics.median(times["pruned"]) / reps
@@ -339,8 +396,8 @@ def ghost_costs(args, setup, work):
                 sessions = {k: session(os.path.join(d, "model.onnx"), args.threads) for k, d in onnx.items()}
                 for sess in sessions.values():
                     run_session(sess, ids, mask)  # warm-up
-                t = timed_rounds({k: (lambda s=s: [run_session(s, ids, mask) for _ in range(args.repeats)])
-                                  for k, s in sessions.items()}, args.runs)
+                t = timed_rounds({k: (lambda _, s=s: run_session(s, ids, mask)) for k, s in sessions.items()},
+                                 range(args.repeats), args.runs)
                 row["onnx: ghost"] = ratios(t, "ghost")
             log(f"m = {m}: GhostBERT / pruned only {row['batch: ghost']['median']:.3f} (reference form "
                 f"{row['batch: ghost, reference form']['median']:.3f}) at {args.time_batch} x 128")
@@ -361,6 +418,7 @@ def measure(args):
         sys.exit(f"bench_deploy_glue: no {args.glue_task} teacher in --glue-work {args.glue_work}")
     models = bench_models(args, setup, args.glue_task)
     result["models"] = {k: rel(v) for k, v in models.items()}
+    result["training"] = {k: training_of(v) for k, v in models.items()}
     rows = []
     runners, dev = {}, None
     for name, path in models.items():
@@ -387,13 +445,13 @@ def measure(args):
         chosen = dev[key][:n] if n else dev[key]
         configs = {}
         for name, r in runners.items():
-            srcs = [r.fairseq_src(b) for b in chosen]
+            srcs = [r.fairseq_src(b) for b in chosen]  # the fairseq ids, mapped before timing
             for runtime in r.available():
-                configs[(name, runtime)] = (lambda r=r, rt=runtime, srcs=srcs: [
-                    r(rt, b, src) if rt == "fairseq" else r(rt, b) for b, src in zip(chosen, srcs)])
+                configs[(name, runtime)] = (lambda i, r=r, rt=runtime, srcs=srcs:
+                                            r(rt, chosen[i], srcs[i]) if rt == "fairseq" else r(rt, chosen[i]))
         for fn in configs.values():
-            fn()  # warm-up
-        times = timed_rounds(configs, args.runs, log_every=1)
+            fn(0)  # warm-up
+        times = timed_rounds(configs, range(len(chosen)), args.runs, log_every=1)
         sentences = sum(b["input_ids"].size(0) for b in chosen)
         speed[label] = {f"{n}|{rt}": sentences / statistics.median(t) for (n, rt), t in times.items()}
         speed[label + " sentences"] = sentences
@@ -420,6 +478,7 @@ def parity(args):
         examples, labels, differ, to_fairseq, pad_id = dev_inputs(setup["data"], exports["onnx"], task)
         runners = Runners(setup["teacher"], setup["data"], exports, to_fairseq, args.threads)
         out[task] = {"examples": len(examples), "ids_differ": differ, "teacher": rel(setup["teacher"]),
+                     "training": training_of(setup["teacher"]),
                      "runtimes": scores_and_parity(runners, batches(examples, 32, pad_id), labels, task)}
     return out
 
@@ -431,6 +490,16 @@ def metric_text(score):
     return " / ".join(f"{'acc' if k == 'accuracy' else k} {score[k]:.2f}" for k in keys)
 
 
+def training_text(t):
+    text = f"{t['updates']} updates" if t.get("updates") is not None else "updates unknown"
+    if t.get("command"):
+        text += f", trained by `{t['command']}`" if t["command"].startswith(("bash ", "EPOCHS", "TASKS", "CPU_")) \
+            else f"; its run's note: {t['command']}"
+    if t.get("stages"):
+        text += "; stages: " + " -> ".join(t["stages"])
+    return text
+
+
 def report(result):
     p = result["provenance"]
     lines = [f"# Compressed GLUE encoders deployed: fairseq, transformers, ONNX Runtime ({result['task']})", "",
@@ -439,7 +508,8 @@ def report(result):
              f"the end {', '.join(f'{x:.2f}' for x in result['load_end'])}: a machine shared with other jobs; every "
              f"runtime uses {p['threads']} intra-op thread(s) (torch.set_num_threads, ONNX Runtime "
              "intra_op_num_threads; inter-op 1).", "",
-             "Models: " + "; ".join(f"{k}: `{v}`" for k, v in result["models"].items()) + ".", "",
+             "Models: " + "; ".join(f"{k}: `{v}` ({training_text(result['training'][k])})"
+                                    for k, v in result["models"].items()) + ".", "",
              f"Dev set: {result['dev_examples']} examples, tokenised from the raw text by the exported tokenizer "
              f"(ids equal to prepare_glue.py's binarised ones on {result['dev_examples'] - result['ids_differ']} of "
              f"{result['dev_examples']}). Scores by user_dir.common.glue_metrics on each runtime's own predictions; "
@@ -449,8 +519,8 @@ def report(result):
     b32, b1 = result["speed"]["batch 32"], result["speed"]["batch 1"]
     lines += [f"Speed: sentences/s of the forward on tokenised dev examples in dev order; batch 32: "
               f"{result['speed']['batch 32 sentences']} sentences in padded batches of 32; batch 1: "
-              f"{result['speed']['batch 1 sentences']} sentences one at a time; median of rounds timing every "
-              "(model, runtime) in turn.", "",
+              f"{result['speed']['batch 1 sentences']} sentences one at a time; the median over rounds, in each of which "
+              "every (model, runtime) runs batch by batch in turn.", "",
               "| model | runtime | dev | max abs diff | agree | size (MB) | params | sent/s batch 1 | sent/s batch 32 |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in result["rows"]:
@@ -477,6 +547,8 @@ def report(result):
     lines.append("")
     if result.get("parity"):
         lines += ["## Every dev example through the exports (the teachers)", "",
+                  "Teachers: " + "; ".join(f"{task}: `{p_['teacher']}` ({training_text(p_['training'])})"
+                                           for task, p_ in result["parity"].items() if "teacher" in p_) + ".", "",
                   "| task | examples | ids equal to prepare_glue | runtime | max abs diff | predictions equal | dev |",
                   "| --- | --- | --- | --- | --- | --- | --- |"]
         for task, p_ in result["parity"].items():
@@ -490,8 +562,11 @@ def report(result):
     lines += ["## GhostBERT's ghost modules against pruned only (encoder time, paired)", "",
               "Encoders cut from the teacher by ghost_prune at each m; GhostBERT with ghost modules after O and FFN2 "
               "(the paper's), in the fused form (ghost_module.add_shifted_ghost) and in the reference form (GhostConv's "
-              "depthwise_conv_time + _ghost + _masked, the form before issue 35); ratio = median(GhostBERT) / "
-              "median(pruned only) in each run, median over runs [min-max]; goal: at most 1.10 at every m.", "",
+              "depthwise_conv_time + _ghost + _masked, the form before issue 35), the three encoders run forward by forward "
+              "in turn; ratio = GhostBERT's time / pruned-only's in each run, the median over runs [min-max]; goal: at "
+              "most 1.10 at every m. ONNX Runtime: the pruned-only and GhostBERT classifiers exported by "
+              "fc-export-onnx (the ghost module in its traced out-of-place form, ghost_module.shifted_ghost_graph).",
+              "",
               "| m | pruned only, ms per forward (16 x 128) | GhostBERT / pruned (16 x 128) | reference form / pruned "
               "(16 x 128) | GhostBERT / pruned (1 x 128) | reference form / pruned (1 x 128) | ONNX Runtime GhostBERT / "
               "pruned (16 x 128) |", "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -509,19 +584,18 @@ def report(result):
 
 def plot(result):
     def draw(plt, png):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fig, ax = plt.subplots(figsize=(7.5, 4.8))
+        metric = next(k for k in ("f1", "accuracy", "mcc", "pearson") if k in result["rows"][0]["runtimes"]["fairseq"]
+                      ["score"])
         for row in result["rows"]:
-            xs, ys = [], []
-            for runtime in row["runtimes"]:
-                xs.append(result["speed"]["batch 32"][f"{row['name']}|{runtime}"])
-                ys.append(100 * next(iter(v for k, v in row["runtimes"][runtime]["score"].items()
-                                           if k in ("f1", "accuracy", "mcc", "pearson"))))
-            ax.plot(xs, ys, "o-", label=row["name"])
-            for x, y, runtime in zip(xs, ys, row["runtimes"]):
-                ax.annotate(runtime, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            points = sorted((result["speed"]["batch 32"][f"{row['name']}|{runtime}"], r["score"][metric], runtime)
+                            for runtime, r in row["runtimes"].items())
+            ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=row["name"])
+            for i, (x, y, runtime) in enumerate(points):
+                ax.annotate(runtime, (x, y), fontsize=7, xytext=(3, 4 if i % 2 else -10), textcoords="offset points")
         ax.set_xscale("log")
-        ax.set_xlabel("sentences/s at batch 32 (log)")
-        ax.set_ylabel(f"{result['task']} dev score")
+        ax.set_xlabel(f"sentences/s at batch 32 ({result['provenance']['threads']} thread, log scale)")
+        ax.set_ylabel(f"{result['task']} dev {metric}")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
@@ -548,8 +622,9 @@ def get_parser():
     p.add_argument("--onnx-ratios", action=argparse.BooleanOptionalAction, default=True,
                    help="also time the pruned-only and GhostBERT ONNX graphs at every m (default on)")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads of every runtime (default 1)")
-    p.add_argument("--runs", type=int, default=5, help="timing rounds (default 5)")
-    p.add_argument("--repeats", type=int, default=3, help="forwards per timing of the GhostBERT table (default 3)")
+    p.add_argument("--runs", type=int, default=7, help="timing rounds (default 7)")
+    p.add_argument("--repeats", type=int, default=5, help="forwards per round of the GhostBERT table, each config's "
+                                                         "interleaved (default 5; 10x at 1 x 128)")
     p.add_argument("--time-batch", type=int, default=16, help="sequences of 128 tokens in the GhostBERT timing")
     p.add_argument("--examples", type=int, default=0, help="dev examples of the main table (default 0: all)")
     p.add_argument("--speed-batches", type=int, default=4, help="batches of 32 timed per round (default 4)")
