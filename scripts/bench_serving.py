@@ -182,7 +182,8 @@ def summarise(records, gold, burst, duration, reference=None):
            "examples_answered": len(pairs),
            "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95), "p99_ms": percentile(lat, 99),
            "burst_p95_ms": percentile(in_burst, 95), "burst_answered": len(in_burst),
-           "throughput": len(pairs) / duration, "accuracy": 100 * sum(gold[i] == lab for i, lab in pairs) / max(1, len(pairs)),
+           "throughput": len(pairs) / duration,
+           "accuracy": 100 * sum(gold[i] == lab for i, lab in pairs) / max(1, len(pairs)),
            "k_share": {str(k): n / max(1, len(pairs)) for k, n in sorted(ks.items())},
            "client_lag_p99_ms": percentile([r["lag"] * 1000 for r in records], 99)}
     if reference is not None:  # the requests both this policy and fixed:0 answered (same trace position)
@@ -213,6 +214,29 @@ def series(records, arrivals, per_request, duration, step=1.0):
     return rows
 
 
+def server_side(metrics_text):
+    """What the server's /metrics say after the trace (prometheus_client's own parser): batches, mean batch
+    size and mean batch seconds by k, and the adaptive policy's cost scale (measured / table batch time)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    sums, counts, out = {}, {}, {"by_k": {}}
+    size_sum = size_count = 0.0
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == "fc_serve_batch_seconds_sum":
+                sums[sample.labels["k"]] = sample.value
+            elif sample.name == "fc_serve_batch_seconds_count":
+                counts[sample.labels["k"]] = sample.value
+            elif sample.name == "fc_serve_examples_total":
+                out["by_k"].setdefault(sample.labels["k"], {})["examples"] = sample.value
+            elif sample.name == "fc_serve_cost_scale":
+                out["cost_scale"] = sample.value
+    for k, n in counts.items():
+        if n:
+            row = out["by_k"].setdefault(k, {})
+            row.update(batches=n, mean_batch_ms=1000 * sums[k] / n, mean_batch_size=row.get("examples", 0) / n)
+    return out
+
+
 def plot(result, path):
     plt = pyplot()
     if plt is None:
@@ -224,6 +248,8 @@ def plot(result, path):
     axes[0].step(t, [row["offered"] for row in first["series"]], where="post", color="black", lw=2,
                  label="offered")
     for name, run in result["policies"].items():
+        if run["repeat"] != 1:  # the first repeat of each policy (the others are in the tables)
+            continue
         line = axes[0].step(t, [row["answered"] for row in run["series"]], where="post", label=f"answered, {name}")
         colours[name] = line[0].get_color()
         axes[1].step(t, [row["mean_k"] if row["mean_k"] is not None else math.nan for row in run["series"]],
@@ -242,7 +268,8 @@ def plot(result, path):
         ax.legend(fontsize=8, loc="upper right")
         for edge in result["burst_window"]:
             ax.axvline(edge, color="grey", lw=0.8, ls=":")
-    fig.suptitle(f"fc-serve, {result['task']}: idle, burst at {result['burst_factor']:g}x the backbone's throughput, idle")
+    fig.suptitle(f"fc-serve, {result['task']}: idle, burst at {result['burst_factor']:g}x the backbone's "
+                 "throughput, idle")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -257,7 +284,8 @@ def cost_rows(table):
     sizes = sorted({int(b) for row in table["seconds"].values() for b in row})
     lines = ["| k | " + " | ".join(f"batch {b}" for b in sizes) + " |", "|---|" + "---|" * len(sizes)]
     for k, row in sorted(table["seconds"].items(), key=lambda kv: int(kv[0])):
-        lines.append(f"| {k} | " + " | ".join(fmt(row[str(b)] * 1000, 1) if str(b) in row else "-" for b in sizes) + " |")
+        cells = [fmt(row[str(b)] * 1000, 1) if str(b) in row else "-" for b in sizes]
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -294,15 +322,32 @@ def report(result, md_path, png_name):
         shared = (f"{s['shared_accuracy']:.2f} vs {s['shared_reference_accuracy']:.2f} ({s['shared']:,} sentences, "
                   f"{s['agreement_with_reference']:.1f}% same label)" if "shared" in s else "-")
         shares = ", ".join(f"k={k}: {100 * v:.0f}%" for k, v in s["k_share"].items())
-        L.append(f"| {name} | {fmt(s['p50_ms'])} | {fmt(s['p95_ms'])} | {fmt(s['p99_ms'])} | {fmt(s['burst_p95_ms'])} | "
-                 f"{s['answered']:,} | {s['refused']:,} | {s['failed']:,} | {s['throughput']:.1f} | {s['accuracy']:.2f} | "
-                 f"{shared} | {shares} |")
+        L.append(f"| {name} | {fmt(s['p50_ms'])} | {fmt(s['p95_ms'])} | {fmt(s['p99_ms'])} | "
+                 f"{fmt(s['burst_p95_ms'])} | {s['answered']:,} | {s['refused']:,} | {s['failed']:,} | "
+                 f"{s['throughput']:.1f} | {s['accuracy']:.2f} | {shared} | {shares} |")
     L += ["", "Latency: of a request, from its scheduled send time to its answer, answered requests only; burst "
               "p95: requests scheduled inside the burst. Throughput: answered sentences over the trace's duration. "
               "Client lag "
               "(p99 of how late the client sent a request): "
           + ", ".join(f"{name} {run['summary']['client_lag_p99_ms']:.0f} ms" for name, run in pol.items()) + ".", ""]
-    L += ["## Against the goal", ""] + [f"- {line}" for line in r["verdict"]] + [""]
+    L += ["The server's side of the trace (its /metrics after the trace; the start-up timing is not in them): "
+          "batches run at each k, their mean size and mean compute time, beside the cost table's time for a batch "
+          "of that mean size; "
+          "'scale' is the adaptive policy's running measured / table ratio at the end:", "",
+          "| policy | k | batches | mean batch size | mean batch ms | cost table ms at that size | scale |",
+          "|---|---|---|---|---|---|---|"]
+    from user_dir.tools.serving.cost_table import CostTable
+    for name, run in pol.items():
+        table = CostTable.from_dict(run["cost_table"])
+        side = run["server_side"]
+        for k, row in sorted(side["by_k"].items(), key=lambda kv: int(kv[0])):
+            if "batches" not in row:
+                continue
+            scale = f"{side['cost_scale']:.2f}" if "cost_scale" in side and name.startswith("adaptive") else "-"
+            predicted = 1000 * table.batch_seconds(int(k), round(row["mean_batch_size"]))
+            L.append(f"| {name} | {k} | {row['batches']:,.0f} | {row['mean_batch_size']:.1f} | "
+                     f"{row['mean_batch_ms']:.0f} | {predicted:.0f} | {scale} |")
+    L += ["", "## Against the goal", ""] + [f"- {line}" for line in r["verdict"]] + [""]
     L += [f"![offered load, k chosen and latency over time]({png_name})", "", "## Cost tables measured at start-up", "",
           "Milliseconds per batch of real dev sentences (the first ones of the dev file, the server's --cost-texts), "
           "median of the server's --cost-runs; each policy's server measured its own:", ""]
@@ -316,6 +361,11 @@ def report(result, md_path, png_name):
     write_text(md_path, "\n".join(L) + "\n")
 
 
+def run_key(policy, repeat, repeats):
+    """A run's name in the report: the policy, and its repeat when there are several."""
+    return policy if repeats == 1 else f"{policy} #{repeat}"
+
+
 def verdict(result):
     pol, target = result["policies"], result["target_p95_ms"]
     lines = []
@@ -324,21 +374,30 @@ def verdict(result):
         lines.append(f"{name}: burst p95 {fmt(s['burst_p95_ms'])} ms, trace p95 {fmt(s['p95_ms'])} ms "
                      f"({'within' if s['p95_ms'] <= target else 'over'} the {target:.0f} ms target); "
                      f"{s['refused']:,} refused of {s['requests']:,}")
-    base = pol.get("fixed:0", {}).get("summary")
     for name, run in pol.items():
-        if not name.startswith("adaptive") or base is None:
+        base = pol.get(run_key("fixed:0", run["repeat"], result["repeats"]), {}).get("summary")
+        if not run["policy"].startswith("adaptive") or base is None:
             continue
         ad = run["summary"]
         kept = ad["burst_p95_ms"] <= target and ad["p95_ms"] <= target
         missed = base["burst_p95_ms"] > target
         diff = ad["accuracy"] - base["accuracy"]
-        lines.append(f"{name} against fixed:0 -- p95 within the target through the burst: {name} "
+        lines.append(f"{name} against fixed:0{name[len(run['policy']):]} -- p95 within the target through the "
+                     f"burst: {name} "
                      f"{'yes' if kept else 'no'}, fixed:0 {'no' if missed else 'yes'} -> the latency goal is "
-                     f"{'met' if kept and missed else 'not met'}; accuracy of answered sentences {ad['accuracy']:.2f} vs "
-                     f"{base['accuracy']:.2f} ({diff:+.2f} points; goal: within 1 point -> "
-                     f"{'met' if abs(diff) <= 1 else 'not met'}), on the {ad.get('shared', 0):,} sentences both answered "
-                     f"{ad.get('shared_accuracy', float('nan')):.2f} vs {ad.get('shared_reference_accuracy', float('nan')):.2f}; "
+                     f"{'met' if kept and missed else 'not met'}; accuracy of answered sentences "
+                     f"{ad['accuracy']:.2f} vs {base['accuracy']:.2f} ({diff:+.2f} points; goal: within 1 point -> "
+                     f"{'met' if abs(diff) <= 1 else 'not met'}), on the {ad.get('shared', 0):,} sentences both "
+                     f"answered {ad.get('shared_accuracy', float('nan')):.2f} vs "
+                     f"{ad.get('shared_reference_accuracy', float('nan')):.2f}; "
                      f"sentences answered {ad['examples_answered']:,} vs {base['examples_answered']:,}")
+    if result["repeats"] > 1:
+        for policy in dict.fromkeys(run["policy"] for run in pol.values()):
+            runs = [run["summary"] for run in pol.values() if run["policy"] == policy]
+            lines.append(f"{policy}, median of {len(runs)} repeats: burst p95 "
+                         f"{statistics.median(r['burst_p95_ms'] for r in runs):,.0f} ms, accuracy "
+                         f"{statistics.median(r['accuracy'] for r in runs):.2f}, sentences answered "
+                         f"{statistics.median(r['examples_answered'] for r in runs):,.0f}")
     return lines
 
 
@@ -375,7 +434,7 @@ def plugin_provenance(path):
     return text + f" (commands: {os.path.relpath(os.path.dirname(path), ROOT)}/log.txt)"
 
 
-# ---- main -------------------------------------------------------------------------------------------------------------
+# ---- main --------------------------------------------------------------------------------------------------
 def default_plugins(variator_work, task, checkpoint):
     digest = sha256_of(checkpoint)[:8]
     found = sorted(glob.glob(os.path.join(variator_work, "glue", task, f"*-{digest}", "k*", "plugin.pt")),
@@ -389,15 +448,16 @@ def default_plugins(variator_work, task, checkpoint):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="SST-2", help="GLUE task (its dev sentences are the trace's requests)")
-    p.add_argument("--checkpoint", default=None, help="the backbone (default: work/glue/TASK/checkpoints/checkpoint_best.pt)")
+    p.add_argument("--checkpoint", default=None,
+                   help="the backbone (default: work/glue/TASK/checkpoints/checkpoint_best.pt)")
     p.add_argument("--data", default=None, help="its data folder (default: work/glue/data-bin/TASK.wordpiece)")
     p.add_argument("--plugins", default=None, help="comma-separated plugin files (default: those bench_variator "
                                                    "adapted to the checkpoint, under --variator-work)")
     p.add_argument("--variator-work", default=os.path.join(ROOT, "work", "bench-variator", "variator_sst2"),
                    help="scripts/bench_variator.py's work folder for its --out work/serving/variator_sst2.md run")
     p.add_argument("--policies", default="fixed:0,fixed:max,adaptive",
-                   help="policies to run, in order (fixed:max = the largest plugin's ratio; adaptive@4+8 = the adaptive "
-                        "policy with only the k=4 and k=8 plugins attached)")
+                   help="policies to run, in order (fixed:max = the largest plugin's ratio; adaptive@4+8 = the "
+                        "adaptive policy with only the k=4 and k=8 plugins attached)")
     p.add_argument("--max-batch", type=int, default=32, help="fc-serve --max-batch")
     p.add_argument("--max-wait-ms", type=float, default=5.0, help="fc-serve --max-wait-ms")
     p.add_argument("--max-queue", type=int, default=None, help="fc-serve --max-queue (default: see the docstring)")
@@ -412,13 +472,16 @@ def main(argv=None):
                    help="dev sentences per request (default 4: at one per request, this 2-core machine's HTTP side -- "
                         "uvicorn and the httpx client beside the model's worker -- falls behind in the burst before "
                         "the server's queue sees the requests; see the report)")
+    p.add_argument("--repeats", type=int, default=2,
+                   help="runs of each policy, in turns (default 2; the report gives every run and the medians)")
     p.add_argument("--note", action="append", default=[], help="a sentence of provenance for the report")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=60.0, help="client timeout per request, seconds")
     p.add_argument("--out", default=os.path.join(ROOT, "work", "serving", "serving.md"),
                    help="the report (a .json and a .png beside it); results/serving.md only when asked")
     args = p.parse_args(argv)
-    args.checkpoint = args.checkpoint or os.path.join(ROOT, "work", "glue", args.task, "checkpoints", "checkpoint_best.pt")
+    args.checkpoint = args.checkpoint or os.path.join(ROOT, "work", "glue", args.task, "checkpoints",
+                                                      "checkpoint_best.pt")
     args.data = args.data or os.path.join(ROOT, "work", "glue", "data-bin", f"{args.task}.wordpiece")
     for path, flag in ((args.checkpoint, "--checkpoint"), (args.data, "--data")):
         if not os.path.exists(path):
@@ -451,8 +514,8 @@ def main(argv=None):
     log(f"offline dev accuracy of each k ({len(texts)} sentences)")
     offline = {}
     for k in ratios:
-        _, preds, dev_labels, _ = predict(args.data, args.checkpoint, "valid", variator_plugins=",".join(args.plugin_files),
-                                          variator_ratio=k)
+        _, preds, dev_labels, _ = predict(args.data, args.checkpoint, "valid",
+                                          variator_plugins=",".join(args.plugin_files), variator_ratio=k)
         offline[str(k)] = 100 * sum(int(a) == int(b) for a, b in zip(preds, dev_labels)) / len(dev_labels)
     names_path = os.path.join(args.data, "label", "names.txt")
     with open(names_path, encoding="utf-8") as f:
@@ -460,13 +523,13 @@ def main(argv=None):
     gold_names = gold if set(gold) <= set(names.values()) else [names[g] for g in gold]
 
     policies = [s.replace("fixed:max", f"fixed:{ratios[-1]}") for s in args.policies.split(",")]
-    result = {"command": invocation("bench_serving.py", argv), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "machine": machine(), "threads": args.threads,
+    result = {"command": invocation("bench_serving.py", argv),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(), "threads": args.threads,
               "task": args.task, "ratios": ratios, "offline_accuracy": offline, "dev_examples": len(texts),
               "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms, "seed": args.seed,
               "idle_seconds": args.idle_seconds, "burst_seconds": args.burst_seconds, "idle_factor": args.idle_factor,
               "burst_factor": args.burst_factor, "load_before": load_before, "notes": args.note,
-              "texts_per_request": args.texts_per_request, "policies": {}}
+              "texts_per_request": args.texts_per_request, "repeats": args.repeats, "policies": {}}
     teacher_dir = os.path.dirname(os.path.dirname(os.path.realpath(args.checkpoint)))
     note = open(os.path.join(teacher_dir, "command.txt")).read().strip() if os.path.exists(
         os.path.join(teacher_dir, "command.txt")) else "how it was trained is not recorded beside it"
@@ -475,9 +538,13 @@ def main(argv=None):
     result["plugins_note"] = "; ".join(plugin_provenance(pf) for pf in args.plugin_files)
 
     schedule = None
-    for policy in policies:
-        logfile = os.path.join(work, f"server-{policy.replace(':', '')}.log")
-        result["policies"][policy] = run = {"load_before": loadavg()}
+    # every policy once per repeat, the order reversed every other repeat (a machine whose load drifts
+    # favours no policy by its place in the order)
+    order = [(r, p) for r in range(1, args.repeats + 1) for p in (policies if r % 2 else policies[::-1])]
+    for repeat, policy in order:
+        key = run_key(policy, repeat, args.repeats)
+        logfile = os.path.join(work, f"server-{key.replace(':', '').replace(' #', '-')}.log")
+        result["policies"][key] = run = {"policy": policy, "repeat": repeat, "load_before": loadavg()}
         if schedule is None:  # calibrate on the first server's cost table: a throw-away start to read it
             log(f"calibrating: {policy} server measures its cost table")
             proc, out, url, _ = start_server(args, policy, args.target_p95_ms or 1000.0, args.max_queue or 1, logfile)
@@ -510,32 +577,32 @@ def main(argv=None):
             requests = [[{"index": order[j % len(order)], "text": texts[order[j % len(order)]]}
                          for j in range(i * n, (i + 1) * n)] for i in range(len(schedule))]
             duration = sum(s for s, _ in phases)
-            result.update(requests=len(schedule), burst_window=[args.idle_seconds, args.idle_seconds + args.burst_seconds],
-                          duration=duration)
+            result.update(requests=len(schedule), duration=duration,
+                          burst_window=[args.idle_seconds, args.idle_seconds + args.burst_seconds])
             log(f"backbone {throughput:.1f} ex/s -> idle {result['idle_rate']:.1f}, burst {result['burst_rate']:.1f} "
-                f"sentences/s; target {target:.0f} ms; max queue {max_queue}; {len(schedule)} requests over {duration:g} s")
-        log(f"{policy}: starting the server")
+                f"sentences/s; target {target:.0f} ms; max queue {max_queue}; {len(schedule)} requests over "
+                f"{duration:g} s")
+        log(f"{key}: starting the server")
         proc, out, url, cmd = start_server(args, policy, result["target_p95_ms"], result["max_queue"], logfile)
         health = wait_ready(proc, url, logfile)
         run["cost_table"] = health["cost_table"]
         run["server_command"] = " ".join(shlex.quote(c) for c in cmd[1:]).replace(ROOT + "/", "")
-        log(f"{policy}: replaying the trace")
+        log(f"{key}: replaying the trace")
         run["load_before"] = loadavg()
         records = asyncio.run(replay(url, schedule, requests, args.timeout))
-        try:
-            import httpx
-            run["metrics"] = httpx.get(url + "/metrics", timeout=10).text
-        except Exception as e:  # the report does not need them; keep going
-            run["metrics"] = f"unavailable: {e}"
+        import httpx
+        run["server_side"] = server_side(httpx.get(url + "/metrics", timeout=30).text)
         stop_server(proc, out)
-        reference = result["policies"].get("fixed:0", {}).get("records") if policy != "fixed:0" else None
         run["records"] = records
-        run["summary"] = summarise(records, gold_names, result["burst_window"], result["duration"], reference)
         run["series"] = series(records, schedule, args.texts_per_request, result["duration"])
-        s = run["summary"]
-        log(f"{policy}: p50 {s['p50_ms']:.0f} p95 {s['p95_ms']:.0f} p99 {s['p99_ms']:.0f} ms, burst p95 "
+        s = summarise(records, gold_names, result["burst_window"], result["duration"])
+        log(f"{key}: p50 {s['p50_ms']:.0f} p95 {s['p95_ms']:.0f} p99 {s['p99_ms']:.0f} ms, burst p95 "
             f"{s['burst_p95_ms']:.0f} ms; answered {s['answered']}, refused {s['refused']}, failed {s['failed']}; "
             f"accuracy {s['accuracy']:.2f}; k share {s['k_share']}")
+    for run in result["policies"].values():  # beside fixed:0's answers of the same repeat, once all have run
+        reference = result["policies"].get(run_key("fixed:0", run["repeat"], args.repeats), {}).get("records")
+        run["summary"] = summarise(run["records"], gold_names, result["burst_window"], result["duration"],
+                                   reference if run["policy"] != "fixed:0" else None)
     result["load_after"] = loadavg()
     result["verdict"] = verdict(result)
     png = stem + ".png"
@@ -545,7 +612,6 @@ def main(argv=None):
     slim = json.loads(json.dumps(result))
     for run in slim["policies"].values():
         run.pop("records", None)
-        run.pop("metrics", None)
     write_json(stem + ".json", slim)
     report(result, stem + ".md", os.path.basename(png))
     log(f"wrote {stem}.md, .json, .png")

@@ -81,7 +81,8 @@ def test_predictions_follow_the_machine_when_it_runs_slower_than_at_start_up():
     frozen.observe(0, 8, 0.160)
     assert frozen.scale == 1.0 and frozen.choose([0.0] * 8)[0] == 0
     from user_dir.tools.serving.policy import updated_scale
-    assert updated_scale(1.0, 100.0, 0.01) == 4.0 and updated_scale(1.0, 0.5, 1.0) == pytest.approx(0.9)  # bounded; averaged
+    assert updated_scale(1.0, 100.0, 0.01) == 4.0  # bounded
+    assert updated_scale(1.0, 0.5, 1.0) == pytest.approx(0.9)  # averaged
 
 
 def test_parse_policy_names_the_flag():
@@ -104,6 +105,31 @@ def test_measure_takes_the_median_and_alternates_the_ratios():
     measure(lambda k, b: calls.append((k, b)), [0, 4], [1, 2], runs=3, length=7, clock=lambda: next(ticks))
     timed = calls[4:]  # after one warm-up per cell
     assert timed[:4] == [(0, 1), (4, 1), (0, 2), (4, 2)] and timed[4:8] == [(4, 1), (0, 1), (4, 2), (0, 2)]
+
+
+def test_benchmark_trace_is_seeded_and_its_summary_counts_sentences_requests_and_the_burst():
+    import importlib
+    if os.path.join(REPO, "scripts") not in sys.path:  # imported as running the script does
+        sys.path.insert(0, os.path.join(REPO, "scripts"))
+    bench = importlib.import_module("bench_serving")
+    trace = bench.poisson_schedule([(10, 2.0), (5, 40.0), (10, 0.0)], seed=3)
+    assert trace == bench.poisson_schedule([(10, 2.0), (5, 40.0), (10, 0.0)], seed=3) and trace == sorted(trace)
+    burst = [t for t in trace if 10 <= t < 15]
+    assert 140 <= len(burst) <= 260 and len(trace) - len(burst) < 45 and max(trace) < 15  # no arrivals at rate 0
+    assert bench.percentile([1, 2, 3, 4], 50) == 2.5 and bench.percentile([5], 95) == 5
+    gold = ["1", "0", "1", "0"]
+    mine = [{"at": 1.0, "lag": 0.0, "indices": [0, 1], "status": 200, "latency": 0.1, "ks": [0, 0],
+             "labels": ["1", "1"]},
+            {"at": 12.0, "lag": 0.0, "indices": [2, 3], "status": 200, "latency": 0.5, "ks": [4, 4],
+             "labels": ["1", "0"]},
+            {"at": 13.0, "lag": 0.0, "indices": [0, 1], "status": 503, "latency": 0.01}]
+    ref = [dict(mine[0], labels=["1", "0"]), dict(mine[1], status=503), dict(mine[2], status=200, ks=[0, 0],
+                                                                             labels=["1", "0"])]
+    s = bench.summarise(mine, gold, (10, 15), duration=20.0, reference=ref)
+    assert (s["answered"], s["refused"], s["failed"], s["examples_answered"]) == (2, 1, 0, 4)
+    assert s["accuracy"] == 75.0 and s["k_share"] == {"0": 0.5, "4": 0.5} and s["throughput"] == 0.2
+    assert s["burst_answered"] == 1 and s["burst_p95_ms"] == pytest.approx(500)
+    assert s["shared"] == 2 and s["shared_accuracy"] == 50.0 and s["shared_reference_accuracy"] == 100.0
 
 
 # ---- the batcher, with a fake model --------------------------------------------------------------------------
@@ -224,8 +250,8 @@ def glue(tiny_glue_teacher, tmp_path_factory):
     for the same model: 16 real SST-2 dev sentences prepared with RTE's dictionary (Moses tokens, as RTE's)."""
     from fairseq import checkpoint_utils
     root = tmp_path_factory.mktemp("serve_glue")
-    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(tiny_glue_teacher["teacher"])],
-                                                                  arg_overrides={"data": str(tiny_glue_teacher["data"])})
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task(
+        [str(tiny_glue_teacher["teacher"])], arg_overrides={"data": str(tiny_glue_teacher["data"])})
     plugins = [random_plugin_file(models[0], root / f"k{k}.pt", k, (0, 1), seed=k) for k in (2, 4)]
     tsv = root / "tsv" / "SST-2"
     tsv.mkdir(parents=True)
@@ -258,8 +284,9 @@ def servers(glue):
     * ``single``: SST-2 sentences, fixed:0, its cost table measured at start-up."""
     started = {
         "pair": Server(glue["teacher"], "--data", glue["data"], "--plugins", ",".join(glue["plugins"]),
-                       "--policy", "adaptive", "--target-p95-ms", "1000", "--cost-table", glue["table"], "--cost-rescale", "0",
-                       "--max-batch", "64", "--max-wait-ms", "400", "--max-queue", "24", log=glue["root"] / "pair.log"),
+                       "--policy", "adaptive", "--target-p95-ms", "1000", "--cost-table", glue["table"],
+                       "--cost-rescale", "0", "--max-batch", "64", "--max-wait-ms", "400", "--max-queue", "24",
+                       log=glue["root"] / "pair.log"),
         "single": Server(glue["teacher"], "--data", glue["sst2"], "--policy", "fixed:0", "--max-batch", "8",
                          "--max-wait-ms", "2", "--cost-batch-sizes", "1,8", "--cost-runs", "1",
                          log=glue["root"] / "single.log"),

@@ -241,7 +241,8 @@ def create_app(backend, policy, table, settings: dict):
 
 # ---- the command line -------------------------------------------------------------------------------------------
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fc-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="fc-serve", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="fairseq checkpoint of the frozen backbone: a sentence_prediction classifier "
                                       "(served at /classify) or a translation model (/translate)")
     p.add_argument("--data", default=None, help="its data folder (default: the checkpoint's own --data for a "

@@ -200,10 +200,10 @@ class TranslatorBackend:
     """A fairseq translation checkpoint through fairseq's hub interface (what ``fairseq-interactive`` runs)."""
     kind = "translate"
 
-    def __init__(self, checkpoint: str, data: Optional[str] = None, plugins: str = "", source_lang: Optional[str] = None,
-                 target_lang: Optional[str] = None, tokenizer: str = "moses", bpe: str = "subword_nmt",
-                 bpe_codes: Optional[str] = None, lowercase: bool = False, beam: int = 5, max_len_a: float = 0,
-                 max_len_b: int = 200):
+    def __init__(self, checkpoint: str, data: Optional[str] = None, plugins: str = "",
+                 source_lang: Optional[str] = None, target_lang: Optional[str] = None, tokenizer: str = "moses",
+                 bpe: str = "subword_nmt", bpe_codes: Optional[str] = None, lowercase: bool = False, beam: int = 5,
+                 max_len_a: float = 0, max_len_b: int = 200):
         import user_dir  # noqa: F401
         from fairseq import checkpoint_utils
         from fairseq.hub_utils import GeneratorHubInterface
@@ -212,7 +212,7 @@ class TranslatorBackend:
         overrides = {"data": data}
         if tokenizer and tokenizer != "none":
             overrides["tokenizer"] = tokenizer
-            if tokenizer == "moses":  # sacremoses as the data was tokenised: tokenize(line, escape=False), no dash splits
+            if tokenizer == "moses":  # as the data was tokenised: sacremoses tokenize(escape=False), no dash splits
                 overrides.update(moses_no_escape=True, moses_no_dash_splits=True)
         if bpe and bpe != "none":
             codes = bpe_codes or os.path.join(os.path.dirname(os.path.abspath(checkpoint)), "code")
@@ -278,6 +278,7 @@ def load_backend(checkpoint: str, **kwargs):
     if "sentence_prediction" in task:
         return ClassifierBackend(checkpoint, **classify)
     if "translation" in task:
-        return TranslatorBackend(checkpoint, **{k: v for k, v in kwargs.items() if k not in ("head", "wordpiece_vocab")})
+        return TranslatorBackend(checkpoint,
+                                 **{k: v for k, v in kwargs.items() if k not in ("head", "wordpiece_vocab")})
     raise ValueError(f"checkpoint {checkpoint}: task {task!r}; fc-serve serves sentence_prediction (classify) and "
                      "translation (translate) models")

@@ -62,8 +62,8 @@ class CostTable:
         return max(row[lo] + slope * (size - lo), 1e-9)
 
     def as_dict(self) -> dict:
-        return {"seconds": {str(k): {str(b): s for b, s in sorted(row.items())} for k, row in sorted(self.seconds.items())},
-                "length": self.length, "source": self.source, "details": self.details}
+        seconds = {str(k): {str(b): s for b, s in sorted(row.items())} for k, row in sorted(self.seconds.items())}
+        return {"seconds": seconds, "length": self.length, "source": self.source, "details": self.details}
 
     @classmethod
     def from_dict(cls, d: dict) -> "CostTable":
