@@ -60,6 +60,7 @@ def test_bleu_scores_are_sacrebleus_and_the_seeds_are_concatenated():
 def test_bleu_identical_systems_and_a_perfect_one():
     same = paired_bleu([B_HYPS], [B_HYPS], REFS, n_samples=200)
     assert same["diff"] == 0 and same["low"] == same["high"] == 0 and verdict(same) == "inconclusive"
+    assert same["p"] == pytest.approx(1 / 201)  # sacrebleu's strict count: the interval decides, not p
     perfect = paired_bleu([REFS], [B_HYPS], REFS, n_samples=200)
     assert perfect["a"] == pytest.approx(100.0) and perfect["low"] > 0
     # sacrebleu's p: (1 + resamples at least as extreme) / (1 + resamples); none of 200 is

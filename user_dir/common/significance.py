@@ -11,7 +11,10 @@ same sign?".
   ``test_type="bs"``, Koehn 2004; the Moses script's behaviour) gives the p-value. sacrebleu reports
   each system's interval, not the difference's: the interval of A - B is computed from the same
   resamples (the same seed draws the same indices, as sacrebleu's own ``_paired_bs_test`` does) on
-  sacrebleu's sentence-level BLEU sufficient statistics, summed per resample into corpus BLEU.
+  sacrebleu's sentence-level BLEU sufficient statistics, summed per resample into corpus BLEU. Note that
+  sacrebleu's p counts only resamples *strictly* beyond the observed difference (after multeval), so two
+  identical systems get the smallest p (1 / (n + 1)), not 1: :func:`verdict` therefore also asks the
+  interval to exclude 0, which an identical pair's [0, 0] never does.
 * :func:`paired_glue`: ``scipy.stats.bootstrap(paired=True)`` for the interval of metric(A) -
   metric(B) (percentile method) and ``scipy.stats.permutation_test(permutation_type="samples")``
   for p (under H0 the two systems' predictions on an example are exchangeable). Metrics: accuracy,
