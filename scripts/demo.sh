@@ -17,7 +17,7 @@
 # Bounded by updates, not minutes, so the numbers it prints are the same on every machine up to float
 # noise. Works on a fresh clone: the teacher, its BPE codes and dictionaries and the data ship inside the
 # repository. Outputs go to work/demo/ (data-bin, checkpoints, logs); the table to work/demo/pet/measure.md.
-# The full-length PET recipe (3 + 20 epochs, ~3 hours on 2 cores) is bash scripts/pet_multi30k.sh.
+# The full-length PET recipe (3 + 20 epochs, ~3 hours on 2 cores) is bash scripts/recipes/pet.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -25,7 +25,7 @@ SMOKE="${SMOKE:-0}"
 WORK="${WORK:-$ROOT/work/demo}"
 SHIPPED="$ROOT/checkpoints/multi30k.de-en"
 TEACHER="$SHIPPED/teacher.pt"
-SHIPPED_PET="$SHIPPED/pet_student.pt"  # the full-recipe PET student (scripts/pet_multi30k.sh), measured beside the demo's
+SHIPPED_PET="$SHIPPED/pet_student.pt"  # the full-recipe PET student (scripts/recipes/pet.sh), measured beside the demo's
 if [ "$SMOKE" = 1 ]; then
   WARMUP_UPDATES="${WARMUP_UPDATES:-4}"; KD_UPDATES="${KD_UPDATES:-8}"
   DATA_EXTRA=(--train-lines 2000); TRAIN_EXTRA="--max-valid-steps 2"; MEASURE_EXTRA="--max-sentences 50"; RUNS=1
@@ -64,7 +64,7 @@ ALSO=""; [ -f "$SHIPPED_PET" ] && ALSO="pet-full-recipe=$SHIPPED_PET"
 MEASURE_ALSO="$ALSO" TEACHER="$TEACHER" DATA="$WORK/data-bin" WARMUP_UPDATES="$WARMUP_UPDATES" KD_UPDATES="$KD_UPDATES" \
   EXTRA="--warmup-updates 100 --log-interval 25 $TRAIN_EXTRA" RUNS="$RUNS" \
   MEASURE_EXTRA="--max-len-a 1.2 --max-len-b 10 $MEASURE_EXTRA" REPORT="$WORK/pet/pet.md" \
-  bash scripts/pet_multi30k.sh "$WORK/pet"
+  bash scripts/recipes/pet.sh "$WORK/pet"
 
 say "4/4 typed German sentences through fairseq-interactive, lowercased, Moses + the teacher's BPE as the data was made (under a minute)"
 SENTENCES="$WORK/sentences.de"

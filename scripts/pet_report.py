@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""The report of one ``scripts/pet_multi30k.sh`` run: teacher vs PET from its measurement, the
+"""The report of one ``scripts/recipes/pet.sh`` run: teacher vs PET from its measurement, the
 paper's numbers beside them, and the KD stage's validation NLL per epoch (read from its log, so a
-reader sees whether the student had converged). pet_multi30k.sh calls it last:
+reader sees whether the student had converged). recipes/pet.sh calls it last:
 
-    python scripts/pet_report.py WORK_DIR --command "bash scripts/pet_multi30k.sh WORK_DIR" --out WORK_DIR/pet.md
+    python scripts/pet_report.py WORK_DIR --command "bash scripts/recipes/pet.sh WORK_DIR" --out WORK_DIR/pet.md
 """
 import argparse
 import json
@@ -38,7 +38,7 @@ def report(work, command, recipe, train_log=None):
     nll = valid_nll_per_epoch(train_log)
     trend = ", ".join(f"{v:.2f}" for v in nll.values()) or f"(no {train_log})"
     return "\n".join([
-        "# PET on the CPU: `scripts/pet_multi30k.sh` (Multi30k DE->EN)", "",
+        "# PET on the CPU: `scripts/recipes/pet.sh` (Multi30k DE->EN)", "",
         f"Made by `{command}` ({recipe}). Test: test_2016_flickr, beam 5.", "",
         "| | teacher | PET | PET's paper (IWSLT'14, Table 7) |", "|---|---|---|---|",
         f"| BLEU (tok) | {t['bleu_tok']:.2f} | {s['bleu_tok']:.2f} | {PAPER_TEACHER_BLEU} -> {paper_bleu} |",
@@ -54,14 +54,14 @@ def report(work, command, recipe, train_log=None):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("work", help="the WORK_DIR of scripts/pet_multi30k.sh (measure.json, measure.md, kd.log)")
+    p.add_argument("work", help="the WORK_DIR of scripts/recipes/pet.sh (measure.json, measure.md, kd.log)")
     p.add_argument("--command", required=True, help="the command that made the run, quoted in the report")
     p.add_argument("--recipe", default="", help="one line on the recipe's settings, quoted in the report")
     p.add_argument("--train-log", default=None, help="the KD stage's fairseq-train log (default: WORK/kd.log)")
     p.add_argument("--out", required=True, help="Markdown file to write (the measurement's JSON is copied beside it)")
     args = p.parse_args(argv)
     if not os.path.isfile(os.path.join(args.work, "measure.json")):
-        raise SystemExit(f"pet_report: {args.work}/measure.json missing (run scripts/pet_multi30k.sh {args.work} first)")
+        raise SystemExit(f"pet_report: {args.work}/measure.json missing (run scripts/recipes/pet.sh {args.work} first)")
     text = report(args.work, args.command, args.recipe, args.train_log)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

@@ -157,10 +157,7 @@ def test_the_pages_checked_include_readme_and_every_method_page():
 
 # pages known to quote a number their unit's results file does not hold, with the fix (strict: the test fails
 # once the page is fixed, so the entry goes)
-KNOWN_UNSOURCED = {
-    "checkpoints/multi30k.de-en/README.md": "line 103 quotes 37.09 (in results/translation_long_budget.md) and 0.02 "
-                                            "(in no results file) for an earlier run, citing only results/pet_multi30k.md",
-}
+KNOWN_UNSOURCED = {}  # a page listed here fails strictly (xfail) until its numbers are sourced
 
 
 @pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN_UNSOURCED[p]))
