@@ -28,7 +28,8 @@ Stages, each a stock command (``--user-dir user_dir``), skipped when its output 
 3. ``python -m user_dir.tools.apc_finalize``: a stock ``transformer`` checkpoint with FFN width cmp^f.
 4. Neuron pruning (the paper's Table 2 row): the neuron-pruning init finalized (exactly the pruned
    network, Algorithm 1) then fine-tuned as a stock ``transformer`` with all parameters trainable, the
-   same updates, loss and optimizer -- which is also Table 3's "Finalized" strategy.
+   same updates, loss and optimizer. Table 3's "Finalized" strategy (``--parts inits``) is different: the
+   APC model of stage 2 (compression updates) folded, then fine-tuned the same way for ``--updates`` more.
 5. ``fc-measure`` (user_dir.tools.measure) on the teacher and every finalized model in one run: BLEU
    (beam 5) on test_2016_flickr, non-embedding parameters, sentences/s -- of the last checkpoint, the
    primary score; the best-of-N checkpoint (validation loss) is scored beside it (sacreBLEU of
@@ -308,6 +309,7 @@ def comparisons(result, seeds, references):
     pairs += [(f"APC embed {e}", f"hidden pruning+FT {e}") for e in
               (n.split(" ")[2] for n in hyps if re.fullmatch(r"APC embed \d+", n))]
     pairs += [(f"APC {n.split(' ')[2].rstrip(',')}", n) for n in hyps if n.startswith("word-KD student")]
+    pairs += [("neuron-pruning, Finalized", "neuron pruning + FT")]  # Table 3's Finalized against Table 2's baseline
     return [bleu_comparison(f"{a} vs {b}", a, b, [hyps[a][str(s)] for s in seeds], [hyps[b][str(s)] for s in seeds],
                             references)
             for a, b in pairs if a in hyps and b in hyps]
@@ -336,8 +338,9 @@ def run_seed(args, command):
                                               os.path.join(work, f"apc-np_{size}_attn{args.attn_dims}_final.pt")),
                                best_of(last_a, args.validations)))
                 meta[name] = {"cmp_f": int(size), "what": f"APC, neuron-pruning init, compression only, and every "
-                              f"attention (encoder, decoder, cross) at cmp^a = {args.attn_dims} (eq. 11 init; "
-                              "finalized as apc_transformer --apc-finalized)"}
+                              f"attention (encoder, decoder, cross) at cmp^a = {args.attn_dims} (neuron-pruning init of the "
+                              "attention dimensions too, D^Q / D^K placed as eq. 11; finalized as apc_transformer "
+                              "--apc-finalized)"}
             meta.update({f"APC {size}": {"cmp_f": int(size), "what": "APC, neuron-pruning init, compression only"},
                          f"pruning+FT {size}": {"cmp_f": int(size), "what": "neuron pruning, then all parameters "
                                                 "fine-tuned (= APC 'Finalized')"},
@@ -364,10 +367,17 @@ def run_seed(args, command):
             models.append(("neuron-pruning, All Params",
                            finalize(args, work, last, os.path.join(work, f"apc-np-all_{size}_final.pt")),
                            best_of(last, args.validations)))
+        # Table 3's Finalized strategy: the APC model trained above (Compr. only, neuron-pruning init) folded into
+        # the dense model, then all its parameters fine-tuned as a stock transformer, --updates more updates
+        folded = os.path.join(work, f"apc-np_{size}_final.pt")
+        fin = train(args, work, f"apc-np-finalized-ft_{size}", folded, stock_flags(info["fairseq_flags"], size))
+        models.append(("neuron-pruning, Finalized", fin, best_of(fin, args.validations)))
+        # neuron pruning (Table 2's baseline): the untrained init folded (= the pruned network), then fine-tuned
         pruned = finalize(args, work, ckpt, os.path.join(work, f"pruned_{size}.pt"))
         ft = train(args, work, f"pruning-ft_{size}", pruned, stock_flags(info["fairseq_flags"], size))
-        models.append(("neuron-pruning, Finalized", ft, best_of(ft, args.validations)))
+        models.append(("neuron pruning + FT", ft, best_of(ft, args.validations)))
         result["inits"] = {"cmp_f": int(size), "reconstruction_error_valid": recon, "updates": args.updates,
+                           "finalized_strategy": "compression stage, fold, fine-tune (Table 3)",
                            "command": result["command"], **measure(args, work, "inits", models)}
     if "embed" in args.parts:
         models, meta = [], {}
@@ -497,7 +507,12 @@ def report(args, result):
         lines += ["", "| strategy (neuron-pruning init) | BLEU (tok) |", "| --- | --- |",
                   f"| Compr. only (U, D, B, b_U, b_D train) | "
                   f"{_fmt(by_name['neuron-pruning + ' + str(inits['updates']) + ' updates']['bleu_tok'])} |",
-                  f"| Finalized (the pruned dense model trained) | {_fmt(by_name['neuron-pruning, Finalized']['bleu_tok'])} |",
+                  f"| Finalized (Compr. only, folded, then the dense model's parameters, {inits['updates']} + "
+                  f"{inits['updates']} updates) | "
+                  + (_fmt(by_name['neuron-pruning, Finalized']['bleu_tok'])
+                     if inits.get("finalized_strategy") else "not run: this record predates the strategy") + " |",
+                  *([f"| neuron pruning + FT (the untrained init folded, then all parameters; Table 2's baseline) | "
+                     f"{_fmt(by_name['neuron pruning + FT']['bleu_tok'])} |"] if "neuron pruning + FT" in by_name else []),
                   *([f"| All Params (--apc-train-original) | {_fmt(by_name['neuron-pruning, All Params']['bleu_tok'])} |"]
                     if "neuron-pruning, All Params" in by_name else []),
                   "", f"Teacher: {_fmt(by_name['teacher']['bleu_tok'])} BLEU.", ""]

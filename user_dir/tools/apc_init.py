@@ -22,6 +22,7 @@ import copy
 import json
 import logging
 import os
+import shlex
 import sys
 
 import torch
@@ -299,8 +300,9 @@ def main(argv=None):
         json.dump(info, f, indent=1)
     for name, err in errors.items():
         print(f"{name}\treconstruction error (eq. 4, valid) {err:.4f}")
-    print("train with: fairseq-train DATA --user-dir user_dir " + " ".join(info["fairseq_flags"])
-          + f" --finetune-from-model {a.out} ...")
+    print(f"train with: fairseq-train DATA --user-dir user_dir $(fc-flags {shlex.quote(a.out)}) "
+          f"--finetune-from-model {shlex.quote(a.out)} and the task, criterion and optimiser flags "
+          "(scripts/recipes/apc.sh has them)")
 
 
 if __name__ == "__main__":

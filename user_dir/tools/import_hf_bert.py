@@ -304,7 +304,8 @@ def main(argv=None):
     print(f"fresh (no counterpart in the checkpoint): {', '.join(report['freshly_initialised']) or 'nothing'}")
     print("fine-tune with: fairseq-train GLUE_BIN --user-dir user_dir --task sentence_prediction "
           f"--restore-file {args.dest}/model.pt --reset-optimizer --reset-dataloader --reset-meters "
-          f"--init-token 0 {' '.join(report['fairseq_flags'])} ...", file=sys.stderr)
+          f"--init-token 0 $(fc-flags {args.dest}) and the task's flags (scripts/glue_teachers.sh has them)",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":
