@@ -19,13 +19,47 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "user_dir")
 SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(REPO), "shared"))
 SHARED_DATA = os.path.join(SHARED, "data")
-TEACHER_DIR = os.path.join(SHARED, "teachers", "multi30k.de-en")
+# The original reference teacher and its data-bin beside the project (the tests about the original file only).
+REFERENCE_TEACHER_DIR = os.path.join(SHARED, "teachers", "multi30k.de-en")
+REFERENCE_TEACHER = os.path.join(REFERENCE_TEACHER_DIR, "teacher.pt")
+# The teacher of every other test: the one shipped in checkpoints/ (the reference's weights, bit for bit), with
+# a data-bin made from the embedded Multi30k by preprocess.prepare_multi30k with the shipped codes and
+# dictionary (byte-identical to the reference's data-bin), assembled once per clone under
+# work/test-teacher when this file is imported (below) -- so a fresh clone runs these tests too.
+SHIPPED_TEACHER_DIR = os.path.join(REPO, "checkpoints", "multi30k.de-en")
+TEACHER_DIR = os.path.join(REPO, "work", "test-teacher", "multi30k.de-en")
 TEACHER = os.path.join(TEACHER_DIR, "teacher.pt")
 
 needs_shared_data = pytest.mark.skipif(
     not os.path.isdir(SHARED_DATA), reason=f"needs the shared corpora at {SHARED_DATA} (not part of a clone)")
-needs_teacher = pytest.mark.skipif(
-    not os.path.isfile(TEACHER), reason=f"needs the reference teacher at {TEACHER} (not part of a clone)")
+needs_reference_teacher = pytest.mark.skipif(
+    not os.path.isfile(REFERENCE_TEACHER),
+    reason=f"needs the original reference teacher at {REFERENCE_TEACHER} (not part of a clone)")
+
+
+def _assemble_test_teacher():
+    """TEACHER_DIR: links to the shipped teacher, codes and dictionaries, and its data-bin made from the embedded
+    Multi30k (about 20 s, once per clone)."""
+    import fcntl
+    data = os.path.join(TEACHER_DIR, "data-bin")
+    os.makedirs(TEACHER_DIR, exist_ok=True)
+    with open(TEACHER_DIR + ".lock", "w") as lock:  # pytest-xdist's workers import this file at the same time
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.isfile(os.path.join(data, "DONE")):
+            _assemble_locked(data)
+
+
+def _assemble_locked(data):
+    for name in ("teacher.pt", "code", "dict.de.txt", "dict.en.txt"):
+        link = os.path.join(TEACHER_DIR, name)
+        if not os.path.lexists(link):
+            os.symlink(os.path.join(SHIPPED_TEACHER_DIR, name), link)
+    subprocess.run([sys.executable, "-m", "preprocess.prepare_multi30k", "--dest", data,
+                    "--bpe-codes", os.path.join(SHIPPED_TEACHER_DIR, "code"),
+                    "--srcdict", os.path.join(SHIPPED_TEACHER_DIR, "dict.de.txt")],
+                   check=True, cwd=REPO, env=clean_env(), capture_output=True, text=True)
+    open(os.path.join(data, "DONE"), "w").close()
+
 
 # a Transformer small enough to train a few updates in seconds on 2 CPU cores
 TINY_TRANSFORMER = [
@@ -49,6 +83,16 @@ def clean_env():
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("OMP_NUM_THREADS", "2")
     return env
+
+
+# assembled when the test modules are collected (their skipif markers are evaluated at import)
+try:
+    _assemble_test_teacher()
+    _TEACHER_PROBLEM = None
+except (OSError, subprocess.CalledProcessError) as e:
+    _TEACHER_PROBLEM = f"{e}: {getattr(e, 'stderr', '') or ''}"[-500:]
+needs_teacher = pytest.mark.skipif(
+    _TEACHER_PROBLEM is not None, reason=f"the test teacher at {TEACHER} could not be assembled: {_TEACHER_PROBLEM}")
 
 
 def run_cli(module, *args, input=None, check=True, cwd=None, timeout=600):

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, TEACHER, clean_env, needs_teacher
+from conftest import REFERENCE_TEACHER, REPO, clean_env, needs_reference_teacher
 
 SHIPPED = os.path.join(REPO, "checkpoints", "multi30k.de-en")
 SHIPPED_TEACHER = os.path.join(SHIPPED, "teacher.pt")
@@ -57,8 +57,8 @@ def test_shipped_teacher_reproduces_its_stated_bleu_with_stock_fairseq_generate(
     assert abs(bleu - stated["shipped_bleu"]) <= 0.05, (bleu, stated)
     # the stated number was measured from the float32 reference teacher: half precision costs < 0.05 BLEU
     assert abs(stated["shipped_bleu"] - stated["input_bleu"]) <= 0.05
-    if os.path.isfile(TEACHER):
-        assert ship.slice_bleu(TEACHER, int(stated["slice"].split()[1]), str(tmp_path), SHIPPED, plugin=True) == stated["input_bleu"]
+    if os.path.isfile(REFERENCE_TEACHER):
+        assert ship.slice_bleu(REFERENCE_TEACHER, int(stated["slice"].split()[1]), str(tmp_path), SHIPPED, plugin=True) == stated["input_bleu"]
 
 
 SHIPPED_PET = os.path.join(SHIPPED, "pet_student.pt")
@@ -97,13 +97,13 @@ def test_shipped_pet_student_reproduces_its_stated_bleu(tmp_path):
     assert abs(stated["shipped_bleu"] - stated["input_bleu"]) <= 0.05
 
 
-@needs_teacher
+@needs_reference_teacher
 def test_shipping_keeps_the_weights_and_the_model_cfg(tmp_path):
     ship = _ship_module()
     out = tmp_path / "t.pt"
-    ship.main([TEACHER, str(out), "--dtype", "float32"])
+    ship.main([REFERENCE_TEACHER, str(out), "--dtype", "float32"])
     small = torch.load(out, map_location="cpu")
-    full = torch.load(TEACHER, map_location="cpu", weights_only=False)
+    full = torch.load(REFERENCE_TEACHER, map_location="cpu", weights_only=False)
     assert small["model"].keys() == full["model"].keys()
     assert all(torch.equal(small["model"][k], full["model"][k]) for k in full["model"])
     assert small["cfg"]["model"]["encoder_layers"] == 3 and small["cfg"]["model"]["_name"] == "transformer_iwslt_de_en"

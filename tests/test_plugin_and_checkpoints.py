@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import TEACHER, TINY_TRANSFORMER, TRAIN_FLAGS, USER_DIR, clean_env, needs_teacher, run_cli
+from conftest import REFERENCE_TEACHER, TINY_TRANSFORMER, TRAIN_FLAGS, USER_DIR, clean_env, needs_reference_teacher, run_cli
 
 from user_dir.common.safe_checkpoint_loading import fairseq_checkpoint_globals
 
@@ -117,13 +117,14 @@ def test_generate_validate_interactive_and_resume(trained_tiny, tmp_path):
     assert "num_updates 10" in log or "num_updates=10" in log
 
 
-@needs_teacher
+@needs_reference_teacher
 def test_reference_teacher_loads_with_the_plugin():
+    """The original file (its cfg holds argparse Namespaces): torch's weights-only loading needs the plug-in."""
     from fairseq import checkpoint_utils
 
     import user_dir  # noqa: F401
 
-    state = checkpoint_utils.load_checkpoint_to_cpu(TEACHER)
+    state = checkpoint_utils.load_checkpoint_to_cpu(REFERENCE_TEACHER)
     assert state["model"]["encoder.embed_tokens.weight"].shape[0] == 7896
 
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from conftest import SHARED_DATA, TEACHER_DIR, needs_shared_data, needs_teacher, run_cli
+from conftest import REFERENCE_TEACHER_DIR, SHARED_DATA, needs_reference_teacher, needs_shared_data, run_cli
 
 from preprocess import prepare_multi30k, prepare_translation
 from preprocess.iwslt_xml import read_train_tags, read_xml_segments
@@ -25,15 +25,15 @@ def test_iwslt14_bpe_reproduces_fairseq_files_byte_for_byte(split, tmp_path):
         assert filecmp.cmp(out, os.path.join(IWSLT, "bpe", f"{split}.{lang}"), shallow=False), f"{split}.{lang} differs"
 
 
-@needs_teacher
+@needs_reference_teacher
 def test_multi30k_pipeline_reproduces_the_reference_teacher_data(tmp_path):
     """Embedded raw text -> our pipeline -> the reference teacher's BPE codes and binarised data, exactly."""
     dest = tmp_path / "m30k"
     run_cli("preprocess.prepare_multi30k", "--dest", dest)
-    assert filecmp.cmp(dest / "code", os.path.join(TEACHER_DIR, "code"), shallow=False)
+    assert filecmp.cmp(dest / "code", os.path.join(REFERENCE_TEACHER_DIR, "code"), shallow=False)
     for name in ["dict.de.txt", "dict.en.txt"] + [f"{s}.de-en.{l}.{e}" for s in ("train", "valid", "test")
                                                   for l in ("de", "en") for e in ("bin", "idx")]:
-        assert filecmp.cmp(dest / name, os.path.join(TEACHER_DIR, "data-bin", name), shallow=False), name
+        assert filecmp.cmp(dest / name, os.path.join(REFERENCE_TEACHER_DIR, "data-bin", name), shallow=False), name
     # idempotent: a second run with the same options does nothing (no file rewritten)
     stamps = {name: os.stat(dest / name).st_mtime_ns for name in os.listdir(dest)}
     again = run_cli("preprocess.prepare_multi30k", "--dest", dest)
