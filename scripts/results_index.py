@@ -26,6 +26,7 @@ OUT = os.path.join(RESULTS, "README.md")
 
 # (file-name prefix, method, the page that documents it); the first matching prefix wins
 METHODS = [
+    ("claims", "The papers' central claims (3 seeds, paired tests; their tables in results/claims/)", "README.md"),
     ("pet_multi30k", "PET", "user_dir/pet/README.md"),
     ("demo", "PET", "user_dir/pet/README.md"),
     ("iwslt14", "PET", "user_dir/pet/README.md"),
@@ -41,6 +42,7 @@ METHODS = [
 ]
 # status and a few words on what the table is; only tables (.md): their JSON and plots share it
 STATUS = {
+    "claims.md": ("headline", "one row per central claim of each paper: difference, 95% interval, p, verdict"),
     "pet_multi30k.md": ("headline", "PET's full CPU recipe, measured from the shipped files"),
     "demo.md": ("part", "the demo's short PET run (200 + 600 updates)"),
     "iwslt14.md": ("part", "a pipeline check on the paper's IWSLT'14 test set (7k training pairs)"),
