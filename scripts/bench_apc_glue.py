@@ -212,8 +212,8 @@ def _diff(x):
 
 def write_report(data, out):
     lines = ["# APC on GLUE: an APC-50-ff analogue of the MiniLM-L6 teachers vs neuron pruning", "",
-             f"Made by `python scripts/bench_apc_glue.py` (raw numbers: `{os.path.basename(out)}.json`); each task's part names the "
-             "command, machine and date that measured it. The paper's compression stage pre-trains the compressed "
+             f"Made by `python scripts/bench_apc_glue.py` (raw numbers: `{os.path.basename(out)}.json`); each task's "
+             "part names the command, machine and date that measured it. The paper's compression stage pre-trains the compressed "
              "BERT on MLM/NSP; our imported encoders have no MLM head, so it trains on the task (cross-entropy). "
              "Finalized models are dense `apc_hf_bert --apc-finalized` checkpoints (the first layer keeps its FFN, "
              "so no single `--encoder-ffn-embed-dim` describes them).", ""]

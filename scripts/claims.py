@@ -39,33 +39,40 @@ def ghost_glue(task):
 CLAIMS = [
     dict(method="PET", claim="the shared-layer student (warm-up + KD) beats a word-KD student of the same size",
          paper="PET Table 7 (IWSLT'14 DE->EN): PET 34.36 BLEU at 9.51% of the teacher, above the KD baselines",
-         budget="800 updates per student (PET: 200 warm-up + 600 KD), CPU", json="results/claims/pet_vs_wordkd.json", label=r"^pet vs word-kd$", threshold=0.0,
+         budget="800 updates per student (PET: 200 warm-up + 600 KD), CPU",
+         json="results/claims/pet_vs_wordkd.json", label=r"^pet vs word-kd$", threshold=0.0,
          command="python scripts/bench_translation.py --methods pet word-kd --seeds 1,2,3 --jobs 2 --threads 1 "
                  "--out results/claims/pet_vs_wordkd"),
     dict(method="Variator", claim="k = 4 plugins on the FFNs lose under 2 points (translation encoder)",
          paper="Variator Table 1 (T5-base, k = 4): 53% of FLOPs saved, average drop < 2 points",
-         budget="400 updates per plugin, frozen teacher, CPU", json="results/claims/variator_mt.json", label=r"^k=4 vs the teacher", threshold=-2.0,
+         budget="400 updates per plugin, frozen teacher, CPU",
+         json="results/claims/variator_mt.json", label=r"^k=4 vs the teacher", threshold=-2.0,
          command="python scripts/bench_variator.py --parts translation --ratios 4 --no-ablations --seeds 1,2,3 "
                  "--out results/claims/variator_mt"),
     dict(method="GhostBERT", claim="ghost modules beat pruned-only at m = 1/4 (translation encoder, 4 heads)",
          paper="GhostBERT Tables 1/10 (BERT-base, m = 3/12): MRPC 86.5 vs 85.1, RTE 72.9 vs 68.6",
-         budget="200 distillation + 60 fine-tuning updates per variant, CPU", json="results/claims/ghostbert_mt.json", label=r"^GhostBERT vs pruned only", threshold=0.0, command=GHOST_MT),
+         budget="200 distillation + 60 fine-tuning updates per variant, CPU",
+         json="results/claims/ghostbert_mt.json", label=r"^GhostBERT vs pruned only", threshold=0.0, command=GHOST_MT),
     dict(method="GhostBERT", claim="ghost modules with --ghost-zero-init beat pruned-only at m = 1/4 (translation)",
          paper="(ours: the paper does not say how ghost modules start)",
-         budget="200 distillation + 60 fine-tuning updates per variant, CPU", json="results/claims/ghostbert_mt.json", label=r"starting at zero.* vs pruned only", threshold=0.0,
+         budget="200 distillation + 60 fine-tuning updates per variant, CPU",
+         json="results/claims/ghostbert_mt.json", label=r"starting at zero.* vs pruned only", threshold=0.0,
          command=GHOST_MT),
     dict(method="GhostBERT", claim="ghost modules beat pruned-only at m = 3/12 on MRPC",
          paper="GhostBERT Tables 1/10 (BERT-base, m = 3/12): MRPC 86.5 vs 85.1",
-         budget="240 distillation + 240 fine-tuning updates per variant, CPU", json="results/claims/ghostbert_mrpc.json", label=r"^GhostBERT vs pruned only", threshold=0.0,
+         budget="240 distillation + 240 fine-tuning updates per variant, CPU",
+         json="results/claims/ghostbert_mrpc.json", label=r"^GhostBERT vs pruned only", threshold=0.0,
          command=ghost_glue("MRPC")),
     dict(method="GhostBERT", claim="ghost modules beat pruned-only at m = 3/12 on SST-2",
          paper="GhostBERT Tables 1/10 (BERT-base, m = 3/12): SST-2 above pruned-only",
-         budget="240 distillation + 240 fine-tuning updates per variant, CPU", json="results/claims/ghostbert_sst2.json", label=r"^GhostBERT vs pruned only", threshold=0.0,
+         budget="240 distillation + 240 fine-tuning updates per variant, CPU",
+         json="results/claims/ghostbert_sst2.json", label=r"^GhostBERT vs pruned only", threshold=0.0,
          command=ghost_glue("SST-2")),
     dict(method="APC", claim="the APC-50-ff analogue (Finalized) beats neuron pruning of the same size (MRPC, same "
                              "updates)",
          paper="APC Tables 2-3 (BERT-base): APC-50-ff 85.3 / Finalized 83.1 vs neuron pruning 85.3 (MRPC acc)",
-         budget="APC 240 compression + 240 fine-tuning updates, pruning 480, CPU", json="results/claims/apc_mrpc.json", label=r"Finalized vs neuron pruning", threshold=0.0,
+         budget="APC 240 compression + 240 fine-tuning updates, pruning 480, CPU",
+         json="results/claims/apc_mrpc.json", label=r"Finalized vs neuron pruning", threshold=0.0,
          command="python scripts/bench_apc_glue.py --glue-task MRPC --seeds 1,2,3 --out results/claims/apc_mrpc"),
 ]
 
@@ -132,16 +139,16 @@ def render(root, argv):
              "interval and permutation test for GLUE); the verdict compares the 95% interval of A - B with the "
              "claim's threshold (scripts/claims.py's docstring). Budgets, machines and seeds are those of the "
              "named table, whose header states its selection protocol.", "",
-             "| method | claim | paper | budget | comparison (A vs B) | metric | seeds | A | B | A - B [95% interval] | p | "
-             "threshold on A - B | verdict | table |",
+             "| method | claim | paper | budget | comparison (A vs B) | metric | seeds | A | B | A - B [95% interval] | "
+             "p | threshold on A - B | verdict | table |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     details = []
     for spec in CLAIMS:
         c, info = claim_row(spec, root)
         table = f"`{spec['json'].replace('.json', '.md')}`"
         if c is None:
-            lines.append(f"| {spec['method']} | {spec['claim']} | {spec['paper']} | {spec['budget']} | - | - | - | - | - | "
-                         f"- | - | - | {info} | - |")
+            lines.append(f"| {spec['method']} | {spec['claim']} | {spec['paper']} | {spec['budget']} | "
+                         f"- | - | - | - | - | - | - | - | {info} | - |")
             continue
         side = f"> {spec['threshold']:g}"
         lines.append(f"| {spec['method']} | {spec['claim']} | {spec['paper']} | {spec['budget']} | {c['label']} | "

@@ -78,7 +78,7 @@ def test_kmeans_merge_maps_each_neuron_to_one_cluster_and_D_gives_cluster_means(
 @pytest.fixture(scope="module")
 def teacher_setup():
     if not os.path.isfile(TEACHER):
-        pytest.skip(f"needs the reference teacher at {TEACHER}")
+        pytest.skip(f"the test teacher at {TEACHER} could not be assembled (tests/conftest.py)")
     from user_dir.tools.apc_init import load_teacher, sample_activations
     teacher, cfg, task = load_teacher(TEACHER, DATA)
     X = sample_activations(teacher, task, "valid", 1500, seed=1, max_tokens=2048)

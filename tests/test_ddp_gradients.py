@@ -111,7 +111,7 @@ def run_two_ranks(cases, out):
 @pytest.fixture(scope="module")
 def ddp_results(tmp_path_factory, request):
     if not os.path.isfile(TEACHER):
-        pytest.skip(f"needs the reference teacher at {TEACHER}")
+        pytest.skip(f"the test teacher at {TEACHER} could not be assembled (tests/conftest.py)")
     root = tmp_path_factory.mktemp("ddp")
     data = write_slice(root / "data-bin", {"train": ("train", 2 * B), "valid": ("valid", 4)})
     common = ["--user-dir", USER_DIR, "-s", "de", "-t", "en", "--seed", "1", "--num-workers", "0", "--cpu",

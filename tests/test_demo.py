@@ -58,7 +58,8 @@ def test_shipped_teacher_reproduces_its_stated_bleu_with_stock_fairseq_generate(
     # the stated number was measured from the float32 reference teacher: half precision costs < 0.05 BLEU
     assert abs(stated["shipped_bleu"] - stated["input_bleu"]) <= 0.05
     if os.path.isfile(REFERENCE_TEACHER):
-        assert ship.slice_bleu(REFERENCE_TEACHER, int(stated["slice"].split()[1]), str(tmp_path), SHIPPED, plugin=True) == stated["input_bleu"]
+        assert ship.slice_bleu(REFERENCE_TEACHER, int(stated["slice"].split()[1]), str(tmp_path), SHIPPED,
+                               plugin=True) == stated["input_bleu"]
 
 
 SHIPPED_PET = os.path.join(SHIPPED, "pet_student.pt")

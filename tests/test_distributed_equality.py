@@ -112,7 +112,7 @@ def two_b_pairs(tmp_path_factory):
     """Exactly 2B training pairs of the teacher's data (different lengths, so the one batch of the
     single process pads differently from the ranks' two)."""
     if not os.path.isfile(TEACHER):
-        pytest.skip(f"needs the reference teacher and its data at {TEACHER_DIR} (not part of a clone)")
+        pytest.skip(f"the test teacher and its data at {TEACHER_DIR} could not be assembled (tests/conftest.py)")
     dest = tmp_path_factory.mktemp("pairs") / "data-bin"
     return write_slice(dest, {"train": ("train", 2 * B), "valid": ("valid", 8)})
 

@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from conftest import REFERENCE_TEACHER, TINY_TRANSFORMER, TRAIN_FLAGS, USER_DIR, clean_env, needs_reference_teacher, run_cli
+from conftest import (REFERENCE_TEACHER, TINY_TRANSFORMER, TRAIN_FLAGS, USER_DIR, clean_env, needs_reference_teacher,
+                      run_cli)
 
 from user_dir.common.safe_checkpoint_loading import fairseq_checkpoint_globals
 

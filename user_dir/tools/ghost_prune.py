@@ -134,7 +134,8 @@ def main(argv=None):
     flags = architecture_flags(ghost_args)
     with open(args.out + ".flags", "w") as f:
         f.write(shlex.join(flags) + "\n")
-    print(f"wrote {args.out}; train it with: fairseq-train DATA --user-dir user_dir $(fc-flags {shlex.quote(args.out)}) "
+    print(f"wrote {args.out}; train it with: fairseq-train DATA --user-dir user_dir "
+          f"$(fc-flags {shlex.quote(args.out)}) "
           f"--finetune-from-model {shlex.quote(args.out)} and the task, criterion and optimiser flags "
           "(scripts/recipes/ghostbert.sh has them)")
 
