@@ -53,7 +53,7 @@ import re
 import sys
 import time
 
-from benchlib import (ROOT, SHARED, add_seed_arguments, aggregate, bleu_comparison, default_out, fmt,
+from benchlib import (ROOT, SHARED, add_seed_arguments, aggregate, bleu_comparison, default_out, fc_flags, fmt,
                       generate_hypotheses, invocation, logger, machine, multi30k_references, num,
                       protocol_text, pyplot, sacrebleu_of, seed_dir, seeds_of, seeds_text, selection_flags, significance_lines,
                       stage, validation_plan, write_json, write_text)
@@ -325,14 +325,14 @@ def run_seed(args, command):
         for size in args.sizes.split(","):
             ckpt, info = init_stage(args, work, "neuron-pruning", size)
             pruned = finalize(args, work, ckpt, os.path.join(work, f"pruned_{size}.pt"))
-            last = train(args, work, f"apc-np_{size}", ckpt, info["fairseq_flags"])
+            last = train(args, work, f"apc-np_{size}", ckpt, fc_flags(ckpt))
             apc = finalize(args, work, last, os.path.join(work, f"apc-np_{size}_final.pt"))
-            ft = train(args, work, f"pruning-ft_{size}", pruned, stock_flags(info["fairseq_flags"], size))
+            ft = train(args, work, f"pruning-ft_{size}", pruned, stock_flags(fc_flags(ckpt), size))
             models += [(f"APC {size}", apc, best_of(last, args.validations)), (f"pruning+FT {size}", ft, best_of(ft, args.validations)),
                        (f"pruned {size}", pruned, None)]
             if args.attn_dims:
                 ckpt_a, info_a = init_stage(args, work, "neuron-pruning", size, args.attn_dims)
-                last_a = train(args, work, f"apc-np_{size}_attn{args.attn_dims}", ckpt_a, info_a["fairseq_flags"])
+                last_a = train(args, work, f"apc-np_{size}_attn{args.attn_dims}", ckpt_a, fc_flags(ckpt_a))
                 name = f"APC {size} + attention {args.attn_dims}"
                 models.append((name, finalize(args, work, last_a,
                                               os.path.join(work, f"apc-np_{size}_attn{args.attn_dims}_final.pt")),
@@ -345,7 +345,7 @@ def run_seed(args, command):
                          f"pruning+FT {size}": {"cmp_f": int(size), "what": "neuron pruning, then all parameters "
                                                 "fine-tuned (= APC 'Finalized')"},
                          f"pruned {size}": {"cmp_f": int(size), "what": "neuron pruning, no training"}})
-        name, control, what = control_run(args, work, info["fairseq_flags"])
+        name, control, what = control_run(args, work, fc_flags(ckpt))
         models.append((name, control, best_of(control, args.validations)))
         meta[name] = {"cmp_f": 1024, "what": what}
         result["sizes"] = {**measure(args, work, "sizes", models), "meta": meta, "updates": args.updates,
@@ -357,24 +357,24 @@ def run_seed(args, command):
             ckpt, info = init_stage(args, work, init, size)
             recon[init] = info["reconstruction_error_valid"]
             name = "apc-np" if init == "neuron-pruning" else f"apc-{init}"
-            last = train(args, work, f"{name}_{size}", ckpt, info["fairseq_flags"])
+            last = train(args, work, f"{name}_{size}", ckpt, fc_flags(ckpt))
             models.append((f"{init} + {args.updates} updates",
                            finalize(args, work, last, os.path.join(work, f"{name}_{size}_final.pt")),
                            best_of(last, args.validations)))
         ckpt, info = init_stage(args, work, "neuron-pruning", size)
         if args.all_params:
-            last = train(args, work, f"apc-np-all-params_{size}", ckpt, info["fairseq_flags"] + ["--apc-train-original"])
+            last = train(args, work, f"apc-np-all-params_{size}", ckpt, fc_flags(ckpt) + ["--apc-train-original"])
             models.append(("neuron-pruning, All Params",
                            finalize(args, work, last, os.path.join(work, f"apc-np-all_{size}_final.pt")),
                            best_of(last, args.validations)))
         # Table 3's Finalized strategy: the APC model trained above (Compr. only, neuron-pruning init) folded into
         # the dense model, then all its parameters fine-tuned as a stock transformer, --updates more updates
         folded = os.path.join(work, f"apc-np_{size}_final.pt")
-        fin = train(args, work, f"apc-np-finalized-ft_{size}", folded, stock_flags(info["fairseq_flags"], size))
+        fin = train(args, work, f"apc-np-finalized-ft_{size}", folded, stock_flags(fc_flags(ckpt), size))
         models.append(("neuron-pruning, Finalized", fin, best_of(fin, args.validations)))
         # neuron pruning (Table 2's baseline): the untrained init folded (= the pruned network), then fine-tuned
         pruned = finalize(args, work, ckpt, os.path.join(work, f"pruned_{size}.pt"))
-        ft = train(args, work, f"pruning-ft_{size}", pruned, stock_flags(info["fairseq_flags"], size))
+        ft = train(args, work, f"pruning-ft_{size}", pruned, stock_flags(fc_flags(ckpt), size))
         models.append(("neuron pruning + FT", ft, best_of(ft, args.validations)))
         result["inits"] = {"cmp_f": int(size), "reconstruction_error_valid": recon, "updates": args.updates,
                            "finalized_strategy": "compression stage, fold, fine-tune (Table 3)",
@@ -383,18 +383,18 @@ def run_seed(args, command):
         models, meta = [], {}
         for e in args.embed_sizes.split(","):
             ckpt, info = init_stage(args, work, "reconstructive-svd", None, embed=e)
-            last = train(args, work, f"apc-svd_embed{e}", ckpt, info["fairseq_flags"])
+            last = train(args, work, f"apc-svd_embed{e}", ckpt, fc_flags(ckpt))
             models.append((f"APC embed {e}", finalize(args, work, last, os.path.join(work, f"apc-svd_embed{e}_final.pt")),
                            best_of(last, args.validations)))
             meta[f"APC embed {e}"] = {"cmp_e": int(e), "what": "APC embedding compression, reconstructive-SVD init, "
                                       "compression only"}
             ckpt, info = init_stage(args, work, "neuron-pruning", None, embed=e)
             pruned = finalize(args, work, ckpt, os.path.join(work, f"hidden-pruned_embed{e}.pt"))
-            ft = train(args, work, f"hidden-pruning-ft_embed{e}", pruned, info["fairseq_flags"] + ["--apc-finalized"])
+            ft = train(args, work, f"hidden-pruning-ft_embed{e}", pruned, fc_flags(ckpt) + ["--apc-finalized"])
             models.append((f"hidden pruning+FT {e}", ft, best_of(ft, args.validations)))
             meta[f"hidden pruning+FT {e}"] = {"cmp_e": int(e), "what": "hidden-dimension pruning (the neuron-pruning "
                                               "init of embedding compression, finalized), all parameters fine-tuned"}
-        name, control, what = control_run(args, work, info["fairseq_flags"])
+        name, control, what = control_run(args, work, fc_flags(ckpt))
         models.append((name, control, best_of(control, args.validations)))
         meta[name] = {"cmp_e": 256, "what": what}
         result["embed"] = {**measure(args, work, "embed", models), "meta": meta, "updates": args.updates,
@@ -407,10 +407,9 @@ def run_seed(args, command):
         if not os.path.exists(init):
             run([PY, "-m", "user_dir.tools.apc_init", args.teacher, "--data", args.data, *flags, "--init",
                  args.search_init, "--seed", args.seed, "--out", init], os.path.join(work, "log.txt"), args.threads)
-        info = json.load(open(os.path.splitext(init)[0] + ".json"))
-        last = train(args, work, "apc-searched", init, info["fairseq_flags"])
+        last = train(args, work, "apc-searched", init, fc_flags(init))
         spec = "; ".join(f"{k} {v}" for k, v in sorted(dims.items()))
-        name, control, what = control_run(args, work, info["fairseq_flags"])
+        name, control, what = control_run(args, work, fc_flags(init))
         models = [("APC, searched sizes", finalize(args, work, last, os.path.join(work, "apc-searched_final.pt")),
                    best_of(last, args.validations)), (name, control, best_of(control, args.validations))]
         meta = {"APC, searched sizes": {"sizes": spec, "what": f"the best candidate of the Optuna search in "
@@ -422,10 +421,10 @@ def run_seed(args, command):
     if "word-kd" in args.parts:
         models, meta = [], {}
         for size in args.sizes.split(","):
-            _, info = init_stage(args, work, "neuron-pruning", size)
+            ckpt, _ = init_stage(args, work, "neuron-pruning", size)
             for n in (int(x) for x in args.kd_updates.split(",")):
                 name = f"word-KD student {size}, {n} updates"
-                last = train(args, work, f"word-kd_{size}_u{n}", None, stock_flags(info["fairseq_flags"], size),
+                last = train(args, work, f"word-kd_{size}_u{n}", None, stock_flags(fc_flags(ckpt), size),
                              recipe=word_kd_flags(args, n))
                 models.append((name, last, best_of(last, args.kd_validations)))
                 meta[name] = {"cmp_f": int(size), "what": f"stock transformer of FFN width {size} (the teacher's other "

@@ -49,7 +49,7 @@ import json
 import os
 import sys
 
-from benchlib import (ROOT, add_seed_arguments, aggregate, default_out, difference, fmt, glue_comparison, is_summary,
+from benchlib import (ROOT, add_seed_arguments, aggregate, default_out, difference, fc_flags, fmt, glue_comparison, is_summary,
                       logger, num, protocol_text, provenance, seed_dir, seeds_of, seeds_text, selection_flags, sha256_of,
                       significance_lines, stage, validation_plan, validation_updates, write_json, write_text)
 from glue_bench import (glue_scores, glue_setup, glue_train_flags, measure_costs, predictions_path, read_labels, rel,
@@ -87,7 +87,7 @@ def seed_rows(args, task, setup, record, lr, seed):
     stage(init_dir, [[py, "-m", "user_dir.tools.apc_init", teacher, "--data", data, "--encoder-ffn-dims", spec,
                       "--init", "neuron-pruning", "--seed", str(seed), "--out", init]
                      + (["--samples", "500", "--importance-batches", "2"] if args.quick else [])], args.threads)
-    arch = json.load(open(os.path.join(init_dir, "init.json")))["fairseq_flags"]
+    arch = fc_flags(init)
     common = [py, "-m", "fairseq_cli.train", data, "--user-dir", "user_dir", *setup["task_flags"]]
     plan, compress_n, total = plan_of(args), args.compress_updates, args.compress_updates + args.finetune_updates
 

@@ -81,7 +81,7 @@ import json
 import os
 import sys
 
-from benchlib import (ROOT, SHARED, add_seed_arguments, aggregate, bleu_comparison, default_out, difference,
+from benchlib import (ROOT, SHARED, add_seed_arguments, aggregate, bleu_comparison, default_out, difference, fc_flags,
                       fairseq_bleu, fairseq_train_seconds, fmt, generate_hypotheses, glue_comparison, is_summary, logger,
                       multi30k_references, num, protocol_text, provenance, seed_dir, seeds_of, seeds_text,
                       selection_flags, sha256_of, significance_lines, stage, validation_plan, validation_updates,
@@ -206,7 +206,7 @@ def train_variant(args, m, variant, seed):
     stage(prune_dir, [[PY, "-m", "user_dir.tools.ghost_prune", args.data, "--path", args.teacher, "--width-mult", m,
                        *VARIANTS[variant], "--out", init, "--cpu", "--subset", "valid", "--seed", str(seed)]
                       + (["--max-batches", "3"] if args.quick else [])], args.threads)
-    arch = open(init + ".flags").read().split()
+    arch = fc_flags(init)
     common = [PY, "-m", "fairseq_cli.train", args.data, "--user-dir", "user_dir", *arch]
     plan = translation_plan(args)
     stage(distill, [common + train_flags(args, args.distill_updates, seed)
@@ -278,7 +278,7 @@ def glue_variant(args, setup, task, work, m, variant, lr, seed):
                        *VARIANTS[variant], "--out", init, "--cpu", "--subset", args.glue_importance_subset,
                        "--batch-size", str(args.glue_batch_size), "--seed", str(seed)]
                       + (["--max-batches", "3"] if args.quick else [])], args.threads)
-    arch = open(init + ".flags").read().split()
+    arch = fc_flags(init)
     common = [PY, "-m", "fairseq_cli.train", data, "--user-dir", "user_dir", *setup["task_flags"], *arch]
     plan = glue_plan(args)
     stage(distill, [common + glue_train_flags(args, args.glue_distill_updates, lr, seed)

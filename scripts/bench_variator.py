@@ -63,7 +63,7 @@ import sys
 import time
 
 from benchlib import (ROOT, SHARED, add_seed_arguments, aggregate, bleu_comparison,
-                      default_out, difference, fairseq_train_seconds, fmt, glue_comparison, hypotheses_from_generate,
+                      default_out, difference, fairseq_train_seconds, fc_flags, fmt, glue_comparison, hypotheses_from_generate,
                       is_summary, logger, multi30k_references, num, protocol_text, run, seed_dir, seeds_of,
                       seeds_text, selection_flags, sha256_of, significance_lines, stage, validation_plan,
                       validation_updates, write_json, write_text)
@@ -262,7 +262,7 @@ def glue(args, work):
     model_dir = os.path.join(args.glue_work, "minilm-p128")
     if not os.path.isfile(os.path.join(model_dir, "import.json")):
         sys.exit(f"bench_variator: no imported MiniLM at {model_dir} (--glue-work); run scripts/glue_teachers.sh first")
-    flags = json.load(open(os.path.join(model_dir, "import.json")))["fairseq_flags"]
+    flags = fc_flags(model_dir)
     common = ["--user-dir", "user_dir", "--task", "variator_sentence_prediction", *flags, "--init-token", "0",
               "--num-classes", "2", "--shorten-method", "truncate", "--variator-bottleneck", str(args.bottleneck)]
 

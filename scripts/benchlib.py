@@ -132,6 +132,19 @@ def stage(directory, cmds, threads, logfile=None):
 
 
 # ---- the teacher's digest and fairseq's training time -------------------------------------------------
+def fc_flags(path):
+    """The fairseq-train architecture flags of a checkpoint or a tool's side file, as ``fc-flags
+    --with-regularisation PATH`` prints them (user_dir/tools/checkpoint_flags.py: the one way every tool,
+    recipe and driver hands a model's flags on). The stored dropout is kept so a driver's commands, and the
+    runs resumed under them, are those of the side files it used to read; each driver sets its own
+    dropout after these flags."""
+    from user_dir.tools.checkpoint_flags import FlagsError, checkpoint_flags
+    try:
+        return checkpoint_flags(path, with_regularisation=True)
+    except FlagsError as e:
+        sys.exit(f"fc-flags: {e}")
+
+
 def sha256_of(path):
     """The SHA-256 of a checkpoint file (a link followed): what a stage was trained on. Each file is read once
     per process while its size and modification time stay the same."""

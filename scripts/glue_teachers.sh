@@ -75,7 +75,7 @@ case "$SEGMENTS" in
 esac
 [ -f "$MODEL/model.pt" ] || "$PY" -m user_dir.tools.import_hf_bert "${SOURCE[@]}" \
   --dest "$MODEL" --max-positions "$POSITIONS" "${IMPORT[@]}"
-mapfile -t FLAGS < <("$PY" -c "import json; print('\n'.join(json.load(open('$MODEL/import.json'))['fairseq_flags']))")
+mapfile -t FLAGS < <("$PY" -m user_dir.tools.checkpoint_flags --with-regularisation --lines "$MODEL/model.pt")
 
 for TASK in $TASKS; do
   BUDGET_MAX_UPDATE=""; BUDGET_EPOCHS=""

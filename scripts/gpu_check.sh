@@ -279,12 +279,11 @@ run_step() {
 skip() {  # skip ROW WHY
   if [ "$DRY_RUN" = 1 ]; then printf '%s\tskipped: %s\n' "${1#"$WORK"/rows/}" "$2"; else echo "$2" > "$1/skipped"; fi
 }
-# tool_flags FILE: the fairseq flags a tool wrote (ghost_prune's init.pt.flags, apc_init's init.json), one a line
+# tool_flags CHECKPOINT: its fairseq-train architecture flags, one a line (fc-flags, the one way every tool and
+# recipe hands them on; the stored dropout kept)
 tool_flags() {
   if [ "$DRY_RUN" = 1 ]; then echo "<the flags of $1>"
-  elif [[ "$1" == *.json ]]; then
-    "$PYTHON" -c 'import json, sys; print("\n".join(json.load(open(sys.argv[1]))["fairseq_flags"]))' "$1"
-  else tr -s ' \t' '\n\n' < "$1"; fi
+  else "$PYTHON" -m user_dir.tools.checkpoint_flags --with-regularisation --lines "$1"; fi
 }
 
 chain() {  # chain PRECISION METHOD: the method's steps in order, stopping at the first that did not finish
@@ -325,7 +324,7 @@ chain() {  # chain PRECISION METHOD: the method's steps in order, stopping at th
     ghost)
       run_step "$dir/1-prune" "$dir/1-prune/init.pt" "$PYTHON" -m user_dir.tools.ghost_prune "$DATA" --path "$TEACHER" \
         --width-mult 2/4 --max-batches 4 "${CPU_FLAG[@]}" --out "$dir/1-prune/init.pt" || return 0
-      local flags; mapfile -t flags < <(tool_flags "$dir/1-prune/init.pt.flags")
+      local flags; mapfile -t flags < <(tool_flags "$dir/1-prune/init.pt")
       run_step "$dir/2-distill" "$dir/2-distill/checkpoint_last.pt" "${train[@]}" "${flags[@]}" --criterion ghost_distill \
         --teacher-path "$TEACHER" --finetune-from-model "$dir/1-prune/init.pt" --save-dir "$dir/2-distill" || return 0
       run_step "$dir/3-generate" "" "${generate[@]}" --path "$dir/2-distill/checkpoint_last.pt" ;;
@@ -333,7 +332,7 @@ chain() {  # chain PRECISION METHOD: the method's steps in order, stopping at th
       run_step "$dir/1-init" "$dir/1-init/init.pt" "$PYTHON" -m user_dir.tools.apc_init "$TEACHER" --data "$DATA" \
         --encoder-ffn-dims 256 --decoder-ffn-dims 256 --init neuron-pruning --importance-batches 4 --samples 500 \
         --out "$dir/1-init/init.pt" || return 0
-      local flags; mapfile -t flags < <(tool_flags "$dir/1-init/init.json")
+      local flags; mapfile -t flags < <(tool_flags "$dir/1-init/init.pt")
       run_step "$dir/2-train" "$dir/2-train/checkpoint_last.pt" "${train[@]}" "${flags[@]}" \
         --criterion apc_activation_kd --finetune-from-model "$dir/1-init/init.pt" --save-dir "$dir/2-train" || return 0
       run_step "$dir/3-finalize" "$dir/3-finalize/final.pt" "$PYTHON" -m user_dir.tools.apc_finalize \

@@ -163,8 +163,8 @@ def test_every_row_command_parses_with_fairseq_and_chains_its_checkpoints(tmp_pa
         variator = shlex.split(rows[f"{precision}/variator/3-generate"])
         assert variator[variator.index("--variator-plugins") + 1] == f"{work}/rows/{precision}/variator/2-export/k4.pt"
         # the tools' flags are only known once they ran
-        for key, tool_output, criterion in [("ghost/2-distill", "ghost/1-prune/init.pt.flags", "ghost_distill"),
-                                            ("apc/2-train", "apc/1-init/init.json", "apc_activation_kd")]:
+        for key, tool_output, criterion in [("ghost/2-distill", "ghost/1-prune/init.pt", "ghost_distill"),
+                                            ("apc/2-train", "apc/1-init/init.pt", "apc_activation_kd")]:
             argv = shlex.split(rows[f"{precision}/{key}"])
             assert f"<the flags of {work}/rows/{precision}/{tool_output}>" in argv
             assert argv[argv.index("--criterion") + 1] == criterion

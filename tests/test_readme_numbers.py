@@ -185,6 +185,44 @@ def test_results_index_lists_every_results_file():
     assert all(status in ("headline", "part", "superseded") for _, status in rows), rows
 
 
+
+def score_line_problems(text, results_dir, name="README.md"):
+    """A recipe's ``score:`` line a page shows in a code block is an expected output: each of its result numbers
+    must be in a results file that the paragraph right after the block cites (the numbers check above skips
+    code blocks)."""
+    lines, problems, i = text.splitlines(), [], 0
+    while i < len(lines):
+        if not lines[i].strip().startswith("```"):
+            i += 1
+            continue
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].strip().startswith("```")), len(lines))
+        scores = [(j + 1, lines[j].strip()) for j in range(i + 1, end) if lines[j].strip().startswith("score: ")]
+        after = end + 1
+        while after < len(lines) and not lines[after].strip():
+            after += 1
+        paragraph = []
+        while after < len(lines) and lines[after].strip() and not lines[after].strip().startswith(("```", "#")):
+            paragraph.append(lines[after].strip())
+            after += 1
+        sources = citations(" ".join(paragraph), results_dir)[0]
+        for number, score in scores:
+            where = f"{name}:{number} ({score[:60]}...)"
+            if not sources:
+                problems.append(f"{where}: the paragraph after its code block cites no results file")
+                continue
+            texts = [open(p, encoding="utf-8").read() for p in sources]
+            problems += [f"{where}: {n} is not in {', '.join(os.path.basename(p) for p in sources)}"
+                         for n in result_numbers(score) if not any(appears_in(n, t) for t in texts)]
+        i = end + 1
+    return problems
+
+
+@pytest.mark.parametrize("page", pages())
+def test_every_score_line_a_page_shows_is_in_the_results_file_after_it(page):
+    with open(os.path.join(REPO, page), encoding="utf-8") as f:
+        problems = score_line_problems(f.read(), RESULTS, page)
+    assert not problems, f"{page}: expected-output lines without a source:\n" + "\n".join(problems)
+
 @pytest.fixture
 def results_dir(tmp_path):
     (tmp_path / "bench.md").write_text("| pet | 3 | 20.98 +- 0.30 | 8.74% | 1.62x |\nteacher 36.29, drop -0.80, "
@@ -233,3 +271,15 @@ def test_the_check_skips_paper_clauses_code_and_uncited_units_and_refuses_missin
     # a hand-written account is no source: its numbers must be in a generated file
     assert mismatches("As `results/bench_account.md` says: 99.99.\n", results_dir) == [
         "README.md:1 (As `results/bench_account.md` says: 99.99....): 99.99 is not in only hand-written accounts"]
+
+
+def test_the_score_line_check_needs_a_cited_source_after_the_block(results_dir):
+    page = ("Run it; it reads\n\n```\nscore: pet BLEU (tok) 20.98 (teacher 36.29) at 8.74% -- x\n```\n\n"
+            "(`results/bench.md`: the same run.)\n")
+    assert score_line_problems(page, results_dir) == []
+    # a drifted number, and a line whose paragraph cites nothing, fail and are named
+    drifted = page.replace("20.98", "20.97")
+    assert score_line_problems(drifted, results_dir) == [
+        "README.md:4 (score: pet BLEU (tok) 20.97 (teacher 36.29) at 8.74% -- x...): 20.97 is not in bench.md"]
+    assert "cites no results file" in score_line_problems(page.replace("`results/bench.md`", "a run"),
+                                                          results_dir)[0]
