@@ -28,6 +28,9 @@ OUT = os.path.join(RESULTS, "README.md")
 METHODS = [
     ("claims", "The papers' central claims (3 seeds, paired tests; their tables in results/claims/)", "README.md"),
     ("pet_multi30k", "PET", "user_dir/pet/README.md"),
+    ("quickstart_apc", "APC", "user_dir/apc/README.md"),
+    ("quickstart_ghostbert", "GhostBERT", "user_dir/ghost/README.md"),
+    ("quickstart_variator", "Variator", "user_dir/variator/README.md"),
     ("demo", "PET", "user_dir/pet/README.md"),
     ("iwslt14", "PET", "user_dir/pet/README.md"),
     ("translation", "PET's competitors: the translation benchmark", "user_dir/baselines/README.md"),
@@ -44,6 +47,8 @@ METHODS = [
 STATUS = {
     "claims.md": ("headline", "one row per central claim of each paper: difference, 95% interval, p, verdict"),
     "pet_multi30k.md": ("headline", "PET's full CPU recipe, measured from the shipped files"),
+    **{f"quickstart_{name}.md": ("part", "the page's quickstart: the recipe as the page runs it on the shipped teacher, "
+                                 "one seed (scripts/quickstarts.sh)") for name in ("apc", "ghostbert", "variator")},
     "demo.md": ("part", "the demo's short PET run (200 + 600 updates)"),
     "iwslt14.md": ("part", "a pipeline check on the paper's IWSLT'14 test set (7k training pairs)"),
     "translation.md": ("headline", "the 800-update benchmark, 3 seeds per method, merged from its parts"),
