@@ -92,13 +92,16 @@ def comparisons_in(data):
 
 
 def commands_in(data):
-    """The command lines recorded in a driver's JSON (its provenance), in order, without repeats."""
+    """The command lines recorded in a driver's JSON (its provenance), in order, without repeats; a driver's own
+    command (``bench_command``, beside the ``command`` of the measurement it ran) first."""
     found = []
     if isinstance(data, dict):
+        if isinstance(data.get("bench_command"), str):
+            found.append(data["bench_command"])
         for k, v in data.items():
             if k == "command" and isinstance(v, str):
                 found.append(v)
-            else:
+            elif k != "bench_command":
                 found.extend(commands_in(v))
     elif isinstance(data, list):
         for v in data:

@@ -25,8 +25,8 @@ import pytest
 from conftest import REPO
 
 RESULTS = os.path.join(REPO, "results")
-# a results file named as results/NAME.md, ../../results/NAME.md (a page's link) or a bare NAME.md
-CITATION = re.compile(r"(?<![\w/.-])((?:\.\./)*results/)?([\w.-]+\.(?:md|json))\b")
+# a results file named as results/NAME.md, results/SUB/NAME.md, ../../results/NAME.md (a page's link) or a bare NAME.md
+CITATION = re.compile(r"(?<![\w/.-])((?:\.\./)*results/)?((?:[\w-]+/)*[\w.-]+\.(?:md|json))\b")
 # a number not inside a word or a longer number; group 2: decimals, group 3: x or %
 NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(x|%)?(?!\w|\.\d)")
 PAPER_CLAUSE = re.compile(r"\b(paper|published|authors)\b", re.I)
@@ -74,6 +74,8 @@ def citations(unit, results_dir):
     """The results files a unit cites (sources, accounts) and the ``results/`` paths it names that do not exist."""
     sources, accounts, missing = [], [], []
     for explicit, name in CITATION.findall(unit):
+        if "/" in name and not explicit:  # another folder's file (user_dir/pet/README.md), not a results file
+            continue
         if name == "README.md":  # results/README.md is the index of the results files, holding none of their numbers
             continue
         path = os.path.join(results_dir, name)
@@ -283,3 +285,13 @@ def test_the_score_line_check_needs_a_cited_source_after_the_block(results_dir):
         "README.md:4 (score: pet BLEU (tok) 20.97 (teacher 36.29) at 8.74% -- x...): 20.97 is not in bench.md"]
     assert "cites no results file" in score_line_problems(page.replace("`results/bench.md`", "a run"),
                                                           results_dir)[0]
+
+
+def test_a_results_subfolder_citation_is_checked_and_another_folders_page_is_not_a_citation(results_dir):
+    os.makedirs(os.path.join(results_dir, "claims"))
+    with open(os.path.join(results_dir, "claims", "pet.md"), "w") as f:
+        f.write("-3.65 [-4.46, -3.15]\n")
+    assert mismatches("PET -3.65 [-4.46, -3.15] ([results/claims/pet.md](results/claims/pet.md)).\n", results_dir) == []
+    assert mismatches("PET -3.66 (`results/claims/pet.md`).\n", results_dir)[0].endswith("3.66 is not in pet.md")
+    # a page of another folder named in a unit is no results file: its numbers stay unchecked
+    assert mismatches("See user_dir/pet/bench.md: 12.34.\n", results_dir) == []
