@@ -31,9 +31,10 @@ GHOST_MT = ("python scripts/bench_ghost.py --widths 1/4 --variants pruned,ghost,
             "--out results/claims/ghostbert_mt")
 
 
-def ghost_glue(task):
-    return (f"python scripts/bench_ghost.py --glue-task {task} --widths 3/12 --variants pruned,ghost --seeds 1,2,3 "
-            f"--out results/claims/ghostbert_{task.lower().replace('-', '')}")
+def ghost_glue(task, glue_work):
+    name = task.lower().replace('-', '')
+    return (f"python scripts/bench_ghost.py --glue-task {task} --glue-work {glue_work} --widths 3/12 --variants "
+            f"pruned,ghost --seeds 1,2,3 --work work/claims/ghost-{name} --out results/claims/ghostbert_{name}")
 
 
 CLAIMS = [
@@ -62,12 +63,12 @@ CLAIMS = [
          paper="GhostBERT Tables 1/10 (BERT-base, m = 3/12): MRPC 86.5 vs 85.1",
          budget="240 distillation + 240 fine-tuning updates per variant, CPU",
          json="results/claims/ghostbert_mrpc.json", label=r"^GhostBERT vs pruned only", threshold=0.0,
-         command=ghost_glue("MRPC")),
+         command=ghost_glue("MRPC", "work/deploy-glue/glue")),
     dict(method="GhostBERT", claim="ghost modules beat pruned-only at m = 3/12 on SST-2",
          paper="GhostBERT Tables 1/10 (BERT-base, m = 3/12): SST-2 above pruned-only",
          budget="240 distillation + 240 fine-tuning updates per variant, CPU",
          json="results/claims/ghostbert_sst2.json", label=r"^GhostBERT vs pruned only", threshold=0.0,
-         command=ghost_glue("SST-2")),
+         command=ghost_glue("SST-2", "work/glue")),
     dict(method="APC", claim="the APC-50-ff analogue (Finalized) beats neuron pruning of the same size (MRPC, same "
                              "updates)",
          paper="APC Tables 2-3 (BERT-base): APC-50-ff 85.3 / Finalized 83.1 vs neuron pruning 85.3 (MRPC acc)",
