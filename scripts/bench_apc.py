@@ -85,7 +85,8 @@ def train_flags(args):
 
 def init_stage(args, work, init, size, attn=None, embed=None):
     """apc_init with every FFN at cmp^f ``size``, every attention at cmp^a ``attn``, every block at cmp^e
-    ``embed`` (``None``: that compression is not applied)."""
+    ``embed`` (``None``: that compression is not applied); returns the checkpoint and apc_init's report (its
+    reconstruction errors; the architecture flags are the checkpoint's, :func:`benchlib.fc_flags`)."""
     name = f"init_{init}" + (f"_{size}" if size else "") + (f"_attn{attn}" if attn else "")
     out = os.path.join(work, name + (f"_embed{embed}" if embed else "") + ".pt")
     dims = [("--encoder-ffn-dims", size), ("--decoder-ffn-dims", size), ("--encoder-attn-dims", attn),
@@ -323,7 +324,7 @@ def run_seed(args, command):
     if "sizes" in args.parts:
         models, meta = [], {}
         for size in args.sizes.split(","):
-            ckpt, info = init_stage(args, work, "neuron-pruning", size)
+            ckpt, _ = init_stage(args, work, "neuron-pruning", size)
             pruned = finalize(args, work, ckpt, os.path.join(work, f"pruned_{size}.pt"))
             last = train(args, work, f"apc-np_{size}", ckpt, fc_flags(ckpt))
             apc = finalize(args, work, last, os.path.join(work, f"apc-np_{size}_final.pt"))
@@ -331,7 +332,7 @@ def run_seed(args, command):
             models += [(f"APC {size}", apc, best_of(last, args.validations)), (f"pruning+FT {size}", ft, best_of(ft, args.validations)),
                        (f"pruned {size}", pruned, None)]
             if args.attn_dims:
-                ckpt_a, info_a = init_stage(args, work, "neuron-pruning", size, args.attn_dims)
+                ckpt_a, _ = init_stage(args, work, "neuron-pruning", size, args.attn_dims)
                 last_a = train(args, work, f"apc-np_{size}_attn{args.attn_dims}", ckpt_a, fc_flags(ckpt_a))
                 name = f"APC {size} + attention {args.attn_dims}"
                 models.append((name, finalize(args, work, last_a,
@@ -361,7 +362,7 @@ def run_seed(args, command):
             models.append((f"{init} + {args.updates} updates",
                            finalize(args, work, last, os.path.join(work, f"{name}_{size}_final.pt")),
                            best_of(last, args.validations)))
-        ckpt, info = init_stage(args, work, "neuron-pruning", size)
+        ckpt, _ = init_stage(args, work, "neuron-pruning", size)
         if args.all_params:
             last = train(args, work, f"apc-np-all-params_{size}", ckpt, fc_flags(ckpt) + ["--apc-train-original"])
             models.append(("neuron-pruning, All Params",
@@ -382,13 +383,13 @@ def run_seed(args, command):
     if "embed" in args.parts:
         models, meta = [], {}
         for e in args.embed_sizes.split(","):
-            ckpt, info = init_stage(args, work, "reconstructive-svd", None, embed=e)
+            ckpt, _ = init_stage(args, work, "reconstructive-svd", None, embed=e)
             last = train(args, work, f"apc-svd_embed{e}", ckpt, fc_flags(ckpt))
             models.append((f"APC embed {e}", finalize(args, work, last, os.path.join(work, f"apc-svd_embed{e}_final.pt")),
                            best_of(last, args.validations)))
             meta[f"APC embed {e}"] = {"cmp_e": int(e), "what": "APC embedding compression, reconstructive-SVD init, "
                                       "compression only"}
-            ckpt, info = init_stage(args, work, "neuron-pruning", None, embed=e)
+            ckpt, _ = init_stage(args, work, "neuron-pruning", None, embed=e)
             pruned = finalize(args, work, ckpt, os.path.join(work, f"hidden-pruned_embed{e}.pt"))
             ft = train(args, work, f"hidden-pruning-ft_embed{e}", pruned, fc_flags(ckpt) + ["--apc-finalized"])
             models.append((f"hidden pruning+FT {e}", ft, best_of(ft, args.validations)))
