@@ -6,7 +6,7 @@
 # finite, seconds.
 #
 #   bash scripts/gpu_check.sh                                  # a CUDA machine -> work/gpu_check/gpu_check.md
-#   bash scripts/gpu_check.sh --budget 540 --out results/gpu_check.md   # the device machine (fetch first:
+#   bash scripts/gpu_check.sh --budget 320 --jobs 16 --out results/gpu_check.md   # the device machine (fetch first:
 #                                                              # scripts/gpu_check_fetch.sh, carried wheels/gpu)
 #   DEVICE=cpu PYTHON=.venv/bin/python bash scripts/gpu_check.sh      # the same pipeline on a CPU (no fp16 rows)
 #   bash scripts/gpu_check.sh --only pet,apc --precisions bf16-notpu  # a part of it
@@ -261,16 +261,17 @@ KD=(--criterion kd --label-smoothing 0.1 --teacher-path "$TEACHER")
 
 # run_step ROW CHECKPOINT COMMAND...: one row; 0 when it finished (now or in an earlier command)
 run_step() {
-  local row="$1" ckpt="$2" started rc; shift 2
+  local row="$1" ckpt="$2" started elapsed_ms rc; shift 2
   if [ "$DRY_RUN" = 1 ]; then printf '%s\t%s\n' "${row#"$WORK"/rows/}" "$(printf '%q ' "$@")"; return 0; fi
   if [ -f "$row/rc" ]; then return "$(cat "$row/rc")"; fi
   if past_deadline; then return 124; fi
   rm -f "$row/skipped"
   printf '%q ' "$@" > "$row/command"; echo >> "$row/command"
   [ -n "$ckpt" ] && echo "$ckpt" > "$row/checkpoint"
-  started=$(date +%s.%N)
+  started=$(date +%s%N)
   if "$@" > "$row/log" 2>&1; then rc=0; else rc=$?; fi
-  echo "$(date +%s.%N) - $started" | bc > "$row/seconds"
+  elapsed_ms=$(( ($(date +%s%N) - started) / 1000000 ))  # shell arithmetic: the device image has no bc
+  printf '%d.%03d\n' $(( elapsed_ms / 1000 )) $(( elapsed_ms % 1000 )) > "$row/seconds"
   echo "$rc" > "$row/rc"
   say "$(tr / ' ' <<< "${row#"$WORK"/rows/}"): $([ "$rc" = 0 ] && echo finished || echo "FAILED (exit $rc)")" \
     "in $(printf '%.0f' "$(cat "$row/seconds")") s"

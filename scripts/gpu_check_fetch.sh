@@ -6,7 +6,7 @@
 #   bash scripts/gpu_check_fetch.sh --python-version 3.11    # another Python; several can share one folder
 #   bash scripts/gpu_check_fetch.sh --packages 'cffi==2.0.0'  # also these (what gpu_check.sh's set-up names)
 #   # then, on the GPU machine, with wheels/gpu carried there:
-#   bash scripts/gpu_check.sh --budget 540 --out results/gpu_check.md
+#   bash scripts/gpu_check.sh --budget 320 --jobs 16 --out results/gpu_check.md
 #
 # What is fetched (--dest, default wheels/gpu, ignored by git; carry it to the GPU machine):
 # * fairseq-fixed==0.12.3.1 as its source archive: it compiles C++/Cython extensions against the torch

@@ -78,6 +78,9 @@ STATUS = {
     "apc_layer_importance_rte.md": ("part", "layer importance of the RTE teacher (Figure 3)"),
     "apc_search_multi30k.md": ("part", "the Optuna size search (section 4.1)"),
     "glue.md": ("headline", "MiniLM-L6 fine-tuned on SST-2, MRPC, RTE"),
+    "gpu_check.md": ("headline", "every method with float32, --fp16, --bf16 and fc-train-bf16 on an H100"),
+    "gpu_check_apc_fp16_overflow.md": ("superseded", "the first H100 run: APC's fp16 loss-scale overflow, before "
+                                       "its refusal (and before the seconds column worked)"),
     "teacher_multi30k.md": ("headline", "the CPU-scale Multi30k teacher against the reference"),
     "deploy.md": ("headline", "fairseq and CTranslate2 (float32, int8), teacher and PET"),
     "deploy_glue.md": ("headline", "a GLUE task's teacher and compressed encoders in fairseq, Hugging Face and ONNX"),

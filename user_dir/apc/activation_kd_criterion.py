@@ -15,6 +15,11 @@ Our choices where the paper is silent: ``L_CE`` is the mean token cross-entropy 
 (target positions for decoder layers); fairseq sums losses and divides by the sample size, so the
 reconstruction term is multiplied by the sample size here to make the optimised objective exactly
 the formula above. The target activation is detached. Validation reports the CE alone.
+
+Precision: float32 and bfloat16 (``fc-train-bf16 ... --bf16``) train; ``--fp16`` is refused at the first
+update: at beta = 1e5 the reconstruction gradients summed over a batch's tokens leave float16's range at every
+loss scale fairseq's scaler allows (on an H100 the scaler fell from 128 to --min-loss-scale 1e-4 in 20 skipped
+updates, results/gpu_check_apc_fp16_overflow.md).
 """
 import math
 from dataclasses import dataclass, field
@@ -75,6 +80,13 @@ class APCActivationKDCriterion(LabelSmoothedCrossEntropyCriterion):
             for side, _ in dropping_sides(model):
                 raise ValueError(f"--{side}-layerdrop with --criterion apc_activation_kd: a dropped layer has no "
                                  "activations to reconstruct (eq. 4); train without layerdrop, or use CE/KD")
+            if self.beta > 0 and next(model.parameters()).dtype == torch.float16:
+                raise ValueError(
+                    f"--criterion apc_activation_kd with --fp16 / --memory-efficient-fp16: the reconstruction term "
+                    f"(beta = {self.beta:g}, eq. 4) has gradients about beta times the cross-entropy's, which overflow "
+                    f"float16 at every loss scale down to fairseq's --min-loss-scale (measured on an H100: "
+                    f"results/gpu_check_apc_fp16_overflow.md); train in bfloat16 (fc-train-bf16 ... --bf16) or "
+                    f"float32, or lower --apc-beta")
             if not model.apc_layers():
                 raise ValueError("--criterion apc_activation_kd reconstructs the activations of compressed FFNs "
                                  "(eq. 4) and this model has none (--apc-*-ffn-dims); for attention or embedding "
