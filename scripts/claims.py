@@ -40,6 +40,16 @@ def ghost_glue(task, glue_work):
             f"pruned,ghost --seeds 1,2,3 --work work/claims/ghost-{name} --out results/claims/ghostbert_{name}")
 
 
+def variator_k4(where, updates, name, parts, work=""):
+    """Variator's claim (k = 4 plugins lose under 2 points) measured on ``where`` by bench_variator ``parts``."""
+    return dict(method="Variator", claim=f"k = 4 plugins on the FFNs lose under 2 points ({where})",
+                paper="Variator Table 1 (T5-base, k = 4): 53% of FLOPs saved, average drop < 2 points",
+                budget=f"{updates}, frozen teacher, CPU", json=f"results/claims/{name}.json",
+                label=r"^k=4 vs the teacher", threshold=-2.0,
+                command=f"python scripts/bench_variator.py {parts} --ratios 4 --no-ablations --seeds 1,2,3 "
+                        f"{work}--out results/claims/{name}")
+
+
 CLAIMS = [
     dict(method="PET", claim="the shared-layer student (warm-up + KD) beats a word-KD student of the same size",
          paper="PET Table 7 (IWSLT'14 DE->EN): PET 34.36 BLEU at 9.51% of the teacher, above the KD baselines",
@@ -47,12 +57,7 @@ CLAIMS = [
          json="results/claims/pet_vs_wordkd.json", label=r"^pet vs word-kd$", threshold=0.0,
          command="python scripts/bench_translation.py --methods pet word-kd --seeds 1,2,3 --jobs 2 --threads 1 "
                  "--out results/claims/pet_vs_wordkd"),
-    dict(method="Variator", claim="k = 4 plugins on the FFNs lose under 2 points (translation encoder)",
-         paper="Variator Table 1 (T5-base, k = 4): 53% of FLOPs saved, average drop < 2 points",
-         budget="400 updates per plugin, frozen teacher, CPU",
-         json="results/claims/variator_mt.json", label=r"^k=4 vs the teacher", threshold=-2.0,
-         command="python scripts/bench_variator.py --parts translation --ratios 4 --no-ablations --seeds 1,2,3 "
-                 "--out results/claims/variator_mt"),
+    variator_k4("translation encoder", "400 updates per plugin", "variator_mt", "--parts translation"),
     dict(method="GhostBERT", claim="ghost modules beat pruned-only at m = 1/4 (translation encoder, 4 heads)",
          paper="GhostBERT Tables 1/10 (BERT-base, m = 3/12): MRPC 86.5 vs 85.1, RTE 72.9 vs 68.6",
          budget="200 distillation + 60 fine-tuning updates per variant, CPU",
@@ -62,12 +67,8 @@ CLAIMS = [
          budget="200 distillation + 60 fine-tuning updates per variant, CPU",
          json="results/claims/ghostbert_mt.json", label=r"starting at zero.* vs pruned only", threshold=0.0,
          command=GHOST_MT),
-    dict(method="Variator", claim="k = 4 plugins on the FFNs lose under 2 points (GLUE: SST-2)",
-         paper="Variator Table 1 (T5-base, k = 4): 53% of FLOPs saved, average drop < 2 points",
-         budget="200 pre-training + 800 adaptation updates per plugin, frozen teacher, CPU",
-         json="results/claims/variator_glue.json", label=r"^k=4 vs the teacher", threshold=-2.0,
-         command="python scripts/bench_variator.py --parts glue --tasks SST-2 --ratios 4 --no-ablations --seeds 1,2,3 "
-                 "--work work/claims/variator-glue --out results/claims/variator_glue"),
+    variator_k4("GLUE: SST-2", "200 pre-training + 800 adaptation updates per plugin", "variator_glue",
+                "--parts glue --tasks SST-2", "--work work/claims/variator-glue "),
     dict(method="GhostBERT", claim="ghost modules beat pruned-only at m = 3/12 on MRPC",
          paper="GhostBERT Tables 1/10 (BERT-base, m = 3/12): MRPC 86.5 vs 85.1",
          budget="240 distillation + 240 fine-tuning updates per variant, CPU",
