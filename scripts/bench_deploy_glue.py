@@ -345,6 +345,7 @@ def ghost_costs(args, setup, work):
     from fairseq import checkpoint_utils
 
     from user_dir.common.structured_pruning import transformer_encoder
+    from user_dir.ghost.ghost_module import compile_ghost_modules
     from user_dir.tools import ghost_prune
     from user_dir.tools.encoder_cost import real_batch
     from user_dir.tools.export_hf import prepared_settings, read_vocab, vocabulary_map, wordpiece
@@ -371,6 +372,7 @@ def ghost_costs(args, setup, work):
                 if not os.path.isfile(os.path.join(onnx[variant], "model.onnx")):
                     export_onnx(path, onnx[variant], data=setup["data"], int8=False)
         models["ghost, reference form"] = reference_ghost(copy.deepcopy(models["ghost"]))
+        models["ghost, compiled"] = compile_ghost_modules(copy.deepcopy(models["ghost"]))  # --ghost-compile
         row = {"m": m}
         for label, tokens in (("batch", real_batch(task, "valid", 128, args.time_batch)),
                               ("single", real_batch(task, "valid", 128, 1))):
@@ -382,7 +384,7 @@ def ghost_costs(args, setup, work):
                 reps = args.repeats if label == "batch" else args.repeats * 10
                 configs = {k: (lambda _, enc=enc: enc(tokens, src_lengths=lengths)) for k, enc in encoders.items()}
                 times = timed_rounds(configs, range(reps), args.runs)
-            for variant in ("ghost", "ghost, reference form"):
+            for variant in ("ghost", "ghost, reference form", "ghost, compiled"):
                 row[f"{label}: {variant}"] = ratios(times, variant)
             row[f"{label}: pruned ms"] = 1e3 * statistics.median(times["pruned"]) / reps
             if onnx and label == "batch":  # the same real tokens, as the exported tokenizer's (BERT's) ids
@@ -400,7 +402,8 @@ def ghost_costs(args, setup, work):
                                  range(args.repeats), args.runs)
                 row["onnx: ghost"] = ratios(t, "ghost")
             log(f"m = {m}: GhostBERT / pruned only {row['batch: ghost']['median']:.3f} (reference form "
-                f"{row['batch: ghost, reference form']['median']:.3f}) at {args.time_batch} x 128")
+                f"{row['batch: ghost, reference form']['median']:.3f}, compiled "
+                f"{row['batch: ghost, compiled']['median']:.3f}) at {args.time_batch} x 128")
         out.append(row)
     return out
 
@@ -461,6 +464,26 @@ def measure(args):
     log("GhostBERT against pruned only at every m")
     result["ghost_costs"] = ghost_costs(args, setup, args.work)
     result["load_end"] = list(os.getloadavg())
+    return result
+
+
+def measure_ghost_costs(args, json_path):
+    """``--ghost-costs-only``: the GhostBERT-vs-pruned timing alone, every other section kept from ``json_path``."""
+    import torch
+
+    if not os.path.isfile(json_path):
+        sys.exit(f"bench_deploy_glue: --ghost-costs-only keeps the other sections of {rel(json_path)}, which does not "
+                 "exist (run without --ghost-costs-only first, or give --out)")
+    with open(json_path) as f:
+        result = json.load(f)
+    torch.set_num_threads(args.threads)
+    setup = task_setup(args, args.glue_task)
+    if setup is None:
+        sys.exit(f"bench_deploy_glue: no {args.glue_task} teacher in --glue-work {args.glue_work}")
+    start = os.getloadavg()
+    result["ghost_costs"] = ghost_costs(args, setup, args.work)
+    result["ghost_costs_provenance"] = provenance("bench_deploy_glue.py", args.argv, args.threads, [args.seed])
+    result["ghost_costs_load"] = [list(start), list(os.getloadavg())]
     return result
 
 
@@ -559,25 +582,39 @@ def report(result):
                 lines.append(f"| {task} | {p_['examples']} | {p_['examples'] - p_['ids_differ']} | {runtime} | "
                              f"{r['max_abs_diff']:.1e} | {100 * r['agreement']:.2f}% | {metric_text(r['score'])} |")
         lines.append("")
-    lines += ["## GhostBERT's ghost modules against pruned only (encoder time, paired)", "",
-              "Encoders cut from the teacher by ghost_prune at each m; GhostBERT with ghost modules after O and FFN2 "
-              "(the paper's), in the fused form (ghost_module.add_shifted_ghost) and in the reference form (GhostConv's "
-              "depthwise_conv_time + _ghost + _masked, the form before issue 35), the three encoders run forward by forward "
-              "in turn; ratio = GhostBERT's time / pruned-only's in each run, the median over runs [min-max]; goal: at "
-              "most 1.10 at every m. ONNX Runtime: the pruned-only and GhostBERT classifiers exported by "
-              "fc-export-onnx (the ghost module in its traced out-of-place form, ghost_module.shifted_ghost_graph).",
-              "",
-              "| m | pruned only, ms per forward (16 x 128) | GhostBERT / pruned (16 x 128) | reference form / pruned "
-              "(16 x 128) | GhostBERT / pruned (1 x 128) | reference form / pruned (1 x 128) | ONNX Runtime GhostBERT / "
-              "pruned (16 x 128) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    costs = result["ghost_costs"]
+    compiled = "batch: ghost, compiled" in costs[0]
+    lines += ["## GhostBERT's ghost modules against pruned only (encoder time, paired)", ""]
+    if result.get("ghost_costs_provenance"):  # measured by a later --parts ghost-costs run
+        lines += ["This section: " + provenance_text(result["ghost_costs_provenance"])
+                  + f" Load average (1, 5, 15 min) at its start "
+                  f"{', '.join(f'{x:.2f}' for x in result['ghost_costs_load'][0])}, at its end "
+                  f"{', '.join(f'{x:.2f}' for x in result['ghost_costs_load'][1])}.", ""]
+    lines += ["Encoders cut from the teacher by ghost_prune at each m; GhostBERT with ghost modules after O and FFN2 "
+              "(the paper's), in the fused eager form (ghost_module.add_shifted_ghost, the default), "
+              + ("compiled (`--ghost-compile`: ghost_module.compiled_shifted_ghost, torch.compile of the out-of-place "
+                 "form, one pass over the activations; the rest of the encoder eager, as pruned only's) " if compiled
+                 else "")
+              + "and in the reference form (GhostConv's depthwise_conv_time + _ghost + _masked, the form before issue "
+              "35), the encoders run forward by forward in turn; ratio = GhostBERT's time / pruned-only's in each run, "
+              "the median over runs [min-max]; goal: at most 1.10 at every m. ONNX Runtime: the pruned-only and "
+              "GhostBERT classifiers exported by fc-export-onnx (the ghost module in its traced out-of-place form, "
+              "ghost_module.shifted_ghost_graph).", ""]
+    forms = [("GhostBERT", "ghost")] + ([("compiled", "ghost, compiled")] if compiled else []) + [
+        ("reference form", "ghost, reference form")]
+    header = ["m", "pruned only, ms per forward (16 x 128)"] + [
+        f"{name} / pruned ({shape})" for shape in ("16 x 128", "1 x 128") for name, _ in forms] + [
+        "ONNX Runtime GhostBERT / pruned (16 x 128)"]
+    lines += ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
 
     def ratio(x):
         return "" if not x else f"{x['median']:.3f} [{x['min']:.3f}-{x['max']:.3f}]"
 
-    for row in result["ghost_costs"]:
-        lines.append(f"| {row['m']} | {row['batch: pruned ms']:.1f} | {ratio(row['batch: ghost'])} | "
-                     f"{ratio(row['batch: ghost, reference form'])} | {ratio(row['single: ghost'])} | "
-                     f"{ratio(row['single: ghost, reference form'])} | {ratio(row.get('onnx: ghost'))} |")
+    for row in costs:
+        cells = [row["m"], f"{row['batch: pruned ms']:.1f}"] + [
+            ratio(row[f"{shape}: {key}"]) for shape in ("batch", "single") for _, key in forms] + [
+            ratio(row.get("onnx: ghost"))]
+        lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     return "\n".join(lines)
 
@@ -633,6 +670,9 @@ def get_parser():
     p.add_argument("--out", default=None, help="the report's path without extension (default "
                                                "work/results/deploy_glue; results/deploy_glue for the committed one)")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from OUT.json")
+    p.add_argument("--ghost-costs-only", action="store_true",
+                   help="measure only the GhostBERT-vs-pruned timing and keep every other section of OUT.json (the "
+                        "section then names its own command, machine and load)")
     return p
 
 
@@ -647,7 +687,7 @@ def main(argv=None):
     else:
         os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
         sys.modules.setdefault("torchaudio", None)  # fairseq-fixed's torchaudio cannot load beside torch 2.13
-        result = measure(args)
+        result = measure_ghost_costs(args, out + ".json") if args.ghost_costs_only else measure(args)
     written = write_report(out + ".md", report(result), out + ".json", result, plot(result), out + ".png")
     log(f"wrote {', '.join(written)}")
 

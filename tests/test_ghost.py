@@ -808,3 +808,60 @@ def test_zero_init_scale_on_the_fast_path_equals_the_reference_form():
         torch.testing.assert_close(a, b)
     with torch.no_grad():  # the in-place inference path
         torch.testing.assert_close(fast(x), y_ref)
+
+
+def test_compiled_ghost_modules_equal_the_eager_form_ignore_padding_and_leave_training_alone(tiny):
+    """--ghost-compile (issue 35): at inference every module after O / FFN1 / FFN2 runs as one torch.compile'd
+    kernel, with the eager form's values on a real batch (left-padded), padding-invariant; under autograd
+    (training) the eager form runs; the attention positions and other conv types refuse the flag by name."""
+    import user_dir.ghost.ghost_module as gm
+
+    eager = ghost_student(tiny, 2, 64, "o,ffn1,ffn2", ghost_zero_init=True)
+    randomise(eager, seed=5, scale=0.2)
+    with torch.no_grad():  # a non-zero ghost scale, so a kernel that dropped it (or the ReLU, or keep) would differ
+        for m in eager.modules():
+            if isinstance(m, GhostConv):
+                m.scale.fill_(0.8)
+    compiled = ghost_student(tiny, 2, 64, "o,ffn1,ffn2", ghost_zero_init=True, ghost_compile=True)
+    compiled.load_state_dict(eager.state_dict())
+    ghosts = [m for m in compiled.modules() if isinstance(m, (GhostLinear, GhostActivation))]
+    assert len(ghosts) == 3 * len(transformer_encoder(compiled).layers) and all(m.cfg.compiled for m in ghosts)
+    src = tiny["batches"][0]["net_input"]["src_tokens"]
+    lengths = src.ne(1).sum(1)
+    assert src.size(1) > int(lengths.min())  # the batch has padding
+    calls = []
+    original = gm.shifted_ghost_graph
+    gm.shifted_ghost_graph = lambda *a, **k: calls.append(1) or original(*a, **k)  # traced once per compile
+    try:
+        gm._COMPILED.clear()
+        with torch.no_grad():
+            want = transformer_encoder(eager)(src, src_lengths=lengths)["encoder_out"][0]
+            got = transformer_encoder(compiled)(src, src_lengths=lengths)["encoder_out"][0]
+            short = int(lengths.argmin())
+            n = int(lengths[short])
+            alone = transformer_encoder(compiled)(src[short:short + 1, -n:],
+                                                  src_lengths=lengths[short:short + 1])["encoder_out"][0]
+    finally:
+        gm.shifted_ghost_graph = original
+    assert "failed" not in gm._COMPILED and calls, "torch.compile did not run (is a C++ compiler installed?)"
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(alone[:, 0], got[-n:, short], rtol=1e-9, atol=1e-9)
+    # training: the eager form, with its gradients (the compiled function is never called under autograd)
+    compiled.train()
+    torch.manual_seed(0)
+    kernel = gm.compiled_shifted_ghost
+    gm.compiled_shifted_ghost = None  # calling it would raise
+    try:
+        loss = transformer_encoder(compiled)(src, src_lengths=lengths)["encoder_out"][0].pow(2).sum()
+    finally:
+        gm.compiled_shifted_ghost = kernel
+    loss.backward()
+    assert ghosts[0].ghost.weight.grad is not None and ghosts[0].ghost.weight.grad.abs().sum() > 0
+    # refusals, naming the flag
+    with pytest.raises(GhostConfigError, match="--ghost-compile"):
+        GhostConfig(conv="conv2d", compiled=True)
+    with pytest.raises(GhostConfigError, match="--ghost-compile"):
+        ghost_student(tiny, 2, 64, "qk", ghost_compile=True)
+    # a checkpoint trained without the flag: turned on after loading, as --model-overrides does at load
+    assert all(m.cfg.compiled for m in gm.compile_ghost_modules(eager).modules()
+               if isinstance(m, (GhostLinear, GhostActivation)))

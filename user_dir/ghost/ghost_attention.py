@@ -121,7 +121,7 @@ class GhostAttention(PrunedMultiheadAttention):
             self.ghost = AttentionMapGhost(kept_heads, ghosts, cfg)
         else:  # DWConv over the sequence, d_h channels, M -> N_H - M heads, a kernel per (f, h)
             self.ghost = GhostConv(self.head_dim, kept_heads,
-                                   replace(cfg, conv="dwconv", features=ghosts, shared=False))
+                                   replace(cfg, conv="dwconv", features=ghosts, shared=False, compiled=False))
 
     def forward(self, query, key, value, key_padding_mask=None, incremental_state=None, need_weights=True,
                 static_kv=False, attn_mask=None, before_softmax=False, need_head_weights=False):

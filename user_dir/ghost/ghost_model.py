@@ -91,6 +91,12 @@ def add_ghost_args(parser) -> None:
                         help="multiply each ghost module's features by a learnable scale initialised to 0, so the "
                              "model starts exactly as the pruned one (ours: the paper does not say how ghost modules "
                              "start; default off, the kernels' xavier initialisation); after O / FFN1 / FFN2 only")
+    parser.add_argument("--ghost-compile", action="store_true", default=None,
+                        help="at inference (no autograd), run each depthwise ghost module as one torch.compile'd "
+                             "kernel (Inductor: C++ on a CPU, Triton on CUDA) instead of the eager form's k + 3 "
+                             "passes over the activations; the same values, the first forward of each shape "
+                             "compiles (seconds), training unchanged; the modules after O / FFN1 / FFN2. Ours (issue 35), not the paper's; default off. "
+                             "On a trained checkpoint: --model-overrides \"{'ghost_compile': True}\"")
     parser.add_argument("--ghost-unshared", action="store_true", default=None,
                         help="a ghost module per (feature, head) G_{f,h} instead of one shared by the heads "
                              "(Appendix B.4; paper: shared, section 2.3); after O and FFN2 only (refused with ffn1, "
@@ -110,6 +116,7 @@ def ghost_defaults(args) -> None:
     args.ghost_features = getattr(args, "ghost_features", None) or 1
     args.ghost_unshared = bool(getattr(args, "ghost_unshared", False))
     args.ghost_zero_init = bool(getattr(args, "ghost_zero_init", False))
+    args.ghost_compile = bool(getattr(args, "ghost_compile", False))
 
 
 def parse_positions(spec: str) -> tuple:
@@ -128,7 +135,8 @@ def parse_positions(spec: str) -> tuple:
 def ghost_config(args) -> GhostConfig:
     return GhostConfig(kernel_size=args.ghost_kernel_size, conv=args.ghost_conv, softmax=not args.ghost_no_softmax,
                        relu=not args.ghost_no_relu, features=args.ghost_features, shared=not args.ghost_unshared,
-                       conv1d_f_length=args.ghost_conv1d_f_length, zero_init=args.ghost_zero_init)
+                       conv1d_f_length=args.ghost_conv1d_f_length, zero_init=args.ghost_zero_init,
+                       compiled=args.ghost_compile)
 
 
 def kept_widths(args, heads: int, ffn: int) -> tuple:
@@ -198,6 +206,9 @@ def build_ghost_encoder(model: nn.Module, args) -> None:
         raise GhostConfigError(f"--ghost-zero-init scales the modules after O, FFN1 and FFN2; --ghost-positions "
                                f"{args.ghost_positions} puts one inside the attention (after QK / V), which generates "
                                "heads rather than adding features")
+    if cfg.compiled and not any(p in ("o", "ffn1", "ffn2") for p in positions):
+        raise GhostConfigError(f"--ghost-compile compiles the modules after O, FFN1 and FFN2; --ghost-positions "
+                               f"{args.ghost_positions} has none")
     if not cfg.shared and kept_ffn % kept_heads and "ffn2" in positions:
         raise GhostConfigError(f"--ghost-unshared: --ghost-ffn-dim {kept_ffn} does not split into "
                                f"{kept_heads} folds")

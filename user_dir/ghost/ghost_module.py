@@ -75,7 +75,8 @@ Choices the paper leaves open, and ours:
 * ``--ghost-no-softmax`` uses the raw kernel (Table 4 "- Softmax"), ``--ghost-no-relu`` the
   identity as the nonlinearity (Table 4 "- ReLU").
 """
-from dataclasses import asdict, dataclass
+import warnings
+from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 import torch
@@ -102,6 +103,7 @@ class GhostConfig:
     shared: bool = True
     conv1d_f_length: int = 128
     zero_init: bool = False
+    compiled: bool = False  # how the module runs at inference (--ghost-compile), not what it computes
 
     def __post_init__(self):
         if self.kernel_size < 1 or self.kernel_size % 2 == 0:
@@ -115,6 +117,9 @@ class GhostConfig:
             raise GhostConfigError(f"--ghost-conv1d-f-length {self.conv1d_f_length}: must be >= 1 (paper: 128)")
         if not self.shared and self.conv != "dwconv":
             raise GhostConfigError(f"--ghost-unshared is implemented for --ghost-conv dwconv only, not {self.conv}")
+        if self.compiled and (self.conv != "dwconv" or not self.shared):
+            raise GhostConfigError(f"--ghost-compile: the shared --ghost-conv dwconv form only (the paper's), not "
+                                   f"{self.conv}{'' if self.shared else ' --ghost-unshared'}")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -221,6 +226,37 @@ def shifted_ghost_graph(y: torch.Tensor, taps, relu: bool = True, keep: Optional
     return y + features
 
 
+_COMPILED = {}  # "fn": the torch.compile'd shifted_ghost_graph, "failed": why it could not compile
+
+
+def compiled_shifted_ghost(y: torch.Tensor, taps: torch.Tensor, relu: bool = True,
+                           keep: Optional[torch.Tensor] = None, scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """:func:`shifted_ghost_graph` compiled by ``torch.compile`` (Inductor: one C++/OpenMP loop on a CPU, one
+    Triton kernel on CUDA) with dynamic shapes: the masking, the k shifted multiply-adds, the ReLU, the scale and
+    the residual add in one pass over the activations, where the eager form makes k + 3 (``--ghost-compile``,
+    inference only). ``taps`` F x k x C. The first call of each kind of shape compiles (seconds; cached on disk by
+    Inductor). Where it cannot compile (no C++ compiler, an unsupported device) it warns once, naming the flag,
+    and runs :func:`add_shifted_ghost`: the same values, at the eager form's speed."""
+    if "failed" not in _COMPILED:
+        try:
+            fn = _COMPILED.setdefault("fn", torch.compile(shifted_ghost_graph, dynamic=True))
+            return fn(y, taps.to(y.dtype), relu, keep, scale)
+        except Exception as e:  # Inductor raises many kinds (BackendCompilerFailed, InvalidCxxCompiler, ...)
+            _COMPILED["failed"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            warnings.warn(f"--ghost-compile: torch.compile could not build the ghost module's kernel "
+                          f"({_COMPILED['failed'][:300]}); running the eager form (the same values, slower)")
+    return add_shifted_ghost(y, taps, relu, keep, scale=scale)  # (inference: adds into y, which callers pass fresh)
+
+
+def compile_ghost_modules(model: nn.Module, on: bool = True) -> nn.Module:
+    """Turn ``--ghost-compile`` on (or off) in every ghost module of a loaded ``model`` (e.g. a checkpoint trained
+    without it), in place; the same as loading it with ``--model-overrides "{'ghost_compile': True}"``."""
+    for module in model.modules():
+        if isinstance(module, (GhostLinear, GhostActivation)) and module.cfg.conv == "dwconv" and module.cfg.shared:
+            module.cfg = module.ghost.cfg = replace(module.cfg, compiled=on)
+    return model
+
+
 class GhostConv(nn.Module):
     """conv_{f,h} of eq 2 for ``units`` input units (1 in the shared form) of ``channels`` channels,
     F = ``cfg.features`` outputs, before the nonlinearity: input T x B x U x C, output T x B x F x C
@@ -261,8 +297,13 @@ class GhostConv(nn.Module):
         if self._taps_cache is None or self._taps_cache[0] != key:
             with torch.no_grad():
                 taps = normalised_kernel(self.weight, self.cfg.softmax)[0].transpose(1, 2).contiguous()
-            self._taps_cache = (key, tuple(tuple(feature.unbind(0)) for feature in taps.unbind(0)))
+            self._taps_cache = (key, tuple(tuple(feature.unbind(0)) for feature in taps.unbind(0)), taps)
         return self._taps_cache[1]
+
+    def taps_tensor(self) -> torch.Tensor:
+        """The inference taps of :meth:`taps` as one F x k x C tensor (:func:`compiled_shifted_ghost`)."""
+        self.taps()
+        return self._taps_cache[2]
 
     def scratch(self, like: torch.Tensor) -> torch.Tensor:
         """A buffer of ``like``'s shape kept between inference calls (grown to the largest batch seen; like the
@@ -383,6 +424,8 @@ class GhostLinear(nn.Linear):
         if self.cfg.conv == "dwconv":
             keep = None if self.padding_mask is None else (~self.padding_mask).t().unsqueeze(-1).to(y.dtype)
             inference = not (torch.is_grad_enabled() and (y.requires_grad or self.ghost.weight.requires_grad))
+            if inference and self.cfg.compiled and not torch.onnx.is_in_onnx_export():
+                return compiled_shifted_ghost(y, self.ghost.taps_tensor(), self.cfg.relu, keep, self.ghost.scale)
             return add_shifted_ghost(y, self.ghost.taps(), self.cfg.relu, keep,
                                      self.ghost.scratch(y) if inference else None, self.ghost.scale)
         return y + self._ghost(self.ghost(self._masked(y).unsqueeze(2), self.padding_mask))
