@@ -230,6 +230,8 @@ def server_side(metrics_text):
                 out["by_k"].setdefault(sample.labels["k"], {})["examples"] = sample.value
             elif sample.name == "fc_serve_cost_scale":
                 out["cost_scale"] = sample.value
+            elif sample.name == "fc_serve_queue_bound_examples":
+                out["queue_bound"] = sample.value
     for k, n in counts.items():
         if n:
             row = out["by_k"].setdefault(k, {})
@@ -333,9 +335,10 @@ def report(result, md_path, png_name):
     L += ["The server's side of the trace (its /metrics after the trace; the start-up timing is not in them): "
           "batches run at each k, their mean size and mean compute time, beside the cost table's time for a batch "
           "of that mean size; "
-          "'scale' is the adaptive policy's running measured / table ratio at the end:", "",
-          "| policy | k | batches | mean batch size | mean batch ms | cost table ms at that size | scale |",
-          "|---|---|---|---|---|---|---|"]
+          "'scale' is the adaptive policy's running measured / table ratio at the end, 'bound' the queue bound "
+          "then (examples):", "",
+          "| policy | k | batches | mean batch size | mean batch ms | cost table ms at that size | scale | bound |",
+          "|---|---|---|---|---|---|---|---|"]
     from user_dir.tools.serving.cost_table import CostTable
     for name, run in pol.items():
         table = CostTable.from_dict(run["cost_table"])
@@ -345,8 +348,9 @@ def report(result, md_path, png_name):
                 continue
             scale = f"{side['cost_scale']:.2f}" if "cost_scale" in side and name.startswith("adaptive") else "-"
             predicted = 1000 * table.batch_seconds(int(k), round(row["mean_batch_size"]))
+            bound = f"{side['queue_bound']:.0f}" if "queue_bound" in side else "-"
             L.append(f"| {name} | {k} | {row['batches']:,.0f} | {row['mean_batch_size']:.1f} | "
-                     f"{row['mean_batch_ms']:.0f} | {predicted:.0f} | {scale} |")
+                     f"{row['mean_batch_ms']:.0f} | {predicted:.0f} | {scale} | {bound} |")
     L += ["", "## Against the goal", ""] + [f"- {line}" for line in r["verdict"]] + [""]
     L += [f"![offered load, k chosen and latency over time]({png_name})", "", "## Cost tables measured at start-up", "",
           "Milliseconds per batch of real dev sentences (the first ones of the dev file, the server's --cost-texts), "
@@ -506,6 +510,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     from user_dir.tools.glue_predict import predict
     from user_dir.tools.serving.cost_table import CostTable
+    from user_dir.tools.serving.policy import queue_bound
 
     args.plugin_ratios = [int(torch.load(pf, map_location="cpu", weights_only=True)["config"]["ratio"])
                           for pf in args.plugin_files]
@@ -556,7 +561,7 @@ def main(argv=None):
             target = args.target_p95_ms or 1000 * (2 * table.batch_seconds(0, B) + args.max_wait_ms / 1000)
             largest = ratios[-1]
             # full batches at the largest k that fit in the target, less the one a new example may find running
-            max_queue = args.max_queue or B * max(1, int(target / 1000 / table.batch_seconds(largest, B)) - 1)
+            max_queue = args.max_queue or queue_bound(table, largest, B, target / 1000)
             defaults = []
             if args.target_p95_ms is None:
                 defaults.append(f"The target is the default: twice a full batch at k=0 "
@@ -564,7 +569,8 @@ def main(argv=None):
             if args.max_queue is None:
                 defaults.append(f"the queue bound is the default: the full batches k={largest} finishes within the "
                                 f"target ({1000 * table.batch_seconds(largest, B):.0f} ms each), less one (the batch a "
-                                "new example may find running)")
+                                "new example may find running); the adaptive policy's own bound, the same rule at the "
+                                "measured speed (its scale), may be lower")
             result.update(backbone_throughput=throughput, target_p95_ms=target, max_queue=max_queue,
                           calibrated_on=policy, defaults_note=("; ".join(defaults) + ".") if defaults else "",
                           idle_rate=args.idle_factor * throughput, burst_rate=args.burst_factor * throughput)

@@ -26,8 +26,8 @@ pytest.importorskip("prometheus_client", reason="the server tests need the 'serv
 import user_dir  # noqa: F401,E402
 from user_dir.tools.serving.batcher import Batcher, QueueFull  # noqa: E402
 from user_dir.tools.serving.cost_table import CostTable, default_batch_sizes, measure  # noqa: E402
-from user_dir.tools.serving.policy import (AdaptivePolicy, choose_ratio, parse_policy,  # noqa: E402
-                                           predicted_latency)
+from user_dir.tools.serving.policy import (AdaptivePolicy, FixedPolicy, choose_ratio, parse_policy,  # noqa: E402
+                                           predicted_latency, queue_bound)
 
 SHIPPED = os.path.join(REPO, "checkpoints", "multi30k.de-en")
 
@@ -83,6 +83,34 @@ def test_predictions_follow_the_machine_when_it_runs_slower_than_at_start_up():
     from user_dir.tools.serving.policy import updated_scale
     assert updated_scale(1.0, 100.0, 0.01) == 4.0  # bounded
     assert updated_scale(1.0, 0.5, 1.0) == pytest.approx(0.9)  # averaged
+
+
+def test_the_adaptive_admission_bound_shrinks_when_batches_run_slower_than_the_table():
+    """The bound: full batches at the largest k finishing within the target at the measured speed, less the one
+    running; a fixed policy keeps --max-queue; the batcher refuses past the live bound (hand-made numbers)."""
+    table = CostTable({0: {1: 0.010, 8: 0.080}, 4: {1: 0.005, 8: 0.040}})
+    assert queue_bound(table, 4, 8, 0.200) == 8 * 4  # 5 batches of 40 ms fit in 200 ms, less the running one
+    assert queue_bound(table, 4, 8, 0.200, scale=2.0) == 8 * 1  # 80 ms each: 2 fit, less one
+    assert queue_bound(table, 0, 8, 0.200) == 8 * 1  # the largest k is what the bound is for: k=0 fits 2
+    assert queue_bound(table, 4, 8, 0.010) == 8  # never below one batch
+    policy = AdaptivePolicy(table, max_batch=8, target=0.200)
+    assert policy.queue_bound(cap=100) == 32 and policy.queue_bound(cap=20) == 20  # --max-queue caps it
+    for _ in range(20):  # the machine slows to twice the table
+        policy.observe(4, 8, 0.080)
+    assert policy.queue_bound(cap=100) == 8
+    # the bound a worst-off example meets: its batch waits behind the full queue and the running batch
+    assert predicted_latency([0.0] * (8 + 8), 4, table, 8, policy.scale) <= 0.200
+    assert FixedPolicy(4).queue_bound(cap=100) == 100
+    batcher = Batcher(lambda payloads, k: payloads, lambda ages: (4, 0.0), max_batch=8, max_wait=0.0,
+                      max_queue=100, bound=policy.queue_bound)
+    assert batcher.current_bound == 8
+    batcher.submit(list(range(8)))  # not started: everything stays queued
+    with pytest.raises(QueueFull) as refused:
+        batcher.submit([8])
+    assert refused.value.bound == 8
+    policy.scale = 1.0  # as fast as at start-up again: the bound grows back
+    assert batcher.current_bound == 32
+    batcher.submit(list(range(8, 32)))
 
 
 def test_parse_policy_names_the_flag():

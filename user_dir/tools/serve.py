@@ -18,7 +18,8 @@ Endpoints (JSON):
 * ``GET /health``: the model, policy, limits and the start-up cost table; ``GET /metrics``: Prometheus.
 
 Bad input is a 4xx whose ``detail`` names the field (``texts[2]: empty text``); more queued examples than
-``--max-queue`` is a 503 with ``Retry-After``; SIGTERM/SIGINT stop accepting connections and finish the
+the queue's bound is a 503 with ``Retry-After`` (``--max-queue``; the adaptive policy's bound also shrinks when
+the machine runs slower than its start-up cost table, so that what it admits can meet its target); SIGTERM/SIGINT stop accepting connections and finish the
 requests in flight (uvicorn's graceful shutdown), then the worker drains its queue and exits.
 
 One process owns one model and one worker thread. To serve more traffic, run several replicas (one per
@@ -130,6 +131,9 @@ class ServerMetrics:
                                        registry=r, buckets=LATENCY_BUCKETS)
         self.latency = Histogram("fc_serve_request_latency_seconds", "Request latency in the server, by endpoint",
                                  ["endpoint"], registry=r, buckets=LATENCY_BUCKETS)
+        self.bound = Gauge("fc_serve_queue_bound_examples", "Examples the queue admits now: --max-queue, or for the "
+                           "adaptive policy the full batches at its largest k that finish within the target at the "
+                           "measured speed, less one", registry=r)
         self.refused = Counter("fc_serve_refused_requests", "Requests refused, by reason", ["reason"], registry=r)
         cost = Gauge("fc_serve_cost_table_seconds", "Start-up cost table: seconds of one batch by k and batch size",
                      ["k", "batch_size"], registry=r)
@@ -172,8 +176,9 @@ def create_app(backend, policy, table, settings: dict):
         metrics.scale.set(getattr(policy, "scale", 1.0))
 
     batcher = Batcher(backend.run, policy.choose, settings["max_batch"], settings["max_wait_ms"] / 1000.0,
-                      settings["max_queue"], on_batch=on_batch)
+                      settings["max_queue"], on_batch=on_batch, bound=policy.queue_bound)
     metrics.queue.set_function(lambda: batcher.queued)
+    metrics.bound.set_function(lambda: batcher.current_bound)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -229,7 +234,8 @@ def create_app(backend, policy, table, settings: dict):
     @app.get("/health")
     async def health():
         return {"status": "ok", "model": backend.describe(), "policy": policy.name, "ratios": backend.ratios,
-                "queued": batcher.queued, "cost_table": table.as_dict(), "cost_scale": getattr(policy, "scale", 1.0),
+                "queued": batcher.queued, "queue_bound": batcher.current_bound, "cost_table": table.as_dict(),
+                "cost_scale": getattr(policy, "scale", 1.0),
                 **{k: v for k, v in settings.items() if k != "graceful_timeout"}}
 
     @app.get("/metrics")
@@ -261,7 +267,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-wait-ms", type=float, default=5.0,
                    help="longest an example waits for others to join its batch, in ms (default 5)")
     p.add_argument("--max-queue", type=int, default=256,
-                   help="most examples queued; a request beyond it gets 503 with Retry-After (default 256)")
+                   help="most examples queued; a request beyond it gets 503 with Retry-After (default 256); the "
+                        "adaptive policy admits fewer when its target needs it: the full batches at its largest k "
+                        "that finish within --target-p95-ms at the measured speed, less one")
     p.add_argument("--truncate", choices=("yes", "no"), default="yes",
                    help="an example longer than the model reads: 'yes' cuts it as the training data was cut "
                         "(default), 'no' refuses it (422); a request's \"truncate\" field overrides")

@@ -48,16 +48,25 @@ class BatchRecord:
 class Batcher:
     def __init__(self, run_batch: Callable[[List[Any], int], List[Any]],
                  choose: Callable[[Sequence[float]], Tuple[int, float]], max_batch: int, max_wait: float,
-                 max_queue: int, on_batch: Optional[Callable[[BatchRecord], None]] = None, clock=time.monotonic):
+                 max_queue: int, on_batch: Optional[Callable[[BatchRecord], None]] = None, clock=time.monotonic,
+                 bound: Optional[Callable[[int], int]] = None):
         if max_batch < 1 or max_queue < 1 or max_wait < 0:
             raise ValueError(f"max_batch {max_batch} and max_queue {max_queue} must be >= 1, max_wait {max_wait} >= 0")
         self.run_batch, self.choose = run_batch, choose
         self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait, max_queue
         self.on_batch, self.clock = on_batch, clock
+        self.bound = bound  # the admission bound now, given max_queue (the adaptive policy's; None: max_queue)
         self._pending: deque = deque()
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: Optional[threading.Thread] = None
+
+    @property
+    def current_bound(self) -> int:
+        """Most examples the queue admits now: ``max_queue``, or the live bound (at least one batch)."""
+        if self.bound is None:
+            return self.max_queue
+        return min(self.max_queue, max(self.max_batch, self.bound(self.max_queue)))
 
     @property
     def queued(self) -> int:
@@ -69,8 +78,9 @@ class Batcher:
         with self._cond:
             if self._stopping:
                 raise RuntimeError("the server is shutting down")
-            if len(self._pending) + len(payloads) > self.max_queue:
-                raise QueueFull(len(self._pending), len(payloads), self.max_queue)
+            bound = self.current_bound
+            if len(self._pending) + len(payloads) > bound:
+                raise QueueFull(len(self._pending), len(payloads), bound)
             now = self.clock()
             items = [Item(p, now) for p in payloads]
             self._pending.extend(items)

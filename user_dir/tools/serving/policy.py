@@ -9,6 +9,11 @@ current workload") as a policy.
   meets the latency target; if none does (overload), the largest k. The table is measured once, at
   start-up; on a machine shared with other work every batch then runs slower or faster than it says, so
   the predictions are scaled by a running average of measured / predicted batch times (``observe``).
+  Its admission bound moves with that scale (``queue_bound``): the examples whose full batches at the
+  largest k finish within the target at the measured speed, less one batch (the one a new example may
+  find running), never above ``--max-queue``. A bound fixed from the start-up table admits work the
+  slower machine cannot finish in time (results/serving.md, 2026-11-25: batches ran 1.15-1.34x the table,
+  and every policy's p95 went over its target); a fixed:K policy has no target and keeps ``--max-queue``.
 
 The maths are pure functions of the queue's ages and the cost table, so they are tested on hand-made
 numbers (tests/test_serve.py).
@@ -33,6 +38,14 @@ def predicted_latency(ages: Sequence[float], k: int, table: CostTable, max_batch
         clock += scale * table.batch_seconds(k, min(max_batch, len(ages) - start))
         worst = max(worst, ages[start] + clock)
     return worst
+
+
+def queue_bound(table: CostTable, k: int, max_batch: int, target: float, scale: float = 1.0) -> int:
+    """Examples a server may hold so that all of them are answered within ``target`` seconds at ratio ``k``:
+    the full batches of ``max_batch`` that finish within the target (each ``scale`` x the table's time), less
+    one (the batch a new example may find running); at least one batch."""
+    per_batch = scale * table.batch_seconds(k, max_batch)
+    return max_batch * max(1, int(target / per_batch) - 1)
 
 
 def choose_ratio(ages: Sequence[float], table: CostTable, max_batch: int, target: float,
@@ -65,6 +78,9 @@ class FixedPolicy:
     def observe(self, k: int, size: int, seconds: float) -> None:
         pass
 
+    def queue_bound(self, cap: int) -> int:
+        return cap
+
 
 def updated_scale(scale: float, measured: float, predicted: float, weight: float = 0.2,
                   bounds: Tuple[float, float] = (0.25, 4.0)) -> float:
@@ -96,6 +112,11 @@ class AdaptivePolicy:
         """A batch of ``size`` at ratio ``k`` took ``seconds``: update the scale of the table's predictions."""
         if self.weight > 0:
             self.scale = updated_scale(self.scale, seconds, self.table.batch_seconds(k, size), self.weight)
+
+    def queue_bound(self, cap: int) -> int:
+        """The admission bound now: :func:`queue_bound` at the largest ratio and the running scale, at most
+        ``cap`` (``--max-queue``)."""
+        return min(cap, queue_bound(self.table, self.largest_ratio, self.max_batch, self.target, self.scale))
 
 
 def parse_policy(spec: str, ratios: Sequence[int], table: CostTable, max_batch: int, target_ms: float,
