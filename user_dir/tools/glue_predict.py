@@ -10,8 +10,10 @@ for STS-B, the regression score. The subset needs no labels (GLUE's test sets ha
 has them (``valid``), the task's metric is printed too.
 """
 import argparse
+import ast
 import os
 import sys
+from typing import Optional
 
 import torch
 
@@ -19,15 +21,17 @@ SUBMISSION_NAMES = {"MNLI": {"test": "MNLI-m", "test1": "MNLI-mm"}}
 
 
 def predict(data: str, path: str, subset: str, batch_size: int = 64, head: str = "sentence_classification_head",
-            variator_plugins: str = "", variator_ratio: int = 0):
+            variator_plugins: str = "", variator_ratio: int = 0, model_overrides: Optional[dict] = None):
     """(ids, predictions as class indices or floats, labels or None, regression?) for ``subset``, in TSV order.
 
     ``variator_plugins`` (comma-separated plugin files) and ``variator_ratio`` run the model with a
-    Variator plugin (user_dir/variator/)."""
+    Variator plugin (user_dir/variator/); ``model_overrides`` replace model arguments at load, as fairseq's
+    ``--model-overrides`` (e.g. ``{"ghost_compile": True}``)."""
     import user_dir  # noqa: F401  (registers the plug-in and the checkpoint-loading fix)
     from fairseq import checkpoint_utils
 
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={**(model_overrides or {}),
+                                                                                          "data": data})
     model = models[0].eval()
     if variator_plugins or variator_ratio:
         from user_dir.variator.plugged_encoder import attach_plugin_files
@@ -62,12 +66,22 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
     p.add_argument("--variator-plugins", default="", help="Variator plugin files to attach (comma-separated)")
     p.add_argument("--variator-ratio", type=int, default=0, help="the attached plugin to run (k; 0: none)")
+    p.add_argument("--model-overrides", default="{}",
+                   help="model arguments replaced at load, a Python dict as fairseq's flag of the same name, e.g. "
+                        "\"{'ghost_compile': True}\" (GhostBERT's compiled ghost modules)")
     args = p.parse_args(argv)
+    try:
+        overrides = ast.literal_eval(args.model_overrides)
+        if not isinstance(overrides, dict):
+            raise ValueError
+    except (ValueError, SyntaxError):
+        raise SystemExit(f"--model-overrides {args.model_overrides!r}: a Python dict, e.g. \"{{'ghost_compile': True}}\"")
     if not os.path.isfile(args.path):
         raise SystemExit(f"--path {args.path}: no such checkpoint")
     names_path = os.path.join(args.data, "label", "names.txt")
     ids, preds, labels, regression = predict(args.data, args.path, args.subset, args.batch_size,
-                                         variator_plugins=args.variator_plugins, variator_ratio=args.variator_ratio)
+                                         variator_plugins=args.variator_plugins, variator_ratio=args.variator_ratio,
+                                         model_overrides=overrides)
     if regression:
         shown = [f"{min(5.0, max(0.0, p)):.3f}" for p in preds]
     else:
