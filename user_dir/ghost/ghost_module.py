@@ -239,8 +239,9 @@ def compiled_shifted_ghost(y: torch.Tensor, taps: torch.Tensor, relu: bool = Tru
     and runs :func:`add_shifted_ghost`: the same values, at the eager form's speed."""
     if "failed" not in _COMPILED:
         try:
-            fn = _COMPILED.setdefault("fn", torch.compile(shifted_ghost_graph, dynamic=True))
-            return fn(y, taps.to(y.dtype), relu, keep, scale)
+            if "fn" not in _COMPILED:  # built once (torch.compile itself costs a millisecond a call)
+                _COMPILED["fn"] = torch.compile(shifted_ghost_graph, dynamic=True)
+            return _COMPILED["fn"](y, taps.to(y.dtype), relu, keep, scale)
         except Exception as e:  # Inductor raises many kinds (BackendCompilerFailed, InvalidCxxCompiler, ...)
             _COMPILED["failed"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             warnings.warn(f"--ghost-compile: torch.compile could not build the ghost module's kernel "
