@@ -161,7 +161,9 @@ def claim_row(spec, root):
     matches = [c for c in comparisons_in(data) if re.search(spec["label"], c["label"], re.I)]
     if not matches:
         return None, f"`{spec['json']}` holds no comparison labelled '{spec['label']}': `{spec['command']}`"
-    return matches[0], commands_in(data)
+    commands = commands_in(data)
+    # the drivers' own command lines; the tools a driver ran (fc-measure, ...) are its stages, not how to rerun it
+    return matches[0], [c for c in commands if c.startswith("python scripts/")] or commands
 
 
 def render(root, argv):
