@@ -440,12 +440,19 @@ def plugin_provenance(path):
 
 # ---- main --------------------------------------------------------------------------------------------------
 def default_plugins(variator_work, task, checkpoint):
+    """Each k's primary plugin under ``variator_work``: plugin_last.pt (bench_variator's primary, --glue-select
+    last), else plugin.pt (its folders before the selection protocol)."""
     digest = sha256_of(checkpoint)[:8]
-    found = sorted(glob.glob(os.path.join(variator_work, "glue", task, f"*-{digest}", "k*", "plugin.pt")),
-                   key=lambda p: int(os.path.basename(os.path.dirname(p))[1:]))
+    found = []
+    for folder in sorted(glob.glob(os.path.join(variator_work, "glue", task, f"*-{digest}", "k*")),
+                         key=lambda p: int(os.path.basename(p)[1:])):
+        files = [os.path.join(folder, name) for name in ("plugin_last.pt", "plugin.pt")
+                 if os.path.isfile(os.path.join(folder, name))]
+        found += files[:1]
     if not found:
         sys.exit(f"bench_serving: no plugins adapted to {checkpoint} (sha256 {digest}) under {variator_work}/glue/"
-                 f"{task}/*-{digest}/k*/plugin.pt; train them with scripts/bench_variator.py or give --plugins")
+                 f"{task}/*-{digest}/k*/plugin_last.pt (or plugin.pt); train them with scripts/bench_variator.py or "
+                 "give --plugins")
     return found
 
 
