@@ -832,10 +832,16 @@ def test_compiled_ghost_modules_equal_the_eager_form_ignore_padding_and_leave_tr
     calls = []
     original = gm.shifted_ghost_graph
     gm.shifted_ghost_graph = lambda *a, **k: calls.append(1) or original(*a, **k)  # traced once per compile
+    minimum = gm.COMPILE_MIN_ELEMENTS
     try:
         gm._COMPILED.clear()
         with torch.no_grad():
             want = transformer_encoder(eager)(src, src_lengths=lengths)["encoder_out"][0]
+            gm.COMPILE_MIN_ELEMENTS = src.numel() * 10 ** 6  # a CPU runs small activations eagerly: no compile
+            small = transformer_encoder(compiled)(src, src_lengths=lengths)["encoder_out"][0]
+            assert not calls and "fn" not in gm._COMPILED
+            torch.testing.assert_close(small, want, rtol=1e-9, atol=1e-9)
+            gm.COMPILE_MIN_ELEMENTS = 0  # the tiny model's activations compiled
             got = transformer_encoder(compiled)(src, src_lengths=lengths)["encoder_out"][0]
             short = int(lengths.argmin())
             n = int(lengths[short])
@@ -843,6 +849,7 @@ def test_compiled_ghost_modules_equal_the_eager_form_ignore_padding_and_leave_tr
                                                   src_lengths=lengths[short:short + 1])["encoder_out"][0]
     finally:
         gm.shifted_ghost_graph = original
+        gm.COMPILE_MIN_ELEMENTS = minimum
     assert "failed" not in gm._COMPILED and calls, "torch.compile did not run (is a C++ compiler installed?)"
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(alone[:, 0], got[-n:, short], rtol=1e-9, atol=1e-9)

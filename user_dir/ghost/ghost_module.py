@@ -227,6 +227,11 @@ def shifted_ghost_graph(y: torch.Tensor, taps, relu: bool = True, keep: Optional
 
 
 _COMPILED = {}  # "fn": the torch.compile'd shifted_ghost_graph, "failed": why it could not compile
+# Below this many activation elements a CPU runs the eager form: a compiled call pays Dynamo's guards and the
+# wrapper (tens of microseconds) whatever the size, more than it saves on one short sequence. Measured on the MRPC
+# MiniLM encoders (results/deploy_glue.md, 2026-11-27): at 1 x 128 x 384 (49,152) the compiled GhostBERT ran 1.15-1.53x
+# pruned-only's time against 1.11-1.35x eager; at 16 x 128 x 384 1.04-1.16x against 1.07-1.45x. CUDA always compiles.
+COMPILE_MIN_ELEMENTS = 65536
 
 
 def compiled_shifted_ghost(y: torch.Tensor, taps: torch.Tensor, relu: bool = True,
@@ -235,9 +240,10 @@ def compiled_shifted_ghost(y: torch.Tensor, taps: torch.Tensor, relu: bool = Tru
     Triton kernel on CUDA) with dynamic shapes: the masking, the k shifted multiply-adds, the ReLU, the scale and
     the residual add in one pass over the activations, where the eager form makes k + 3 (``--ghost-compile``,
     inference only). ``taps`` F x k x C. The first call of each kind of shape compiles (seconds; cached on disk by
-    Inductor). Where it cannot compile (no C++ compiler, an unsupported device) it warns once, naming the flag,
-    and runs :func:`add_shifted_ghost`: the same values, at the eager form's speed."""
-    if "failed" not in _COMPILED:
+    Inductor); on a CPU, activations under ``COMPILE_MIN_ELEMENTS`` run the eager form. Where it cannot compile
+    (no C++ compiler, an unsupported device) it warns once, naming the flag, and runs :func:`add_shifted_ghost`:
+    the same values, at the eager form's speed."""
+    if "failed" not in _COMPILED and (y.is_cuda or y.numel() >= COMPILE_MIN_ELEMENTS):
         try:
             if "fn" not in _COMPILED:  # built once (torch.compile itself costs a millisecond a call)
                 _COMPILED["fn"] = torch.compile(shifted_ghost_graph, dynamic=True)
