@@ -586,7 +586,7 @@ def report(result):
     costs = result["ghost_costs"]
     compiled = "batch: ghost, compiled" in costs[0]
     lines += ["## GhostBERT's ghost modules against pruned only (encoder time, paired)", ""]
-    if result.get("ghost_costs_provenance"):  # measured by a later --parts ghost-costs run
+    if result.get("ghost_costs_provenance"):  # measured by a later --ghost-costs-only run
         lines += ["This section: " + provenance_text(result["ghost_costs_provenance"])
                   + f" Load average (1, 5, 15 min) at its start "
                   f"{', '.join(f'{x:.2f}' for x in result['ghost_costs_load'][0])}, at its end "

@@ -95,8 +95,9 @@ def add_ghost_args(parser) -> None:
                         help="at inference (no autograd), run each depthwise ghost module as one torch.compile'd "
                              "kernel (Inductor: C++ on a CPU, Triton on CUDA) instead of the eager form's k + 3 "
                              "passes over the activations; the same values, the first forward of each shape "
-                             "compiles (seconds), training unchanged; the modules after O / FFN1 / FFN2. Ours (issue 35), not the paper's; default off. "
-                             "On a trained checkpoint: --model-overrides \"{'ghost_compile': True}\"")
+                             "compiles (seconds), training unchanged; the modules after O / FFN1 / FFN2. Ours "
+                             "(issue 35), not the paper's; default off. On a trained checkpoint: --model-overrides "
+                             "\"{'ghost_compile': True}\"")
     parser.add_argument("--ghost-unshared", action="store_true", default=None,
                         help="a ghost module per (feature, head) G_{f,h} instead of one shared by the heads "
                              "(Appendix B.4; paper: shared, section 2.3); after O and FFN2 only (refused with ffn1, "

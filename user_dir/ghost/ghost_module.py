@@ -229,30 +229,33 @@ def shifted_ghost_graph(y: torch.Tensor, taps, relu: bool = True, keep: Optional
 _COMPILED = {}  # "fn": the torch.compile'd shifted_ghost_graph, "failed": why it could not compile
 # Below this many activation elements a CPU runs the eager form: a compiled call pays Dynamo's guards and the
 # wrapper (tens of microseconds) whatever the size, more than it saves on one short sequence. Measured on the MRPC
-# MiniLM encoders (results/deploy_glue.md as committed at 07:14 UTC 2026-11-27, in its git history): at 1 x 128 x 384 (49,152) the compiled GhostBERT ran 1.15-1.53x
-# pruned-only's time against 1.11-1.35x eager; at 16 x 128 x 384 1.04-1.16x against 1.07-1.45x. CUDA always compiles.
+# MiniLM encoders (results/deploy_glue.md as committed at 07:14 UTC 2026-11-27, in its git history): at 1 x 128 x 384
+# (49,152 elements) the compiled GhostBERT ran 1.15-1.53x pruned-only's time against 1.11-1.35x eager; at
+# 16 x 128 x 384 1.04-1.16x against 1.07-1.45x. CUDA always compiles.
 COMPILE_MIN_ELEMENTS = 65536
 
 
 def compiled_shifted_ghost(y: torch.Tensor, taps: torch.Tensor, relu: bool = True,
-                           keep: Optional[torch.Tensor] = None, scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+                           keep: Optional[torch.Tensor] = None,
+                           scale: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
     """:func:`shifted_ghost_graph` compiled by ``torch.compile`` (Inductor: one C++/OpenMP loop on a CPU, one
     Triton kernel on CUDA) with dynamic shapes: the masking, the k shifted multiply-adds, the ReLU, the scale and
     the residual add in one pass over the activations, where the eager form makes k + 3 (``--ghost-compile``,
     inference only). ``taps`` F x k x C. The first call of each kind of shape compiles (seconds; cached on disk by
-    Inductor); on a CPU, activations under ``COMPILE_MIN_ELEMENTS`` run the eager form. Where it cannot compile
-    (no C++ compiler, an unsupported device) it warns once, naming the flag, and runs :func:`add_shifted_ghost`:
-    the same values, at the eager form's speed."""
-    if "failed" not in _COMPILED and (y.is_cuda or y.numel() >= COMPILE_MIN_ELEMENTS):
-        try:
-            if "fn" not in _COMPILED:  # built once (torch.compile itself costs a millisecond a call)
-                _COMPILED["fn"] = torch.compile(shifted_ghost_graph, dynamic=True)
-            return _COMPILED["fn"](y, taps.to(y.dtype), relu, keep, scale)
-        except Exception as e:  # Inductor raises many kinds (BackendCompilerFailed, InvalidCxxCompiler, ...)
-            _COMPILED["failed"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            warnings.warn(f"--ghost-compile: torch.compile could not build the ghost module's kernel "
-                          f"({_COMPILED['failed'][:300]}); running the eager form (the same values, slower)")
-    return add_shifted_ghost(y, taps, relu, keep, scale=scale)  # (inference: adds into y, which callers pass fresh)
+    Inductor). None where it does not run, and the caller runs the eager form (:func:`add_shifted_ghost`, the same
+    values): on a CPU, activations under ``COMPILE_MIN_ELEMENTS``; where it cannot compile (no C++ compiler, an
+    unsupported device), after one warning naming the flag."""
+    if "failed" in _COMPILED or not (y.is_cuda or y.numel() >= COMPILE_MIN_ELEMENTS):
+        return None
+    try:
+        if "fn" not in _COMPILED:  # built once (torch.compile itself costs a millisecond a call)
+            _COMPILED["fn"] = torch.compile(shifted_ghost_graph, dynamic=True)
+        return _COMPILED["fn"](y, taps.to(y.dtype), relu, keep, scale)
+    except Exception as e:  # Inductor raises many kinds (BackendCompilerFailed, InvalidCxxCompiler, ...)
+        _COMPILED["failed"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        warnings.warn(f"--ghost-compile: torch.compile could not build the ghost module's kernel "
+                      f"({_COMPILED['failed'][:300]}); running the eager form (the same values, slower)")
+        return None
 
 
 def compile_ghost_modules(model: nn.Module, on: bool = True) -> nn.Module:
@@ -432,7 +435,9 @@ class GhostLinear(nn.Linear):
             keep = None if self.padding_mask is None else (~self.padding_mask).t().unsqueeze(-1).to(y.dtype)
             inference = not (torch.is_grad_enabled() and (y.requires_grad or self.ghost.weight.requires_grad))
             if inference and self.cfg.compiled and not torch.onnx.is_in_onnx_export():
-                return compiled_shifted_ghost(y, self.ghost.taps_tensor(), self.cfg.relu, keep, self.ghost.scale)
+                out = compiled_shifted_ghost(y, self.ghost.taps_tensor(), self.cfg.relu, keep, self.ghost.scale)
+                if out is not None:
+                    return out
             return add_shifted_ghost(y, self.ghost.taps(), self.cfg.relu, keep,
                                      self.ghost.scratch(y) if inference else None, self.ghost.scale)
         return y + self._ghost(self.ghost(self._masked(y).unsqueeze(2), self.padding_mask))

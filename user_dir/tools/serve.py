@@ -19,8 +19,9 @@ Endpoints (JSON):
 
 Bad input is a 4xx whose ``detail`` names the field (``texts[2]: empty text``); more queued examples than
 the queue's bound is a 503 with ``Retry-After`` (``--max-queue``; the adaptive policy's bound also shrinks when
-the machine runs slower than its start-up cost table, so that what it admits can meet its target); SIGTERM/SIGINT stop accepting connections and finish the
-requests in flight (uvicorn's graceful shutdown), then the worker drains its queue and exits.
+the machine runs slower than its start-up cost table, so that what it admits can meet its target); SIGTERM/SIGINT
+stop accepting connections and finish the requests in flight (uvicorn's graceful shutdown), then the worker
+drains its queue and exits.
 
 One process owns one model and one worker thread. To serve more traffic, run several replicas (one per
 core group or machine) behind a load balancer (README, "Serving Variator").

@@ -63,10 +63,8 @@ class Batcher:
 
     @property
     def current_bound(self) -> int:
-        """Most examples the queue admits now: ``max_queue``, or the live bound (at least one batch)."""
-        if self.bound is None:
-            return self.max_queue
-        return min(self.max_queue, max(self.max_batch, self.bound(self.max_queue)))
+        """Most examples the queue admits now: ``max_queue``, or the live bound given it."""
+        return self.max_queue if self.bound is None else self.bound(self.max_queue)
 
     @property
     def queued(self) -> int:

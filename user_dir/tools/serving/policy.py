@@ -12,7 +12,7 @@ current workload") as a policy.
   Its admission bound moves with that scale (``queue_bound``): the examples whose full batches at the
   largest k finish within the target at the measured speed, less one batch (the one a new example may
   find running), never above ``--max-queue``. A bound fixed from the start-up table admits work the
-  slower machine cannot finish in time (results/serving.md, 2026-11-25: batches ran 1.15-1.34x the table,
+  slower machine cannot finish in time (results/serving.md as of 2026-11-25, in its git history: batches ran 1.15-1.34x the table,
   and every policy's p95 went over its target); a fixed:K policy has no target and keeps ``--max-queue``.
 
 The maths are pure functions of the queue's ages and the cost table, so they are tested on hand-made
