@@ -49,7 +49,8 @@ import sys
 import time
 
 from benchlib import ROOT, default_out, logger, provenance, provenance_text, run, sha256_of, write_report
-from glue_bench import glue_setup, rel
+from bench_ghost_costs import add_timing_arguments, forms_text, ghost_costs, table, timed_rounds
+from glue_bench import first_glue_setup, rel
 
 log = logger("bench_deploy_glue")
 RUNTIMES = ("fairseq", "transformers", "onnx fp32", "onnx int8")
@@ -58,13 +59,7 @@ RUNTIMES = ("fairseq", "transformers", "onnx fp32", "onnx int8")
 # ---- the models --------------------------------------------------------------------------------------------
 def task_setup(args, task):
     """glue_bench.glue_setup of ``task`` from the first ``--glue-work`` folder that holds its teacher."""
-    folders = [f for f in args.glue_work.split(",") if f]
-    for folder in folders:
-        if os.path.isfile(os.path.join(folder, task, "checkpoints", "checkpoint_best.pt")):
-            setup = glue_setup(argparse.Namespace(glue_work=folder), task)
-            setup["glue_work"] = folder
-            return setup
-    return None
+    return first_glue_setup(args.glue_work, task)
 
 
 def bench_models(args, setup, task):
@@ -274,27 +269,6 @@ def scores_and_parity(runners, dev_batches, labels, task):
     return out
 
 
-def timed_rounds(configs, items, runs, log_every=None):
-    """{key: [seconds per round]}: in each round every config ``configs[key](item)`` runs on every item, the configs
-    interleaved item by item (the order rotating by one each round), so a change of the machine's load between
-    two moments falls on every config alike; a round's time of a config is the sum over the items."""
-    times = {k: [] for k in configs}
-    keys = list(configs)
-    for r in range(runs):
-        order = keys[r % len(keys):] + keys[: r % len(keys)]
-        total = dict.fromkeys(keys, 0.0)
-        for item in items:
-            for k in order:
-                start = time.perf_counter()
-                configs[k](item)
-                total[k] += time.perf_counter() - start
-        for k in keys:
-            times[k].append(total[k])
-        if log_every and (r + 1) % log_every == 0:
-            log(f"  timing round {r + 1}/{runs}")
-    return times
-
-
 def sizes(name, path, runners, exports, work):
     """Bytes on disk of what each runtime loads (fairseq: the loaded model's state dict, its tied embeddings
     stored once as fairseq saves them, and the configuration; no optimizer state)."""
@@ -321,91 +295,6 @@ def parameters(runners):
     out = {"fairseq": count_parameters(runners.fairseq).total}
     if runners.hf is not None:
         out["transformers"] = sum(p.numel() for p in runners.hf.parameters())
-    return out
-
-
-# ---- GhostBERT's cost against pruned only -------------------------------------------------------------------
-def reference_ghost(model):
-    """``model`` with every GhostLinear / GhostActivation computing its ghost features in the reference form
-    (GhostConv + _ghost + _masked: the form before the fused add_shifted_ghost)."""
-    from user_dir.ghost.ghost_module import GhostActivation, GhostLinear
-
-    def reference(self, y):
-        return y + self._ghost(self.ghost(self._masked(y).unsqueeze(2), self.padding_mask))
-
-    for module in model.modules():
-        if isinstance(module, (GhostLinear, GhostActivation)):
-            module._add_ghost = reference.__get__(module)
-    return model
-
-
-def ghost_costs(args, setup, work):
-    """Paired encoder-time ratios GhostBERT / pruned only (and the reference-form GhostBERT / pruned only) at every m,
-    in fairseq at batch ``--time-batch`` x 128 and 1 x 128, and in ONNX Runtime."""
-    import torch
-    from fairseq import checkpoint_utils
-
-    from user_dir.common.structured_pruning import transformer_encoder
-    from user_dir.ghost.ghost_module import compile_ghost_modules
-    from user_dir.tools import ghost_prune
-    from user_dir.tools.encoder_cost import real_batch
-    from user_dir.tools.export_hf import prepared_settings, read_vocab, vocabulary_map, wordpiece
-    from user_dir.tools.export_onnx import export_onnx, run_session, session
-
-    def ratios(times, variant):
-        r = [a / b for a, b in zip(times[variant], times["pruned"])]  # paired: the same round
-        return {"median": statistics.median(r), "min": min(r), "max": max(r), "runs": r}
-
-    torch.set_num_threads(args.threads)
-    out = []
-    for m in args.widths.split(","):
-        models, onnx = {}, {}
-        for variant, positions in (("pruned", "none"), ("ghost", "o,ffn2")):
-            path = os.path.join(work, "ghost_costs", f"m{m.replace('/', 'of')}", f"{variant}.pt")
-            if not os.path.isfile(path):
-                ghost_prune.main([setup["data"], "--path", setup["teacher"], "--width-mult", m, "--out", path,
-                                  "--ghost-positions", positions, "--max-batches", str(args.prune_batches),
-                                  "--batch-size", "16", "--cpu"])
-            loaded, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": setup["data"]})
-            models[variant] = loaded[0].eval()
-            if args.onnx_ratios:
-                onnx[variant] = os.path.join(os.path.dirname(path), f"{variant}-onnx")
-                if not os.path.isfile(os.path.join(onnx[variant], "model.onnx")):
-                    export_onnx(path, onnx[variant], data=setup["data"], int8=False)
-        models["ghost, reference form"] = reference_ghost(copy.deepcopy(models["ghost"]))
-        models["ghost, compiled"] = compile_ghost_modules(copy.deepcopy(models["ghost"]))  # --ghost-compile
-        row = {"m": m}
-        for label, tokens in (("batch", real_batch(task, "valid", 128, args.time_batch)),
-                              ("single", real_batch(task, "valid", 128, 1))):
-            lengths = torch.full((tokens.size(0),), tokens.size(1))
-            encoders = {k: transformer_encoder(mod) for k, mod in models.items()}
-            with torch.no_grad():
-                for enc in encoders.values():
-                    enc(tokens, src_lengths=lengths)  # warm-up (and the ghost kernels' cache)
-                reps = args.repeats if label == "batch" else args.repeats * 10
-                configs = {k: (lambda _, enc=enc: enc(tokens, src_lengths=lengths)) for k, enc in encoders.items()}
-                times = timed_rounds(configs, range(reps), args.runs)
-            for variant in ("ghost", "ghost, reference form", "ghost, compiled"):
-                row[f"{label}: {variant}"] = ratios(times, variant)
-            row[f"{label}: pruned ms"] = 1e3 * statistics.median(times["pruned"]) / reps
-            if onnx and label == "batch":  # the same real tokens, as the exported tokenizer's (BERT's) ids
-                settings = prepared_settings(setup["data"])
-                to_fairseq = vocabulary_map(task.source_dictionary, read_vocab(settings),
-                                            wordpiece(settings).fairseq_specials)
-                to_bert = torch.empty(len(to_fairseq), dtype=torch.long)
-                to_bert[to_fairseq] = torch.arange(len(to_fairseq))
-                ids = to_bert[tokens]
-                mask = torch.ones_like(ids)
-                sessions = {k: session(os.path.join(d, "model.onnx"), args.threads) for k, d in onnx.items()}
-                for sess in sessions.values():
-                    run_session(sess, ids, mask)  # warm-up
-                t = timed_rounds({k: (lambda _, s=s: run_session(s, ids, mask)) for k, s in sessions.items()},
-                                 range(args.repeats), args.runs)
-                row["onnx: ghost"] = ratios(t, "ghost")
-            log(f"m = {m}: GhostBERT / pruned only {row['batch: ghost']['median']:.3f} (reference form "
-                f"{row['batch: ghost, reference form']['median']:.3f}, compiled "
-                f"{row['batch: ghost, compiled']['median']:.3f}) at {args.time_batch} x 128")
-        out.append(row)
     return out
 
 
@@ -463,7 +352,7 @@ def measure(args):
     if args.parity_tasks:
         result["parity"] = parity(args)
     log("GhostBERT against pruned only at every m")
-    result["ghost_costs"] = ghost_costs(args, setup, args.work)
+    result["ghost_costs"] = ghost_costs(args, setup, os.path.join(args.work, "ghost_costs"))
     result["load_end"] = list(os.getloadavg())
     return result
 
@@ -482,7 +371,7 @@ def measure_ghost_costs(args, json_path):
     if setup is None:
         sys.exit(f"bench_deploy_glue: no {args.glue_task} teacher in --glue-work {args.glue_work}")
     start = os.getloadavg()
-    result["ghost_costs"] = ghost_costs(args, setup, args.work)
+    result["ghost_costs"] = ghost_costs(args, setup, os.path.join(args.work, "ghost_costs"))
     result["ghost_costs_provenance"] = provenance("bench_deploy_glue.py", args.argv, args.threads, [args.seed])
     result["ghost_costs_load"] = [list(start), list(os.getloadavg())]
     return result
@@ -584,39 +473,19 @@ def report(result):
                              f"{r['max_abs_diff']:.1e} | {100 * r['agreement']:.2f}% | {metric_text(r['score'])} |")
         lines.append("")
     costs = result["ghost_costs"]
-    compiled = "batch: ghost, compiled" in costs[0]
+    if isinstance(costs, list):  # a JSON written before bench_ghost_costs.py: its rows at 16 x 128, on the CPU
+        costs = {"rows": costs, "time_batch": 16, "onnx": any("onnx: ghost" in r for r in costs)}
     lines += ["## GhostBERT's ghost modules against pruned only (encoder time, paired)", ""]
     if result.get("ghost_costs_provenance"):  # measured by a later --ghost-costs-only run
         lines += ["This section: " + provenance_text(result["ghost_costs_provenance"])
                   + f" Load average (1, 5, 15 min) at its start "
                   f"{', '.join(f'{x:.2f}' for x in result['ghost_costs_load'][0])}, at its end "
                   f"{', '.join(f'{x:.2f}' for x in result['ghost_costs_load'][1])}.", ""]
-    lines += ["Encoders cut from the teacher by ghost_prune at each m; GhostBERT with ghost modules after O and FFN2 "
-              "(the paper's), in the fused eager form (ghost_module.add_shifted_ghost, the default), "
-              + ("compiled (`--ghost-compile`: ghost_module.compiled_shifted_ghost, torch.compile of the out-of-place "
-                 "form, one pass over the activations; the rest of the encoder eager, as pruned only's) " if compiled
-                 else "")
-              + "and in the reference form (GhostConv's depthwise_conv_time + _ghost + _masked, the form before issue "
-              "35), the encoders run forward by forward in turn; ratio = GhostBERT's time / pruned-only's in each run, "
-              "the median over runs [min-max]; goal: at most 1.10 at every m. ONNX Runtime: the pruned-only and "
-              "GhostBERT classifiers exported by fc-export-onnx (the ghost module in its traced out-of-place form, "
-              "ghost_module.shifted_ghost_graph).", ""]
-    forms = [("GhostBERT", "ghost")] + ([("compiled", "ghost, compiled")] if compiled else []) + [
-        ("reference form", "ghost, reference form")]
-    header = ["m", "pruned only, ms per forward (16 x 128)"] + [
-        f"{name} / pruned ({shape})" for shape in ("16 x 128", "1 x 128") for name, _ in forms] + [
-        "ONNX Runtime GhostBERT / pruned (16 x 128)"]
-    lines += ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-
-    def ratio(x):
-        return "" if not x else f"{x['median']:.3f} [{x['min']:.3f}-{x['max']:.3f}]"
-
-    for row in costs:
-        cells = [row["m"], f"{row['batch: pruned ms']:.1f}"] + [
-            ratio(row[f"{shape}: {key}"]) for shape in ("batch", "single") for _, key in forms] + [
-            ratio(row.get("onnx: ghost"))]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
+    lines += ["Encoders cut from the teacher by ghost_prune at each m (scripts/bench_ghost_costs.py's measurement; "
+              "its --device cuda run on a GPU: results/ghost_costs_gpu.md). " + forms_text(costs)
+              + (" ONNX Runtime: the pruned-only and GhostBERT classifiers exported by fc-export-onnx (the ghost "
+                 "module in its traced out-of-place form, ghost_module.shifted_ghost_graph)." if costs.get("onnx")
+                 else ""), "", *table(costs), ""]
     return "\n".join(lines)
 
 
@@ -655,15 +524,7 @@ def get_parser():
     p.add_argument("--seed", type=int, default=1, help="the seed of the trained models (their drivers' seed<k>/)")
     p.add_argument("--parity-tasks", default="SST-2,MRPC,RTE",
                    help="tasks whose teachers are checked on every dev example ('' for none; default SST-2,MRPC,RTE)")
-    p.add_argument("--widths", default="1/12,3/12,6/12,12/12", help="m of the GhostBERT-vs-pruned timing")
-    p.add_argument("--prune-batches", type=int, default=4, help="dev batches of ghost_prune's importance for the timing")
-    p.add_argument("--onnx-ratios", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time the pruned-only and GhostBERT ONNX graphs at every m (default on)")
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads of every runtime (default 1)")
-    p.add_argument("--runs", type=int, default=7, help="timing rounds (default 7)")
-    p.add_argument("--repeats", type=int, default=5, help="forwards per round of the GhostBERT table, each config's "
-                                                         "interleaved (default 5; 10x at 1 x 128)")
-    p.add_argument("--time-batch", type=int, default=16, help="sequences of 128 tokens in the GhostBERT timing")
+    add_timing_arguments(p)  # --widths --prune-batches --onnx-ratios --threads --runs --repeats --time-batch
     p.add_argument("--examples", type=int, default=0, help="dev examples of the main table (default 0: all)")
     p.add_argument("--speed-batches", type=int, default=4, help="batches of 32 timed per round (default 4)")
     p.add_argument("--single-examples", type=int, default=32, help="examples timed at batch 1 per round (default 32)")

@@ -32,6 +32,19 @@ def teacher_record(path, metric, score):
             "score": score, "source": "read from the checkpoint when the rows were measured"}
 
 
+def first_glue_setup(glue_work, task):
+    """:func:`glue_setup` of ``task`` from the first folder of ``glue_work`` (comma-separated) that holds its
+    teacher (TASK/checkpoints/checkpoint_best.pt), with "glue_work" set to that folder; None where none does."""
+    import argparse
+
+    for folder in (f for f in glue_work.split(",") if f):
+        if os.path.isfile(os.path.join(folder, task, "checkpoints", "checkpoint_best.pt")):
+            setup = glue_setup(argparse.Namespace(glue_work=folder), task)
+            setup["glue_work"] = folder
+            return setup
+    return None
+
+
 def glue_setup(args, task):
     """Teacher, data, task flags and metric of GLUE ``task`` from scripts/glue_teachers.sh's work folder
     (``args.glue_work``)."""

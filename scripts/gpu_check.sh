@@ -18,8 +18,9 @@
 # (start no step after this long: the report lists the rest as still to run, exit status 3, and the same
 # command continues), --work DIR (default work/gpu_check), --out FILE (the report; default
 # WORK/gpu_check.md: results/gpu_check.md only when named, and only from a GPU run), --fresh (forget
-# earlier rows), --dry-run (print each row's command, run nothing; the flags that ghost_prune and apc_init
-# write show as <...>).
+# earlier rows), --setup-only (stage 1 alone, then stop: another script then runs on the device with
+# PYTHONPATH=$PWD:WORK/site, e.g. scripts/bench_ghost_costs.py --device cuda), --dry-run (print each
+# row's command, run nothing; the flags that ghost_prune and apc_init write show as <...>).
 # Environment: DEVICE (auto: cuda where torch sees one, else stop; cpu), PYTHON (default python3: the
 # one that holds torch), WHEELS (default wheels/gpu), OMP_NUM_THREADS (per job; CPU default 1),
 # TRAIN_LINES, VALID_LINES, TEST_LINES, MAX_TOKENS (the data slice and batch size, below).
@@ -59,7 +60,7 @@ cd "$ROOT"
 CMDLINE="bash scripts/gpu_check.sh${*:+ $*}"
 [ "${DEVICE:-auto}" = auto ] || CMDLINE="DEVICE=$DEVICE $CMDLINE"
 ALL_METHODS="pet word-kd patient-kd can variator ghost apc"
-ONLY=""; PRECISIONS=""; UPDATES=""; JOBS=""; BUDGET=0; WORK=work/gpu_check; OUT=""; FRESH=0; DRY_RUN=0
+ONLY=""; PRECISIONS=""; UPDATES=""; JOBS=""; BUDGET=0; WORK=work/gpu_check; OUT=""; FRESH=0; DRY_RUN=0; SETUP_ONLY=0
 usage() { sed -n '2,55p' "$0"; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -72,6 +73,7 @@ while [ $# -gt 0 ]; do
     --out) OUT="$2"; shift 2 ;;
     --fresh) FRESH=1; shift ;;
     --dry-run) DRY_RUN=1; shift ;;
+    --setup-only) SETUP_ONLY=1; shift ;;
     -h|--help) usage 0 ;;
     *) echo "gpu_check.sh: unknown option $1" >&2; usage 2 ;;
   esac
@@ -205,6 +207,10 @@ else
 fi
 [ "$DRY_RUN" = 1 ] || "$PYTHON" -c "import fairseq, fairseq_cli.train, user_dir" > "$WORK/import.log" 2>&1 ||
   { tail -5 "$WORK/import.log" >&2; die "fairseq or the plug-in does not import with $PYTHON (log: $WORK/import.log)"; }
+if [ "$SETUP_ONLY" = 1 ]; then
+  say "set-up only: done; run the device's scripts with PYTHONPATH=$PYTHONPATH"
+  exit 0
+fi
 
 # ---- 2. data ---------------------------------------------------------------------------------------
 DATA="$WORK/data-bin"
