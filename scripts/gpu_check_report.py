@@ -48,6 +48,8 @@ ERROR_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Exit|Interrupt)\b|erro
 KNOWN_CAUSES = [
     ("get_tpu_device", "fairseq 0.12's `--bf16` implies `--tpu` (fairseq/options.py: `if args.bf16: args.tpu = True`), "
                        "so its Trainer asks torch_xla for a device instead of using CUDA or the CPU"),
+    ("fairseq 0.12 turns --bf16 into --tpu", "the plug-in refuses stock `--bf16` where torch_xla is absent (fairseq 0.12 "
+                                             "makes it `--tpu`), naming fc-train-bf16: the bf16-notpu rows"),
 ]
 
 

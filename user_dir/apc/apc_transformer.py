@@ -29,7 +29,7 @@ from fairseq.models.transformer import TransformerModel, base_architecture, tran
 from fairseq.models.transformer.transformer_decoder import TransformerDecoder
 from fairseq.models.transformer.transformer_encoder import TransformerEncoder
 
-from ..common.distributed_support import check_ddp_backend
+from ..common.distributed_support import check_ddp_backend, check_tpu
 from .activation_sampling import ffn_layers, side_of
 from .attention_compression import CompressedAttention
 from .embedding_compression import (compress_block_embedding, compressed_norm_names, embedding_parameters,
@@ -274,6 +274,7 @@ class APCTransformerModel(APCModelMixin, TransformerModel):
     def build_model(cls, args, task):
         check_apc_args(args, "apc_transformer")
         check_ddp_backend(getattr(args, "ddp_backend", None), f"--arch {args.arch}")
+        check_tpu(getattr(args, "tpu", None), getattr(args, "bf16", None), f"--arch {args.arch}", task)
         model = super().build_model(args, task)
         freeze_all_but_compression(model, args)
         return model

@@ -38,7 +38,7 @@ from fairseq.modules import LayerNorm
 from fairseq.modules.fairseq_dropout import FairseqDropout
 from torch import Tensor
 
-from ..common.distributed_support import check_ddp_backend
+from ..common.distributed_support import check_ddp_backend, check_tpu
 
 
 @with_incremental_state
@@ -146,6 +146,7 @@ class CANTransformerModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         check_ddp_backend(getattr(args, "ddp_backend", None), f"--arch {args.arch}")
+        check_tpu(getattr(args, "tpu", None), getattr(args, "bf16", None), f"--arch {args.arch}", task)
         return super().build_model(args, task)
 
     @classmethod

@@ -31,7 +31,7 @@ from fairseq.models.roberta.model import RobertaClassificationHead
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from torch import nn
 
-from ..common.distributed_support import check_ddp_backend
+from ..common.distributed_support import check_ddp_backend, check_tpu
 
 POOLINGS = ("cls", "mean")
 
@@ -95,6 +95,7 @@ class HFBertModel(RobertaModel):
     @classmethod
     def build_model(cls, args, task):
         check_ddp_backend(getattr(args, "ddp_backend", None), f"--arch {args.arch}")
+        check_tpu(getattr(args, "tpu", None), getattr(args, "bf16", None), f"--arch {args.arch}", task)
         if args.segment_embeddings < 0:
             raise ValueError(f"--segment-embeddings {args.segment_embeddings}: the number of BERT token types "
                              "kept (0 or BERT's type_vocab_size, 2)")

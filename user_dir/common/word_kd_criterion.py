@@ -24,7 +24,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (LabelSmoothedCrossE
 from fairseq.logging import metrics
 from omegaconf import II
 
-from .distributed_support import check_ddp_backend
+from .distributed_support import check_ddp_backend, check_tpu
 from .kd_losses import interpolated_kd_loss, word_kd_loss
 from .teacher import load_frozen_teacher
 
@@ -38,14 +38,17 @@ class WordKDConfig(LabelSmoothedCrossEntropyCriterionConfig):
     kd_temperature: float = field(
         default=1.0, metadata={"help": "softmax temperature T of the KD term (default 1)"})
     ddp_backend: str = II("distributed_training.ddp_backend")
+    tpu: bool = II("common.tpu")
+    bf16: bool = II("common.bf16")
 
 
 @register_criterion("kd", dataclass=WordKDConfig)
 class WordKDCriterion(LabelSmoothedCrossEntropyCriterion):
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
-                 teacher_path=None, kd_alpha=0.5, kd_temperature=1.0, ddp_backend=None):
+                 teacher_path=None, kd_alpha=0.5, kd_temperature=1.0, ddp_backend=None, tpu=None, bf16=None):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         check_ddp_backend(ddp_backend, "a frozen teacher's criterion (--teacher-path)")
+        check_tpu(tpu, bf16, "a frozen teacher's criterion (--teacher-path)", task)
         if not 0.0 <= kd_alpha <= 1.0:
             raise ValueError(f"--kd-alpha {kd_alpha}: must lie in [0, 1]")
         if kd_temperature <= 0:

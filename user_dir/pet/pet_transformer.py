@@ -22,7 +22,7 @@ from fairseq.models.transformer.transformer_encoder import TransformerEncoder
 from fairseq.modules import LayerDropModuleList
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
-from ..common.distributed_support import check_ddp_backend
+from ..common.distributed_support import check_ddp_backend, check_tpu
 from ..common.layer_lists import every_layer
 from .replaceable_pairs import (DECODER_MATRIX_PAIRS, ENCODER_MATRIX_PAIRS, LAYER_PAIRINGS, PETConfigError,
                                 share_decoder_layers, share_encoder_layers)
@@ -91,6 +91,7 @@ class PETTransformerModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         check_ddp_backend(getattr(args, "ddp_backend", None), f"--arch {args.arch}")
+        check_tpu(getattr(args, "tpu", None), getattr(args, "bf16", None), f"--arch {args.arch}", task)
         for side in ("encoder", "decoder"):
             keep = getattr(args, f"{side}_layers_to_keep", None)
             if keep:

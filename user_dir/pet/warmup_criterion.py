@@ -32,7 +32,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.logging import metrics
 from omegaconf import II
 
-from ..common.distributed_support import check_ddp_backend
+from ..common.distributed_support import check_ddp_backend, check_tpu
 from ..common.teacher import load_frozen_teacher
 from .simplified_task import NUM_CLASSES, student_class_lprobs, teacher_labels
 
@@ -52,6 +52,8 @@ class PETWarmupConfig(FairseqDataclass):
     decoder_embed_dim: int = II("model.decoder_embed_dim")
     sentence_avg: bool = II("optimization.sentence_avg")
     ddp_backend: str = II("distributed_training.ddp_backend")
+    tpu: bool = II("common.tpu")
+    bf16: bool = II("common.bf16")
 
 
 @register_criterion("pet_warmup", dataclass=PETWarmupConfig)
@@ -59,6 +61,7 @@ class PETWarmupCriterion(FairseqCriterion):
     def __init__(self, cfg: PETWarmupConfig, task):
         super().__init__(task)
         check_ddp_backend(cfg.ddp_backend, "--criterion pet_warmup")
+        check_tpu(getattr(cfg, "tpu", None), getattr(cfg, "bf16", None), "--criterion pet_warmup", task)
         if not (0.0 <= cfg.eps1 <= 1.0 and 0.0 <= cfg.eps2 <= 1.0):
             raise ValueError(f"--eps1 {cfg.eps1} / --eps2 {cfg.eps2}: thresholds are probabilities in [0, 1]")
         self.eps1, self.eps2, self.mapping = cfg.eps1, cfg.eps2, str(cfg.warmup_mapping)

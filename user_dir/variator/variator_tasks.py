@@ -20,7 +20,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from ..common.distributed_support import check_ddp_backend
+from ..common.distributed_support import check_ddp_backend, check_tpu
 from .compression_plugin import PluginConfig
 from .plugged_encoder import VariatorError, attach_plugin_files, parse_layers
 
@@ -55,6 +55,8 @@ class VariatorConfig:
 def plug_model(model, cfg: VariatorConfig, from_checkpoint: bool, model_cfg=None):
     """Freeze ``model``, attach the plugins ``cfg`` names, and select the active one."""
     check_ddp_backend(getattr(model_cfg, "ddp_backend", None), "the Variator tasks")
+    if not from_checkpoint:  # a model loaded for inference is not trained by this run's Trainer
+        check_tpu(getattr(model_cfg, "tpu", None), getattr(model_cfg, "bf16", None), "the Variator tasks", cfg)
     training = bool(cfg.variator_backbone) and not from_checkpoint
     if training:
         load_backbone(model, cfg.variator_backbone)
