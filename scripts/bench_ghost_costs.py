@@ -13,8 +13,8 @@ of ``--glue-work``, as scripts/glue_teachers.sh leaves it) by user_dir.tools.gho
 (importance on ``--prune-batches`` dev batches), GhostBERT with ghost modules after O and FFN2 (the paper's). An
 encoder's time depends on its shapes, not its weights, so a machine without the teacher (a lent GPU) times the same
 architectures from ``--save-shapes``' folder: each checkpoint's configuration alone (its task's and model's
-settings, no weights) and the task's dictionaries and dev set, under 1 MB; there the models are built by fairseq from those
-configurations with their initial weights (``--shapes``).
+settings, no weights) and the task's dictionaries and dev set, under 1 MB; there the models are built by fairseq from
+those configurations with their initial weights (``--shapes``).
 
 Forms of GhostBERT, each against pruned only: the fused eager form (ghost_module.add_shifted_ghost, the default),
 compiled (``--ghost-compile``: torch.compile of the out-of-place form; on a CPU only from 65,536 activation elements,
@@ -231,7 +231,7 @@ def ghost_costs(args, setup=None, work=None, shapes=None):
         out.append(row)
     row0 = out[0] if out else {}
     return {"rows": out, "device": describe_device(device), "dtype": str(dtype).replace("torch.", ""),
-            "time_batch": args.time_batch, "whole_compile": whole,
+            "time_batch": args.time_batch, "whole_compile": whole, "residual_fusion": True,
             "whole_compile_failed": whole_failed, "compile_failed": ghost_module._COMPILED.get("failed"),
             "source": "initial weights from the checkpoints' configurations (--shapes)" if shapes else
             "ghost_prune's cuts of the teacher", "onnx": "onnx: ghost" in row0}
@@ -310,14 +310,17 @@ def forms_text(costs):
     return ("GhostBERT with ghost modules after O and FFN2 (the paper's) in three forms: the fused eager form "
             "(ghost_module.add_shifted_ghost, the default); compiled (`--ghost-compile`: "
             "ghost_module.compiled_shifted_ghost, torch.compile of the out-of-place form, one pass over the "
-            "activations; on a CPU only from 65,536 activation elements, so 1 x 128 x 384 runs eager there"
+            "activations" + (", fused with the encoder layer's residual add after O and FFN2 "
+                             "(ghost_model.residual_connection)" if costs.get("residual_fusion") else "")
+            + "; on a CPU only from 65,536 activation elements, so 1 x 128 x 384 runs eager there"
             + (f"; here it could not compile and ran eager: {failed}" if failed else "")
             + "); the reference form (GhostConv's depthwise_conv_time + _ghost + _masked, the form before issue 35)"
             + (f"; and, beside them, both encoders compiled whole ({WHOLE[costs['whole_compile']]}; static shapes), "
                "at the batch shape, GhostBERT's against pruned-only's" if costs.get("whole_compile", "none") != "none"
                else "")
             + (f"; compiling them whole failed: {costs['whole_compile_failed']}" if costs.get("whole_compile_failed")
-               else "") + ". The encoders run forward by forward in turn; ratio = GhostBERT's time / pruned-only's in each round, "
+               else "")
+            + ". The encoders run forward by forward in turn; ratio = GhostBERT's time / pruned-only's in each round, "
             "the median over rounds [min-max]; goal: at most 1.10 at every m.")
 
 
@@ -356,8 +359,9 @@ def report(result):
         diffs = [v for row in costs["rows"] for k, v in row.items() if k.endswith("max abs diff")]
         scale = max(row[f"{shape}: max abs output"] for row in costs["rows"] for shape in ("batch", "single"))
         lines += [f"## {costs['dtype']} on {costs['device']}", "", f"Models: {costs['source']}.", "", *table(costs),
-                  "", scaling(costs), "", f"The compiled forms' outputs against the eager form's: largest absolute difference over the "
-                  f"timed batches {max(diffs):.1e} (the outputs' largest magnitude {scale:.1f}).", "", verdict(costs), ""]
+                  "", scaling(costs), "",
+                  f"The compiled forms' outputs against the eager form's: largest absolute difference over the timed "
+                  f"batches {max(diffs):.1e} (the outputs' largest magnitude {scale:.1f}).", "", verdict(costs), ""]
     return "\n".join(lines)
 
 
@@ -394,7 +398,8 @@ def add_timing_arguments(p):
     p.add_argument("--runs", type=int, default=7, help="timing rounds (default 7)")
     p.add_argument("--repeats", type=int, default=5, help="forwards per round of each config, interleaved (default 5; "
                                                          "10x at 1 x 128)")
-    p.add_argument("--time-batch", type=int, default=16, help="sequences of 128 tokens in the batch timing (default 16)")
+    p.add_argument("--time-batch", type=int, default=16,
+                   help="sequences of 128 tokens in the batch timing (default 16)")
 
 
 def get_parser():

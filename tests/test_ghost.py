@@ -2,6 +2,7 @@
 form, softmax kernels, padding), importance against finite differences and pruning against masking
 on a real trained model, and the whole path through the stock CLIs (ghost_prune, fairseq-train
 distillation and resume, fairseq-generate), plus clear errors."""
+import copy
 import os
 import re
 
@@ -810,6 +811,11 @@ def test_zero_init_scale_on_the_fast_path_equals_the_reference_form():
         torch.testing.assert_close(fast(x), y_ref)
 
 
+class Copy(torch.nn.Module):
+    def forward(self, x):
+        return x.clone()
+
+
 def test_compiled_ghost_modules_equal_the_eager_form_ignore_padding_and_leave_training_alone(tiny):
     """--ghost-compile (issue 35): at inference every module after O / FFN1 / FFN2 runs as one torch.compile'd
     kernel, with the eager form's values on a real batch (left-padded), padding-invariant; under autograd
@@ -851,8 +857,25 @@ def test_compiled_ghost_modules_equal_the_eager_form_ignore_padding_and_leave_tr
         gm.shifted_ghost_graph = original
         gm.COMPILE_MIN_ELEMENTS = minimum
     assert "failed" not in gm._COMPILED and calls, "torch.compile did not run (is a C++ compiler installed?)"
+    # the modules after O and FFN2 ran fused with their layer's residual add, the one after FFN1 alone
+    assert "fn_residual" in gm._COMPILED and "fn" in gm._COMPILED
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(alone[:, 0], got[-n:, short], rtol=1e-9, atol=1e-9)
+    # a deep copy (fairseq's EMA) keeps its own padding masks and residual adds: the same values on the padded batch
+    copied = copy.deepcopy(compiled)
+    layer = transformer_encoder(copied).layers[0]
+    assert layer.residual_connection.__self__ is layer
+    gm.COMPILE_MIN_ELEMENTS = 0
+    try:
+        with torch.no_grad():
+            torch.testing.assert_close(transformer_encoder(copied)(src, src_lengths=lengths)["encoder_out"][0], want,
+                                       rtol=1e-9, atol=1e-9)
+            # an operation between the projection and the add (fairseq's layer changed): an error, not a lost module
+            layer.dropout_module = Copy()
+            with pytest.raises(RuntimeError, match="residual add"):
+                transformer_encoder(copied)(src, src_lengths=lengths)
+    finally:
+        gm.COMPILE_MIN_ELEMENTS = minimum
     # training: the eager form, with its gradients (the compiled function is never called under autograd)
     compiled.train()
     torch.manual_seed(0)

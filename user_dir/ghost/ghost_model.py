@@ -22,14 +22,16 @@ Table 3 / Table 10; ``--ghost-heads`` equal to the encoder's heads with ghost po
 GhostBERT on the unpruned model (m = 12/12 in Table 1).
 """
 import copy
+import types
 
+import torch
 import torch.nn as nn
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, register_model, register_model_architecture
 from fairseq.models.transformer import TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture, transformer_iwslt_de_en
 
 from ..bert.hf_bert_model import HFBertModel, hf_bert, hf_minilm_l6
-from ..common.distributed_support import check_ddp_backend
+from ..common.distributed_support import check_ddp_backend, check_tpu
 from ..common.layer_lists import every_layer
 from ..common.structured_pruning import PrunedMultiheadAttention, resize_encoder_layer, transformer_encoder
 from .ghost_attention import GhostAttention
@@ -178,12 +180,57 @@ def ghost_encoder_layer(layer: nn.Module, kept_heads: int, kept_ffn: int, positi
         layer.activation_fn = GhostActivation(layer.activation_fn, kept_ffn, cfg)
         ghosts.append(layer.activation_fn)
     if ghosts:
-        def give_padding_mask(module, args, kwargs, ghosts=tuple(ghosts)):
-            mask = kwargs["encoder_padding_mask"] if "encoder_padding_mask" in kwargs else (
-                args[1] if len(args) > 1 else None)
-            for ghost in ghosts:
-                ghost.padding_mask = mask
         layer.register_forward_pre_hook(give_padding_mask, with_kwargs=True)
+    if any(isinstance(g, GhostLinear) for g in ghosts) and not getattr(layer, "return_fc", False):
+        # (return_fc hands fc2's own output on: no fusion)
+        layer.residual_connection = types.MethodType(residual_connection, layer)
+        layer.register_forward_hook(check_deferred)
+
+
+# The hooks and the residual add below find the layer's ghost modules when called, never through a closure, so a
+# deep copy of the model (fairseq's EMA, bench_ghost_costs.py's forms) keeps them pointing at its own modules.
+def layer_ghosts(layer: nn.Module) -> list:
+    """The ghost modules of an encoder layer that take its padding mask: after O, FFN1's activation, after FFN2."""
+    found = (getattr(layer.self_attn, "out_proj", None), layer.activation_fn, layer.fc2)
+    return [m for m in found if isinstance(m, (GhostLinear, GhostActivation))]
+
+
+def give_padding_mask(layer: nn.Module, args, kwargs) -> None:
+    """Before each forward: the layer's padding mask to its ghost modules; and, at inference with --ghost-compile,
+    the modules after O and FFN2 defer their ghost features to the layer's residual adds
+    (:func:`residual_connection`, installed where the layer has one of them). Training and ONNX export run every
+    module whole."""
+    mask = kwargs["encoder_padding_mask"] if "encoder_padding_mask" in kwargs else (args[1] if len(args) > 1 else None)
+    fused = ("residual_connection" in vars(layer) and not torch.is_grad_enabled() and not layer.training
+             and not torch.onnx.is_in_onnx_export())
+    for ghost in layer_ghosts(layer):
+        ghost.padding_mask = mask
+        if isinstance(ghost, GhostLinear):
+            ghost.defer = fused and ghost.cfg.compiled
+
+
+def residual_connection(layer: nn.Module, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """fairseq's ``residual + x``; where ``x`` is the projection a ghost module after O or FFN2 deferred (fairseq's
+    layer computes ``residual_connection(dropout(out_proj(...)), residual)``, and the same after fc2; an inference
+    dropout returns its input itself), ``residual + y + ghost(y)`` in one compiled pass
+    (ghost_module.shifted_ghost_residual_graph): the module alone makes one more pass over the activations than
+    pruned only's add (results/deploy_glue.md)."""
+    for ghost in layer_ghosts(layer):
+        out = ghost.add_deferred(x, residual) if isinstance(ghost, GhostLinear) else None
+        if out is not None:
+            return out
+    return type(layer).residual_connection(layer, x, residual)
+
+
+def check_deferred(layer: nn.Module, args, output) -> None:
+    """After each forward: a deferral the forward did not consume is an error, never a silently missing module."""
+    for ghost in layer_ghosts(layer):
+        if isinstance(ghost, GhostLinear):
+            ghost.defer = False
+            if ghost.deferred is not None:
+                ghost.deferred = None
+                raise RuntimeError("--ghost-compile: a ghost module's output did not reach its layer's residual add "
+                                   "(fairseq's encoder layer changed?); load the model without ghost_compile")
 
 
 def build_ghost_encoder(model: nn.Module, args) -> None:
@@ -228,6 +275,7 @@ class GhostEncoderMixin:
     @classmethod
     def build_model(cls, args, task):
         check_ddp_backend(getattr(args, "ddp_backend", None), f"--arch {args.arch}")
+        check_tpu(getattr(args, "tpu", None), getattr(args, "bf16", None), f"--arch {args.arch}", task)
         model = super().build_model(args, task)
         build_ghost_encoder(model, args)
         return model

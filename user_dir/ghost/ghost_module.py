@@ -236,22 +236,39 @@ _COMPILED = {}  # "fn": the torch.compile'd shifted_ghost_graph, "failed": why i
 COMPILE_MIN_ELEMENTS = 65536
 
 
+def shifted_ghost_residual_graph(y: torch.Tensor, taps, relu: bool, keep: Optional[torch.Tensor],
+                                 scale: Optional[torch.Tensor], residual: torch.Tensor) -> torch.Tensor:
+    """``residual + shifted_ghost_graph(y, ...)``: the module's output and the encoder layer's residual add (fairseq's
+    ``residual + x``, the same sum) in one expression, which Inductor compiles into one pass."""
+    return residual + shifted_ghost_graph(y, taps, relu, keep, scale)
+
+
+def compiles(y: torch.Tensor) -> bool:
+    """Whether :func:`compiled_shifted_ghost` runs the compiled kernel on activations like ``y`` (else None)."""
+    return "failed" not in _COMPILED and (y.is_cuda or y.numel() >= COMPILE_MIN_ELEMENTS)
+
+
 def compiled_shifted_ghost(y: torch.Tensor, taps: torch.Tensor, relu: bool = True,
-                           keep: Optional[torch.Tensor] = None,
-                           scale: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+                           keep: Optional[torch.Tensor] = None, scale: Optional[torch.Tensor] = None,
+                           residual: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
     """:func:`shifted_ghost_graph` compiled by ``torch.compile`` (Inductor: one C++/OpenMP loop on a CPU, one
     Triton kernel on CUDA) with dynamic shapes: the masking, the k shifted multiply-adds, the ReLU, the scale and
     the residual add in one pass over the activations, where the eager form makes k + 3 (``--ghost-compile``,
     inference only). ``taps`` F x k x C. The first call of each kind of shape compiles (seconds; cached on disk by
     Inductor). None where it does not run, and the caller runs the eager form (:func:`add_shifted_ghost`, the same
     values): on a CPU, activations under ``COMPILE_MIN_ELEMENTS``; where it cannot compile (no C++ compiler, an
-    unsupported device), after one warning naming the flag."""
-    if "failed" in _COMPILED or not (y.is_cuda or y.numel() >= COMPILE_MIN_ELEMENTS):
+    unsupported device), after one warning naming the flag. With ``residual`` it returns ``residual`` plus the
+    module's output, the encoder layer's residual add in the same pass (:func:`shifted_ghost_residual_graph`)."""
+    if not compiles(y):
         return None
     try:
-        if "fn" not in _COMPILED:  # built once (torch.compile itself costs a millisecond a call)
-            _COMPILED["fn"] = torch.compile(shifted_ghost_graph, dynamic=True)
-        return _COMPILED["fn"](y, taps.to(y.dtype), relu, keep, scale)
+        name = "fn" if residual is None else "fn_residual"
+        if name not in _COMPILED:  # built once (torch.compile itself costs a millisecond a call)
+            _COMPILED[name] = torch.compile(shifted_ghost_graph if residual is None else shifted_ghost_residual_graph,
+                                            dynamic=True)
+        if residual is None:
+            return _COMPILED[name](y, taps.to(y.dtype), relu, keep, scale)
+        return _COMPILED[name](y, taps.to(y.dtype), relu, keep, scale, residual)
     except Exception as e:  # Inductor raises many kinds (BackendCompilerFailed, InvalidCxxCompiler, ...)
         _COMPILED["failed"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         warnings.warn(f"--ghost-compile: torch.compile could not build the ghost module's kernel "
@@ -395,6 +412,11 @@ class GhostLinear(nn.Linear):
         self.units, self.cfg = units, cfg
         self.ghost = GhostConv(out_features, 1 if cfg.shared else units, cfg)
         self.padding_mask: Optional[torch.Tensor] = None
+        # --ghost-compile at inference inside an encoder layer (ghost_model.fuse_residual): the layer sets ``defer``
+        # for one forward; the module then returns its projection alone and keeps it in ``deferred`` with its
+        # padding mask, and the layer's residual add computes the ghost features in the same compiled pass
+        self.defer = False
+        self.deferred: Optional[tuple] = None
 
     def _masked(self, y: torch.Tensor) -> torch.Tensor:
         """Zero the padding positions of ``y`` (T x B x ...)."""
@@ -436,12 +458,27 @@ class GhostLinear(nn.Linear):
             keep = None if self.padding_mask is None else (~self.padding_mask).t().unsqueeze(-1).to(y.dtype)
             inference = not (torch.is_grad_enabled() and (y.requires_grad or self.ghost.weight.requires_grad))
             if inference and self.cfg.compiled and not torch.onnx.is_in_onnx_export():
+                if self.defer and compiles(y):
+                    self.deferred = (y, keep)
+                    return y
                 out = compiled_shifted_ghost(y, self.ghost.taps_tensor(), self.cfg.relu, keep, self.ghost.scale)
                 if out is not None:
                     return out
             return add_shifted_ghost(y, self.ghost.taps(), self.cfg.relu, keep,
                                      self.ghost.scratch(y) if inference else None, self.ghost.scale)
         return y + self._ghost(self.ghost(self._masked(y).unsqueeze(2), self.padding_mask))
+
+    def add_deferred(self, x: torch.Tensor, residual: torch.Tensor) -> Optional[torch.Tensor]:
+        """``residual`` plus this module's whole output where ``x`` is the projection it deferred (the same tensor,
+        as an inference dropout passes it on), the ghost features and the add in one compiled pass; else None."""
+        if self.deferred is None or x is not self.deferred[0]:
+            return None
+        y, keep = self.deferred
+        self.deferred = None
+        out = compiled_shifted_ghost(y, self.ghost.taps_tensor(), self.cfg.relu, keep, self.ghost.scale, residual)
+        if out is None:  # the build failed after the deferral: the eager form, then the add
+            out = residual + add_shifted_ghost(y, self.ghost.taps(), self.cfg.relu, keep, None, self.ghost.scale)
+        return out
 
     def ghost_parameter_count(self) -> int:
         return self.ghost.parameter_count()
@@ -465,6 +502,7 @@ class GhostActivation(nn.Module):
         self.activation_fn, self.cfg = activation_fn, cfg
         self.ghost = GhostConv(channels, 1, cfg)
         self.padding_mask: Optional[torch.Tensor] = None
+        self.defer = False  # (no residual add follows FFN1's activation: never deferred)
 
     # zero padding before the convolution, the nonlinearity, zero ghost features at padding, the counts:
     # the same as after O / FFN2
