@@ -113,6 +113,20 @@ def test_the_adaptive_admission_bound_shrinks_when_batches_run_slower_than_the_t
     batcher.submit(list(range(8, 32)))
 
 
+def test_an_examples_age_starts_when_its_request_arrived():
+    """The ages the policy sees count the time a request spent being parsed and tokenised before it was queued
+    (submit's arrival), never a time after it was queued (a fake clock)."""
+    now, seen = [10.0], []
+    batcher = Batcher(lambda payloads, k: payloads, lambda ages: seen.append(list(ages)) or (0, 0.0), max_batch=8,
+                      max_wait=0.0, max_queue=100, clock=lambda: now[0])
+    batcher.submit([1, 2], arrival=9.7)  # 300 ms of parsing and tokenising before it was queued
+    batcher.submit([3], arrival=10.5)  # an arrival after now is taken as now
+    batcher.submit([4])
+    now[0] = 10.1
+    batch, k, _, queued = batcher._next_batch()
+    assert [round(a, 6) for a in seen[0]] == [0.4, 0.4, 0.1, 0.1] and batch and queued == 4 and k == 0
+
+
 def test_parse_policy_names_the_flag():
     table = CostTable({0: {1: 0.01}, 4: {1: 0.005}})
     assert parse_policy("fixed:4", [0, 4], table, 8, 100).choose([0.0])[0] == 4

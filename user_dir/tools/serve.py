@@ -200,7 +200,7 @@ def create_app(backend, policy, table, settings: dict):
         return JSONResponse({"detail": f"{field}: {message}", "field": field}, status_code=status, headers=headers)
 
     async def serve(request: Request, endpoint: str):
-        start = time.perf_counter()
+        start, arrival = time.perf_counter(), batcher.clock()  # the example's age counts its parsing and tokenising
         if backend.kind != endpoint:
             return refuse(404, "endpoint", f"this server serves a {backend.kind} model: POST /{backend.kind}",
                           "wrong_endpoint")
@@ -213,7 +213,7 @@ def create_app(backend, policy, table, settings: dict):
         except InputError as e:
             return refuse(422, fields[e.index], str(e), "bad_input")
         try:
-            futures = batcher.submit(payloads)
+            futures = batcher.submit(payloads, arrival)
         except QueueFull as e:
             seconds = retry_after_seconds(e.queued, policy, table, settings["max_batch"])
             return refuse(503, "queue", f"{e.queued} examples queued, bound {e.bound}: retry in {seconds} s",

@@ -71,8 +71,10 @@ class Batcher:
         with self._cond:
             return len(self._pending)
 
-    def submit(self, payloads: Sequence[Any]) -> List[Future]:
-        """Queue every example of one request together, or none of them (QueueFull)."""
+    def submit(self, payloads: Sequence[Any], arrival: Optional[float] = None) -> List[Future]:
+        """Queue every example of one request together, or none of them (QueueFull). ``arrival`` (``clock()``'s
+        time when the request reached the server, before its parsing and tokenisation; default now) is where an
+        example's age starts, so the policy's predictions count the time spent before it was queued."""
         with self._cond:
             if self._stopping:
                 raise RuntimeError("the server is shutting down")
@@ -80,7 +82,7 @@ class Batcher:
             if len(self._pending) + len(payloads) > bound:
                 raise QueueFull(len(self._pending), len(payloads), bound)
             now = self.clock()
-            items = [Item(p, now) for p in payloads]
+            items = [Item(p, now if arrival is None else min(arrival, now)) for p in payloads]
             self._pending.extend(items)
             self._cond.notify()
         return [item.future for item in items]
