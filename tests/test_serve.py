@@ -27,7 +27,7 @@ import user_dir  # noqa: F401,E402
 from user_dir.tools.serving.batcher import Batcher, QueueFull  # noqa: E402
 from user_dir.tools.serving.cost_table import CostTable, default_batch_sizes, measure  # noqa: E402
 from user_dir.tools.serving.policy import (AdaptivePolicy, FixedPolicy, choose_ratio, parse_policy,  # noqa: E402
-                                           predicted_latency, queue_bound)
+                                           predicted_latency, queue_bound, reply_delay)
 
 SHIPPED = os.path.join(REPO, "checkpoints", "multi30k.de-en")
 
@@ -125,6 +125,24 @@ def test_an_examples_age_starts_when_its_request_arrived():
     now[0] = 10.1
     batch, k, _, queued = batcher._next_batch()
     assert [round(a, 6) for a in seen[0]] == [0.4, 0.4, 0.1, 0.1] and batch and queued == 4 and k == 0
+
+
+def test_the_adaptive_policy_leaves_the_reply_delay_out_of_its_target():
+    """The p95 of the recent reply delays (a batch's end to its answers leaving the server) comes off the target the
+    predictions must meet, and off the admission bound: a larger k for the same queue, fewer examples admitted."""
+    table = CostTable({0: {1: 0.010, 8: 0.080}, 4: {1: 0.005, 8: 0.040}})
+    policy = AdaptivePolicy(table, max_batch=8, target=0.200)
+    ages = [0.05] * 16  # two full batches: even at k=4 the second ends 0.05 + 0.08 s after the oldest arrived
+    assert reply_delay([]) == 0.0 and policy.budget == 0.200
+    assert policy.choose([0.05] * 8)[0] == 0  # 0.05 + 0.08 <= 0.2
+    assert policy.queue_bound(cap=100) == 32
+    for seconds in [0.001] * 90 + [0.100] * 10:  # the p95 of the reply delays is 100 ms
+        policy.observe_reply(seconds)
+    assert reply_delay(policy.delays) == 0.100 and abs(policy.budget - 0.100) < 1e-12
+    assert policy.choose([0.05] * 8)[0] == 4  # 0.05 + 0.08 > 0.1, 0.05 + 0.04 <= 0.1
+    assert policy.choose(ages)[0] == 4  # the largest k under overload
+    assert policy.queue_bound(cap=100) == 8  # 0.1 s holds 2 batches of 40 ms, less the running one
+    FixedPolicy(0).observe_reply(1.0)  # a fixed policy has no target: nothing to leave out
 
 
 def test_parse_policy_names_the_flag():

@@ -168,6 +168,7 @@ def create_app(backend, policy, table, settings: dict):
 
     from .serving.backends import InputError
     from .serving.batcher import Batcher, QueueFull
+    from .serving.policy import reply_delay
 
     metrics = ServerMetrics(table, settings["max_batch"])
 
@@ -221,6 +222,7 @@ def create_app(backend, policy, table, settings: dict):
         except RuntimeError as e:  # shutting down
             return refuse(503, "server", str(e), "shutting_down", headers={"Retry-After": "1"})
         results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+        policy.observe_reply(batcher.clock() - max(f.done_at for f in futures))  # the time after its last batch
         metrics.latency.labels(endpoint=endpoint).observe(time.perf_counter() - start)
         return {"results": results}
 
@@ -237,6 +239,7 @@ def create_app(backend, policy, table, settings: dict):
         return {"status": "ok", "model": backend.describe(), "policy": policy.name, "ratios": backend.ratios,
                 "queued": batcher.queued, "queue_bound": batcher.current_bound, "cost_table": table.as_dict(),
                 "cost_scale": getattr(policy, "scale", 1.0),
+                "reply_delay_p95_s": reply_delay(getattr(policy, "delays", ())),
                 **{k: v for k, v in settings.items() if k != "graceful_timeout"}}
 
     @app.get("/metrics")

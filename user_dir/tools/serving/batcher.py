@@ -132,7 +132,9 @@ class Batcher:
                     item.future.set_exception(e)
                 continue
             seconds = time.perf_counter() - start
+            done = self.clock()
             for item, result in zip(batch, results):
+                item.future.done_at = done  # (clock() time: the server measures its reply delay from it)
                 item.future.set_result(result)
             if self.on_batch is not None:
                 self.on_batch(BatchRecord(k, len(batch), queued, predicted, seconds))

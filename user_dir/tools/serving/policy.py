@@ -12,13 +12,18 @@ current workload") as a policy.
   Its admission bound moves with that scale (``queue_bound``): the examples whose full batches at the
   largest k finish within the target at the measured speed, less one batch (the one a new example may
   find running), never above ``--max-queue``. A bound fixed from the start-up table admits work the
-  slower machine cannot finish in time (results/serving.md as of 2026-11-25, in its git history: batches ran 1.15-1.34x the table,
-  and every policy's p95 went over its target); a fixed:K policy has no target and keeps ``--max-queue``.
+  slower machine cannot finish in time (results/serving.md as of 2026-11-25, in its git history: batches ran
+  1.15-1.34x the table, and every policy's p95 went over its target); a fixed:K policy has no target and keeps
+  ``--max-queue``. The predictions cover an example's wait (from its request's arrival, parsing and tokenising
+  included) and its batch; what follows the batch -- the answer leaving the server through an event loop busy
+  with new requests -- is measured per request (``observe_reply``), and the predictions are held to the target
+  less the p95 of the recent reply delays (``budget``), the bound too.
 
 The maths are pure functions of the queue's ages and the cost table, so they are tested on hand-made
 numbers (tests/test_serve.py).
 """
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Sequence, Tuple
 
 from .cost_table import CostTable
@@ -78,6 +83,9 @@ class FixedPolicy:
     def observe(self, k: int, size: int, seconds: float) -> None:
         pass
 
+    def observe_reply(self, seconds: float) -> None:
+        pass
+
     def queue_bound(self, cap: int) -> int:
         return cap
 
@@ -91,6 +99,15 @@ def updated_scale(scale: float, measured: float, predicted: float, weight: float
     return min(bounds[1], max(bounds[0], (1 - weight) * scale + weight * measured / predicted))
 
 
+def reply_delay(delays: Sequence[float], quantile: float = 0.95) -> float:
+    """The ``quantile`` of the recent reply delays (seconds from a batch's end to its requests' answers leaving the
+    handler; 0 before any): what the worker's predictions must leave of the target."""
+    if not delays:
+        return 0.0
+    ordered = sorted(delays)
+    return ordered[min(len(ordered) - 1, int(quantile * len(ordered)))]
+
+
 @dataclass
 class AdaptivePolicy:
     table: CostTable
@@ -98,6 +115,10 @@ class AdaptivePolicy:
     target: float  # seconds
     weight: float = 0.2  # of each new batch in the running average of measured / predicted times (0: never rescale)
     scale: float = 1.0  # measured / predicted batch time, running average
+    # recent reply delays (observe_reply): a request's latency is its wait, its batch and then the time its answer
+    # takes to leave the server (the event loop, shared with the parsing of new requests, resumes its handler); the
+    # predictions cover the first two, so they are held to the target less the p95 of the third
+    delays: deque = field(default_factory=lambda: deque(maxlen=256))
 
     name = "adaptive"
 
@@ -105,8 +126,17 @@ class AdaptivePolicy:
     def largest_ratio(self) -> int:
         return self.table.ratios[-1]
 
+    @property
+    def budget(self) -> float:
+        """Seconds the predicted wait + batch may take: the target less the recent p95 reply delay."""
+        return max(0.0, self.target - reply_delay(self.delays))
+
     def choose(self, ages: Sequence[float]) -> Tuple[int, float]:
-        return choose_ratio(ages, self.table, self.max_batch, self.target, self.scale)
+        return choose_ratio(ages, self.table, self.max_batch, self.budget, self.scale)
+
+    def observe_reply(self, seconds: float) -> None:
+        """A request's answer left the server ``seconds`` after its batch ended."""
+        self.delays.append(max(0.0, seconds))
 
     def observe(self, k: int, size: int, seconds: float) -> None:
         """A batch of ``size`` at ratio ``k`` took ``seconds``: update the scale of the table's predictions."""
@@ -116,7 +146,7 @@ class AdaptivePolicy:
     def queue_bound(self, cap: int) -> int:
         """The admission bound now: :func:`queue_bound` at the largest ratio and the running scale, at most
         ``cap`` (``--max-queue``)."""
-        return min(cap, queue_bound(self.table, self.largest_ratio, self.max_batch, self.target, self.scale))
+        return min(cap, queue_bound(self.table, self.largest_ratio, self.max_batch, self.budget, self.scale))
 
 
 def parse_policy(spec: str, ratios: Sequence[int], table: CostTable, max_batch: int, target_ms: float,
