@@ -29,15 +29,10 @@ on already tokenised dev examples in dev order (batch 32: consecutive examples p
 padding), ``--threads`` intra-op threads everywhere, the median over ``--runs`` rounds in which every (model,
 runtime) runs batch by batch in turn (the order rotating), so all see the same moments of a shared machine.
 
-GhostBERT's cost (the issue's goal: within 10% of pruned-only's encoder time at every m): pruned-only and GhostBERT
-encoders cut from the teacher by ghost_prune at every ``--widths`` m (importance on ``--prune-batches`` dev batches;
-timing does not depend on training), plus GhostBERT with the ghost module compiled (``--ghost-compile``) and in its
-reference form (GhostConv's depthwise_conv_time, the form before issue 35's fused one), forwarded on
-``--time-batch`` x 128 real dev tokens and on one 128-token sequence, forward by forward in turn in each of
-``--runs`` runs (``--repeats`` forwards each, 10x at 1 x 128); the ratio of a run is GhostBERT's time over
-pruned-only's; the table gives the median over runs and their range. The same for the ONNX Runtime graphs of the
-pruned-only and GhostBERT encoders' classifiers. ``--ghost-costs-only`` reruns this timing alone and keeps the
-other sections of the report's JSON (the section then names its own command).
+GhostBERT's cost (the issue's goal: within 10% of pruned-only's encoder time at every m): scripts/bench_ghost_costs.py's
+measurement (its docstring says how), on pruned-only and GhostBERT encoders cut from the teacher by ghost_prune at
+every ``--widths`` m, with the ONNX Runtime ratio beside it; ``--ghost-costs-only`` reruns this timing alone and
+keeps the other sections of the report's JSON (the section then names its own command).
 """
 import argparse
 import copy

@@ -412,9 +412,9 @@ class GhostLinear(nn.Linear):
         self.units, self.cfg = units, cfg
         self.ghost = GhostConv(out_features, 1 if cfg.shared else units, cfg)
         self.padding_mask: Optional[torch.Tensor] = None
-        # --ghost-compile at inference inside an encoder layer (ghost_model.fuse_residual): the layer sets ``defer``
-        # for one forward; the module then returns its projection alone and keeps it in ``deferred`` with its
-        # padding mask, and the layer's residual add computes the ghost features in the same compiled pass
+        # --ghost-compile at inference inside an encoder layer (ghost_model.residual_connection): the layer sets
+        # ``defer`` for one forward; the module then returns its projection alone and keeps it in ``deferred`` with
+        # its padding mask, and the layer's residual add computes the ghost features in the same compiled pass
         self.defer = False
         self.deferred: Optional[tuple] = None
 
