@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import glob
 import json
+import logging
 import math
 import os
 import random
@@ -156,13 +157,26 @@ async def replay(url, arrivals, requests, timeout):
                 record["status"] = r.status_code
                 if r.status_code == 200:
                     results = r.json()["results"]
-                    record.update(ks=[x["k"] for x in results], labels=[x["label"] for x in results])
+                    record.update(ks=[x["k"] for x in results], labels=[x["label"] for x in results],
+                                  server=server_timing(r.headers.get("server-timing", "")))
             except httpx.HTTPError as e:
                 record["status"] = f"error: {type(e).__name__}"
             record["latency"] = time.perf_counter() - (t0 + at)
             return record
 
         return await asyncio.gather(*(one(at, ex) for at, ex in zip(arrivals, requests)))
+
+
+def server_timing(header: str) -> dict:
+    """{name: seconds} from a W3C Server-Timing header (fc-serve's: wait, batch, reply, total)."""
+    out = {}
+    for part in header.split(","):
+        name, _, params = part.strip().partition(";")
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key == "dur" and name:
+                out[name] = float(value) / 1000
+    return out
 
 
 # ---- the numbers ------------------------------------------------------------------------------------------------
@@ -186,6 +200,11 @@ def summarise(records, gold, burst, duration, reference=None):
            "accuracy": 100 * sum(gold[i] == lab for i, lab in pairs) / max(1, len(pairs)),
            "k_share": {str(k): n / max(1, len(pairs)) for k, n in sorted(ks.items())},
            "client_lag_p99_ms": percentile([r["lag"] * 1000 for r in records], 99)}
+    # where a burst request's time went: the server's split (its Server-Timing header) and the rest, outside its view
+    timed = [r for r in answered if burst[0] <= r["at"] < burst[1] and "total" in r.get("server", {})]
+    parts = {name: [1000 * r["server"][name] for r in timed] for name in ("wait", "batch", "reply", "total")}
+    parts["outside"] = [1000 * (r["latency"] - r["server"]["total"]) for r in timed]
+    out["burst_split_ms"] = {name: {"p50": percentile(v, 50), "p95": percentile(v, 95)} for name, v in parts.items()}
     if reference is not None:  # the requests both this policy and fixed:0 answered (same trace position)
         both = [(i, a, b) for r, q in zip(records, reference) if r["status"] == 200 and q["status"] == 200
                 for i, a, b in zip(r["indices"], r["labels"], q["labels"])]
@@ -230,12 +249,16 @@ def server_side(metrics_text):
                 out["by_k"].setdefault(sample.labels["k"], {})["examples"] = sample.value
             elif sample.name == "fc_serve_cost_scale":
                 out["cost_scale"] = sample.value
-            elif sample.name == "fc_serve_queue_bound_examples":
-                out["queue_bound"] = sample.value
+            elif sample.name == "fc_serve_batch_padded_tokens_total":
+                out["by_k"].setdefault(sample.labels["k"], {})["padded_tokens"] = sample.value
+            elif sample.name == "fc_serve_budget_seconds":
+                out["budget"] = sample.value
     for k, n in counts.items():
         if n:
             row = out["by_k"].setdefault(k, {})
             row.update(batches=n, mean_batch_ms=1000 * sums[k] / n, mean_batch_size=row.get("examples", 0) / n)
+            if "padded_tokens" in row:
+                row["mean_padded"] = row["padded_tokens"] / n
     return out
 
 
@@ -285,6 +308,9 @@ def fmt(v, digits=0):
 def cost_rows(table):
     sizes = sorted({int(b) for row in table["seconds"].values() for b in row})
     lines = ["| k | " + " | ".join(f"batch {b}" for b in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    lengths = table.get("lengths") or {}
+    if lengths:
+        lines.append("| padded length | " + " | ".join(fmt(lengths.get(str(b)), 0) for b in sizes) + " |")
     for k, row in sorted(table["seconds"].items(), key=lambda kv: int(kv[0])):
         cells = [fmt(row[str(b)] * 1000, 1) if str(b) in row else "-" for b in sizes]
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
@@ -332,13 +358,28 @@ def report(result, md_path, png_name):
               "Client lag "
               "(p99 of how late the client sent a request): "
           + ", ".join(f"{name} {run['summary']['client_lag_p99_ms']:.0f} ms" for name, run in pol.items()) + ".", ""]
+    if any("burst_split_ms" in run["summary"] for run in pol.values()):
+        names = ("wait", "batch", "reply", "total", "outside")
+        L += ["Where a burst request's time went, p50 / p95 of each part over the answered burst requests (ms; p95s "
+              "do not add up): the server's own split from its Server-Timing header -- wait (arrival, before parsing, "
+              "to the start of the request's last batch), batch (that batch's compute), reply (its end to the answer "
+              "leaving the handler), total -- and outside: the client's latency less the server's total (the client "
+              "sending late, the connection, the event loop reaching the request, the answer's transfer):", "",
+              "| policy | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for name, run in pol.items():
+            split = run["summary"].get("burst_split_ms")
+            if split:
+                L.append(f"| {name} | " + " | ".join(f"{fmt(split[n]['p50'])} / {fmt(split[n]['p95'])}"
+                                                     for n in names) + " |")
+        L.append("")
     L += ["The server's side of the trace (its /metrics after the trace; the start-up timing is not in them): "
           "batches run at each k, their mean size and mean compute time, beside the cost table's time for a batch "
           "of that mean size; "
-          "'scale' is the adaptive policy's running measured / table ratio at the end, 'bound' the queue bound "
-          "then (examples):", "",
-          "| policy | k | batches | mean batch size | mean batch ms | cost table ms at that size | scale | bound |",
-          "|---|---|---|---|---|---|---|---|"]
+          "'scale' is the adaptive policy's measured / table ratio its predictions used at the end (the 95th "
+          "percentile of its last batches), 'budget' the target less the p95 reply delay then:", "",
+          "| policy | k | batches | mean batch size | mean padded length | mean batch ms | cost table ms at that size "
+          "and length | scale | budget ms |",
+          "|---|---|---|---|---|---|---|---|---|"]
     from user_dir.tools.serving.cost_table import CostTable
     for name, run in pol.items():
         table = CostTable.from_dict(run["cost_table"])
@@ -347,10 +388,11 @@ def report(result, md_path, png_name):
             if "batches" not in row:
                 continue
             scale = f"{side['cost_scale']:.2f}" if "cost_scale" in side and name.startswith("adaptive") else "-"
-            predicted = 1000 * table.batch_seconds(int(k), round(row["mean_batch_size"]))
-            bound = f"{side['queue_bound']:.0f}" if "queue_bound" in side else "-"
+            predicted = 1000 * table.batch_seconds(int(k), round(row["mean_batch_size"]), row.get("mean_padded"))
+            budget = f"{1000 * side['budget']:.0f}" if "budget" in side else "-"
             L.append(f"| {name} | {k} | {row['batches']:,.0f} | {row['mean_batch_size']:.1f} | "
-                     f"{row['mean_batch_ms']:.0f} | {predicted:.0f} | {scale} | {bound} |")
+                     f"{fmt(row.get('mean_padded'), 1)} | {row['mean_batch_ms']:.0f} | {predicted:.0f} | {scale} | "
+                     f"{budget} |")
     L += ["", "## Against the goal", ""] + [f"- {line}" for line in r["verdict"]] + [""]
     L += [f"![offered load, k chosen and latency over time]({png_name})", "", "## Cost tables measured at start-up", "",
           "Milliseconds per batch of real dev sentences (the first ones of the dev file, the server's --cost-texts), "
@@ -518,6 +560,12 @@ def main(argv=None):
     from user_dir.tools.glue_predict import predict
     from user_dir.tools.serving.cost_table import CostTable
     from user_dir.tools.serving.policy import queue_bound
+    # importing fairseq sets the root logger to DEBUG (fairseq/models/wav2vec/wav2vec2_classification.py calls
+    # logging.basicConfig(level=DEBUG)): httpx and httpcore would then log every request of the trace, work the
+    # client's process does on the cores it shares with the server
+    logging.getLogger().setLevel(logging.INFO)
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
     args.plugin_ratios = [int(torch.load(pf, map_location="cpu", weights_only=True)["config"]["ratio"])
                           for pf in args.plugin_files]
@@ -576,8 +624,9 @@ def main(argv=None):
             if args.max_queue is None:
                 defaults.append(f"the queue bound is the default: the full batches k={largest} finishes within the "
                                 f"target ({1000 * table.batch_seconds(largest, B):.0f} ms each), less one (the batch a "
-                                "new example may find running); the adaptive policy's own bound, the same rule at the "
-                                "measured speed (its scale), may be lower")
+                                "new example may find running), the same for every policy; the adaptive policy "
+                                "also refuses a request predicted to miss its target at the largest k (the running "
+                                "batch's rest, the queued batches' padded lengths, its measured speed)")
             result.update(backbone_throughput=throughput, target_p95_ms=target, max_queue=max_queue,
                           calibrated_on=policy, defaults_note=("; ".join(defaults) + ".") if defaults else "",
                           idle_rate=args.idle_factor * throughput, burst_rate=args.burst_factor * throughput)

@@ -44,6 +44,22 @@ def test_cost_table_interpolates_between_sizes_and_extrapolates_past_the_largest
     assert default_batch_sizes(12) == [1, 2, 4, 8, 12] and default_batch_sizes(1) == [1]
     with pytest.raises(ValueError, match="positive seconds"):
         CostTable({0: {1: 0.0}})
+    assert table.batch_seconds(0, 4, length=99) == 0.040  # no timed lengths: the length cannot be accounted for
+
+
+def test_a_batch_padded_longer_than_the_timed_one_is_predicted_to_take_longer_in_proportion():
+    table = CostTable({0: {1: 0.010, 8: 0.080}, 4: {1: 0.005, 8: 0.040}}, lengths={1: 10, 8: 20})
+    assert table.batch_seconds(0, 8) == 0.080 and table.batch_seconds(0, 8, 20) == pytest.approx(0.080)
+    assert table.batch_seconds(0, 8, 40) == pytest.approx(0.160) and table.batch_seconds(4, 8, 10) == pytest.approx(0.020)
+    assert table.batch_seconds(0, 1, 20) == pytest.approx(0.020)  # size 1 was timed at 10 tokens
+    assert table.batch_seconds(0, 4, 15) == pytest.approx(0.040 * 15 / (10 + 10 * 3 / 7))  # both interpolated
+    again = CostTable.from_dict(json.loads(json.dumps(table.as_dict())))
+    assert again.lengths == {1: 10.0, 8: 20.0} and again.batch_seconds(0, 8, 40) == pytest.approx(0.160)
+    # the queue's batches are padded to their own longest example
+    ages, lengths = [0.0] * 10, [20] * 7 + [40] + [10, 10]
+    assert predicted_latency(ages, 0, table, 8, lengths=lengths) == pytest.approx(0.160 + 0.020 * 10 / (10 + 10 / 7))
+    assert predicted_latency(ages, 0, table, 8, lengths=lengths, busy=0.05) == pytest.approx(
+        0.05 + 0.160 + 0.020 * 10 / (10 + 10 / 7))  # after the rest of the running batch
 
 
 def test_predicted_latency_runs_the_queue_as_fifo_batches_and_counts_the_wait_so_far():
@@ -70,60 +86,76 @@ def test_adaptive_policy_picks_the_smallest_k_meeting_the_target_and_the_largest
     assert ks == sorted(ks)  # a longer queue never gets a smaller k
 
 
-def test_predictions_follow_the_machine_when_it_runs_slower_than_at_start_up():
-    table = CostTable({0: {1: 0.010, 8: 0.080}, 4: {1: 0.005, 8: 0.040}})
-    policy = AdaptivePolicy(table, max_batch=8, target=0.100)
-    assert policy.choose([0.0] * 8)[0] == 0  # 80 ms at k=0 as measured at start-up
-    for _ in range(10):  # other work arrives: batches take twice the table's time
-        policy.observe(0, 8, 0.160)
-    assert 1.8 < policy.scale <= 2.0 and policy.choose([0.0] * 8)[0] == 4
-    frozen = AdaptivePolicy(table, max_batch=8, target=0.100, weight=0.0)
+def test_predictions_follow_the_slow_end_of_the_recent_batches():
+    """The scale is the 95th percentile of the last ``window`` batches' measured / table times, each batch's table
+    time taken at its size and padded length."""
+    table = CostTable({0: {1: 0.010, 8: 0.080}, 4: {1: 0.005, 8: 0.040}}, lengths={1: 10, 8: 20})
+    policy = AdaptivePolicy(table, max_batch=8, target=0.100, window=20)
+    assert policy.scale == 1.0 and policy.choose([0.0] * 8)[0] == 0  # 80 ms at k=0 as measured at start-up
+    for _ in range(19):
+        policy.observe(0, 8, 0.080, length=20)  # as the table says
+    policy.observe(4, 8, 0.120, length=40)  # one slow batch in 20 (the table says 80 ms at 40 tokens): 1.5x
+    assert policy.scale == 1.0  # the 5% the quantile leaves out
+    policy.observe(0, 8, 0.120, length=20)  # a second one: 1.5x
+    assert policy.scale == pytest.approx(1.5) and policy.choose([0.0] * 8)[0] == 4  # k=0 predicted at 120 ms
+    assert policy.batch_seconds(4, 8, 20) == pytest.approx(0.060)
+    for _ in range(20):  # the window moves on: the slow batches leave it
+        policy.observe(0, 1, 0.010, length=10)
+    assert policy.scale == 1.0
+    frozen = AdaptivePolicy(table, max_batch=8, target=0.100, window=0)
     frozen.observe(0, 8, 0.160)
     assert frozen.scale == 1.0 and frozen.choose([0.0] * 8)[0] == 0
-    from user_dir.tools.serving.policy import updated_scale
-    assert updated_scale(1.0, 100.0, 0.01) == 4.0  # bounded
-    assert updated_scale(1.0, 0.5, 1.0) == pytest.approx(0.9)  # averaged
 
 
-def test_the_adaptive_admission_bound_shrinks_when_batches_run_slower_than_the_table():
-    """The bound: full batches at the largest k finishing within the target at the measured speed, less the one
-    running; a fixed policy keeps --max-queue; the batcher refuses past the live bound (hand-made numbers)."""
-    table = CostTable({0: {1: 0.010, 8: 0.080}, 4: {1: 0.005, 8: 0.040}})
-    assert queue_bound(table, 4, 8, 0.200) == 8 * 4  # 5 batches of 40 ms fit in 200 ms, less the running one
-    assert queue_bound(table, 4, 8, 0.200, scale=2.0) == 8 * 1  # 80 ms each: 2 fit, less one
-    assert queue_bound(table, 0, 8, 0.200) == 8 * 1  # the largest k is what the bound is for: k=0 fits 2
-    assert queue_bound(table, 4, 8, 0.010) == 8  # never below one batch
-    policy = AdaptivePolicy(table, max_batch=8, target=0.200)
-    assert policy.queue_bound(cap=100) == 32 and policy.queue_bound(cap=20) == 20  # --max-queue caps it
-    for _ in range(20):  # the machine slows to twice the table
-        policy.observe(4, 8, 0.080)
-    assert policy.queue_bound(cap=100) == 8
-    # the bound a worst-off example meets: its batch waits behind the full queue and the running batch
-    assert predicted_latency([0.0] * (8 + 8), 4, table, 8, policy.scale) <= 0.200
-    assert FixedPolicy(4).queue_bound(cap=100) == 100
-    batcher = Batcher(lambda payloads, k: payloads, lambda ages: (4, 0.0), max_batch=8, max_wait=0.0,
-                      max_queue=100, bound=policy.queue_bound)
-    assert batcher.current_bound == 8
-    batcher.submit(list(range(8)))  # not started: everything stays queued
-    with pytest.raises(QueueFull) as refused:
-        batcher.submit([8])
-    assert refused.value.bound == 8
-    policy.scale = 1.0  # as fast as at start-up again: the bound grows back
-    assert batcher.current_bound == 32
-    batcher.submit(list(range(8, 32)))
+def test_a_request_is_admitted_only_when_its_examples_are_predicted_to_meet_the_target():
+    """Admission: the new request's examples queued last, everything at the largest k after what remains of the
+    running batch, batches padded to their longest example, plus the time since the request arrived, within the
+    target (hand-made numbers, fake clock); a fixed policy has no target and keeps --max-queue."""
+    table = CostTable({0: {1: 0.010, 8: 0.080}, 4: {1: 0.005, 8: 0.040}}, lengths={1: 10, 8: 10})
+    policy = AdaptivePolicy(table, max_batch=8, target=0.2005, window=0)
+    assert queue_bound(table, 4, 8, 0.200) == 8 * 4  # (bench_serving's static --max-queue for a target)
+    now = [0.0]
+    batcher = Batcher(lambda payloads, k: payloads, policy.choose, max_batch=8, max_wait=0.0, max_queue=100,
+                      clock=lambda: now[0], admit=policy.admits, size_of=len, predict=policy.batch_seconds)
+    batcher.submit(["x" * 10] * 40)  # 5 batches of 40 ms at k=4: 200 ms
+    with pytest.raises(QueueFull, match="predicted to miss the latency target") as refused:
+        batcher.submit(["x" * 10])  # a sixth batch: 205 ms
+    assert (refused.value.queued, refused.value.asked) == (40, 1)
+    assert batcher.backlog(4) == pytest.approx(0.200) and batcher.backlog(0) == pytest.approx(0.400)
+    batch, k, _, _, padded = batcher._next_batch()  # the worker takes 8 (k=4: the queue needs it) and runs them
+    assert len(batch) == 8 and k == 4 and padded == 10 and batcher.busy(0.0) == pytest.approx(0.040)
+    with pytest.raises(QueueFull):  # 4 queued batches after the running one's 40 ms: 200 ms, and one more
+        batcher.submit(["x" * 10])
+    now[0] = 0.030  # the running batch has 10 ms left: 170 ms before a new example's batch ends
+    batcher.submit(["x" * 10] * 6, arrival=0.030)  # (its own batch: 8 ms more at this size)
+    now[0] = 0.040  # the running batch is predicted to have ended: five batches of 40 ms before the new ones end
+    with pytest.raises(QueueFull):  # arrived 25 ms ago (parsing, tokenising): 25 + 200 ms
+        batcher.submit(["x" * 10] * 2, arrival=0.015)
+    batcher.submit(["x" * 10] * 2)  # arrived just now: 200 ms
+    slow = Batcher(lambda payloads, k: payloads, policy.choose, max_batch=8, max_wait=0.0, max_queue=100,
+                   clock=lambda: 0.0, admit=policy.admits, size_of=len, predict=policy.batch_seconds)
+    slow.submit(["x" * 20] * 16)  # twice the timed length: each batch 80 ms at k=4
+    with pytest.raises(QueueFull):
+        slow.submit(["x" * 20] * 8)  # a third batch: 240 ms
+    slow.submit(["x" * 10] * 8)  # a short third batch fits: 80 + 80 + 40 ms
+    fixed = Batcher(lambda payloads, k: payloads, FixedPolicy(0).choose, max_batch=8, max_wait=0.0, max_queue=20,
+                    admit=FixedPolicy(0).admits)
+    fixed.submit(list(range(20)))  # no target: 2.5 batches of 80 ms are queued all the same
+    with pytest.raises(QueueFull, match=r"bound 20 \(--max-queue\)"):
+        fixed.submit([20])
 
 
 def test_an_examples_age_starts_when_its_request_arrived():
     """The ages the policy sees count the time a request spent being parsed and tokenised before it was queued
     (submit's arrival), never a time after it was queued (a fake clock)."""
     now, seen = [10.0], []
-    batcher = Batcher(lambda payloads, k: payloads, lambda ages: seen.append(list(ages)) or (0, 0.0), max_batch=8,
+    batcher = Batcher(lambda payloads, k: payloads, lambda ages, lengths: seen.append(list(ages)) or (0, 0.0), max_batch=8,
                       max_wait=0.0, max_queue=100, clock=lambda: now[0])
     batcher.submit([1, 2], arrival=9.7)  # 300 ms of parsing and tokenising before it was queued
     batcher.submit([3], arrival=10.5)  # an arrival after now is taken as now
     batcher.submit([4])
     now[0] = 10.1
-    batch, k, _, queued = batcher._next_batch()
+    batch, k, _, queued, _ = batcher._next_batch()
     assert [round(a, 6) for a in seen[0]] == [0.4, 0.4, 0.1, 0.1] and batch and queued == 4 and k == 0
 
 
@@ -135,13 +167,14 @@ def test_the_adaptive_policy_leaves_the_reply_delay_out_of_its_target():
     ages = [0.05] * 16  # two full batches: even at k=4 the second ends 0.05 + 0.08 s after the oldest arrived
     assert reply_delay([]) == 0.0 and policy.budget == 0.200
     assert policy.choose([0.05] * 8)[0] == 0  # 0.05 + 0.08 <= 0.2
-    assert policy.queue_bound(cap=100) == 32
+    assert policy.admits(40) and not policy.admits(41)  # 5 batches of 40 ms fit in 200 ms, not a sixth
     for seconds in [0.001] * 90 + [0.100] * 10:  # the p95 of the reply delays is 100 ms
         policy.observe_reply(seconds)
     assert reply_delay(policy.delays) == 0.100 and abs(policy.budget - 0.100) < 1e-12
     assert policy.choose([0.05] * 8)[0] == 4  # 0.05 + 0.08 > 0.1, 0.05 + 0.04 <= 0.1
     assert policy.choose(ages)[0] == 4  # the largest k under overload
-    assert policy.queue_bound(cap=100) == 8  # 0.1 s holds 2 batches of 40 ms, less the running one
+    assert policy.admits(16) and not policy.admits(24)  # 0.1 s holds 2 batches of 40 ms, not 3
+    assert policy.admits(16, age=0.019) and not policy.admits(16, age=0.021)  # the request's time before queueing
     FixedPolicy(0).observe_reply(1.0)  # a fixed policy has no target: nothing to leave out
 
 
@@ -158,20 +191,30 @@ def test_parse_policy_names_the_flag():
         parse_policy("fixed:4", [0, 4], CostTable({0: {1: 0.01}}), 8, 100)
     with pytest.raises(ValueError, match="--policy 'fastest'"):
         parse_policy("fastest", [0, 4], table, 8, 100)
+    with pytest.raises(ValueError, match="--cost-window -1"):
+        parse_policy("adaptive", [0, 4], table, 8, 100, window=-1)
+    with pytest.raises(ValueError, match="--cost-quantile 0"):
+        parse_policy("adaptive", [0, 4], table, 8, 100, q=0)
 
 
 def test_measure_takes_the_median_and_alternates_the_ratios():
     calls, ticks = [], iter(range(10_000))
-    measure(lambda k, b: calls.append((k, b)), [0, 4], [1, 2], runs=3, length=7, clock=lambda: next(ticks))
+    table = measure(lambda k, b: calls.append((k, b)), [0, 4], [1, 2], runs=3, lengths={1: 7, 2: 9},
+                    clock=lambda: next(ticks))
+    assert table.lengths == {1: 7, 2: 9}
     timed = calls[4:]  # after one warm-up per cell
     assert timed[:4] == [(0, 1), (4, 1), (0, 2), (4, 2)] and timed[4:8] == [(4, 1), (0, 1), (4, 2), (0, 2)]
 
 
-def test_benchmark_trace_is_seeded_and_its_summary_counts_sentences_requests_and_the_burst():
+def bench_serving():
     import importlib
     if os.path.join(REPO, "scripts") not in sys.path:  # imported as running the script does
         sys.path.insert(0, os.path.join(REPO, "scripts"))
-    bench = importlib.import_module("bench_serving")
+    return importlib.import_module("bench_serving")
+
+
+def test_benchmark_trace_is_seeded_and_its_summary_counts_sentences_requests_and_the_burst():
+    bench = bench_serving()
     trace = bench.poisson_schedule([(10, 2.0), (5, 40.0), (10, 0.0)], seed=3)
     assert trace == bench.poisson_schedule([(10, 2.0), (5, 40.0), (10, 0.0)], seed=3) and trace == sorted(trace)
     burst = [t for t in trace if 10 <= t < 15]
@@ -181,7 +224,8 @@ def test_benchmark_trace_is_seeded_and_its_summary_counts_sentences_requests_and
     mine = [{"at": 1.0, "lag": 0.0, "indices": [0, 1], "status": 200, "latency": 0.1, "ks": [0, 0],
              "labels": ["1", "1"]},
             {"at": 12.0, "lag": 0.0, "indices": [2, 3], "status": 200, "latency": 0.5, "ks": [4, 4],
-             "labels": ["1", "0"]},
+             "labels": ["1", "0"],
+             "server": bench.server_timing("wait;dur=300.00, batch;dur=150.00, reply;dur=10.00, total;dur=460.00")},
             {"at": 13.0, "lag": 0.0, "indices": [0, 1], "status": 503, "latency": 0.01}]
     ref = [dict(mine[0], labels=["1", "0"]), dict(mine[1], status=503), dict(mine[2], status=200, ks=[0, 0],
                                                                              labels=["1", "0"])]
@@ -190,6 +234,9 @@ def test_benchmark_trace_is_seeded_and_its_summary_counts_sentences_requests_and
     assert s["accuracy"] == 75.0 and s["k_share"] == {"0": 0.5, "4": 0.5} and s["throughput"] == 0.2
     assert s["burst_answered"] == 1 and s["burst_p95_ms"] == pytest.approx(500)
     assert s["shared"] == 2 and s["shared_accuracy"] == 50.0 and s["shared_reference_accuracy"] == 100.0
+    split = s["burst_split_ms"]  # the one burst request: its server's split, and the 40 ms outside the server's view
+    assert (split["wait"]["p95"], split["batch"]["p95"], split["reply"]["p95"]) == pytest.approx((300, 150, 10))
+    assert split["total"]["p50"] == pytest.approx(460) and split["outside"]["p50"] == pytest.approx(40)
 
 
 # ---- the batcher, with a fake model --------------------------------------------------------------------------
@@ -201,7 +248,7 @@ def test_batcher_fills_batches_up_to_the_maximum_refuses_past_the_bound_and_drai
         batches.append((list(payloads), k))
         return [p * 10 for p in payloads]
 
-    def choose(ages):
+    def choose(ages, lengths):
         seen_ages.append(list(ages))
         return (4 if len(ages) > 4 else 0), 0.0
 
@@ -345,7 +392,7 @@ def servers(glue):
     started = {
         "pair": Server(glue["teacher"], "--data", glue["data"], "--plugins", ",".join(glue["plugins"]),
                        "--policy", "adaptive", "--target-p95-ms", "1000", "--cost-table", glue["table"],
-                       "--cost-rescale", "0", "--max-batch", "64", "--max-wait-ms", "400", "--max-queue", "24",
+                       "--cost-window", "0", "--max-batch", "64", "--max-wait-ms", "400", "--max-queue", "24",
                        log=glue["root"] / "pair.log"),
         "single": Server(glue["teacher"], "--data", glue["sst2"], "--policy", "fixed:0", "--max-batch", "8",
                          "--max-wait-ms", "2", "--cost-batch-sizes", "1,8", "--cost-runs", "1",
@@ -377,8 +424,15 @@ def test_answers_equal_glue_predict_at_k0_and_a_growing_queue_gets_a_larger_k(gl
     _, at4, _, _ = predict(str(glue["data"]), str(glue["teacher"]), "valid", variator_plugins=glue["plugins"][1],
                            variator_ratio=4)
     assert at0[:16] != at4[:16]  # the plugin changes answers: the comparison below tells the ratios apart
-    alone = [pair_server.post("/classify", {"pairs": ex}).json()["results"][0] for ex in examples[:3]]
+    replies = [pair_server.post("/classify", {"pairs": ex}) for ex in examples[:3]]
+    alone = [r.json()["results"][0] for r in replies]
     assert [r["k"] for r in alone] == [0, 0, 0]  # one example at a time: the backbone meets the target
+    bench = bench_serving()
+    for r in replies:  # the server's split of its time (Server-Timing): a lone example waits out --max-wait-ms 400
+        split = bench.server_timing(r.headers["server-timing"])
+        assert 0.39 <= split["wait"] < 0.6 and 0 < split["batch"] < split["wait"] and split["reply"] >= 0
+        assert split["total"] == pytest.approx(split["wait"] + split["batch"] + split["reply"], abs=1e-4)
+        assert split["total"] <= r.elapsed.total_seconds()  # the client's latency includes it
     assert [r["label_index"] for r in alone] == at0[:3]
     together = pair_server.post("/classify", {"pairs": examples}).json()["results"]
     assert {r["k"] for r in together} == {4}  # 16 queued: k=0 would take 0.8 s after 0.4 s of waiting
@@ -387,8 +441,10 @@ def test_answers_equal_glue_predict_at_k0_and_a_growing_queue_gets_a_larger_k(gl
     metrics = httpx.get(pair_server.url + "/metrics").text
     assert 'fc_serve_examples_total{k="4"} 16.0' in metrics and 'fc_serve_examples_total{k="0"} 3.0' in metrics
     assert 'fc_serve_cost_table_seconds{batch_size="64",k="4"}' in metrics and "fc_serve_queue_examples" in metrics
+    assert "fc_serve_backlog_seconds" in metrics and "fc_serve_budget_seconds" in metrics
     health = httpx.get(pair_server.url + "/health").json()
     assert health["ratios"] == [0, 2, 4] and health["cost_table"]["source"].startswith("file")
+    assert health["budget_s"] <= 1.0 and health["backlog_s"] == 0.0 and health["cost_scale"] == 1.0
 
 
 def test_every_bad_input_is_a_4xx_naming_its_field_and_a_full_queue_is_503(glue, pair_server, single_server):
@@ -423,7 +479,7 @@ def test_every_bad_input_is_a_4xx_naming_its_field_and_a_full_queue_is_503(glue,
         refused = client.post(pair_server.url + "/classify", json={"pairs": [pair] * 10})
         first.join()
     assert refused.status_code == 503 and int(refused.headers["Retry-After"]) >= 1, refused.text
-    assert "16 examples queued, bound 24" in refused.json()["detail"]
+    assert "16 examples queued, 10 more asked for: bound 24 (--max-queue)" in refused.json()["detail"]
     assert 'fc_serve_refused_requests_total{reason="queue_full"} 1.0' in httpx.get(pair_server.url + "/metrics").text
 
 
@@ -495,7 +551,7 @@ def test_translations_equal_fairseq_interactive_at_the_same_k(tmp_path):
                  "Eine Frau in einem blauen Kleid singt auf einer Bühne.", "Ein Hund läuft über eine Wiese."]
     server = Server(teacher, "--plugins", plugin, "--source-lang", "de", "--target-lang", "en", "--lowercase",
                     "--beam", "5", "--max-len-a", "1.2", "--max-len-b", "10", "--policy", "adaptive",
-                    "--target-p95-ms", "1000", "--max-wait-ms", "300", "--cost-rescale", "0",
+                    "--target-p95-ms", "1000", "--max-wait-ms", "300", "--cost-window", "0",
                     "--cost-table", synthetic_cost_table(tmp_path / "cost.json", {0: 0.4, 2: 0.01}),
                     log=tmp_path / "translate.log")
 

@@ -17,9 +17,10 @@ Endpoints (JSON):
 * ``POST /translate`` ``{"texts": "ein satz" | [...]}`` -> ``{"results": [{"translation", "k", "truncated"}]}``.
 * ``GET /health``: the model, policy, limits and the start-up cost table; ``GET /metrics``: Prometheus.
 
-Bad input is a 4xx whose ``detail`` names the field (``texts[2]: empty text``); more queued examples than
-the queue's bound is a 503 with ``Retry-After`` (``--max-queue``; the adaptive policy's bound also shrinks when
-the machine runs slower than its start-up cost table, so that what it admits can meet its target); SIGTERM/SIGINT
+Each answer carries a ``Server-Timing`` header: the request's wait, its batch, its reply and their total in
+milliseconds. Bad input is a 4xx whose ``detail`` names the field (``texts[2]: empty text``); more queued examples
+than ``--max-queue`` is a 503 with ``Retry-After``, and so, under the adaptive policy, is a request whose
+examples are predicted to miss the target even at the largest k (serving/policy.py, "Admission"); SIGTERM/SIGINT
 stop accepting connections and finish the requests in flight (uvicorn's graceful shutdown), then the worker
 drains its queue and exits.
 
@@ -126,15 +127,22 @@ class ServerMetrics:
         self.chosen = Gauge("fc_serve_chosen_k", "Variator ratio k of the latest batch", registry=r)
         self.predicted = Gauge("fc_serve_predicted_latency_seconds",
                                "Adaptive policy: predicted latency of the queued work at the chosen k", registry=r)
-        self.scale = Gauge("fc_serve_cost_scale", "Adaptive policy: measured / cost-table batch time, running "
-                                                  "average (1 = the machine as fast as at start-up)", registry=r)
+        self.scale = Gauge("fc_serve_cost_scale", "Adaptive policy: measured / cost-table batch time its predictions "
+                                                  "assume, the --cost-quantile of the last --cost-window batches (1 = "
+                                                  "the machine as fast as at start-up)", registry=r)
         self.batch_seconds = Histogram("fc_serve_batch_seconds", "Compute time of one batch, by k", ["k"],
                                        registry=r, buckets=LATENCY_BUCKETS)
+        self.padded = Counter("fc_serve_batch_padded_tokens", "Tokens each batch was padded to, summed over the "
+                              "batches, by k (over fc_serve_batches_total: the mean padded length)", ["k"], registry=r)
         self.latency = Histogram("fc_serve_request_latency_seconds", "Request latency in the server, by endpoint",
                                  ["endpoint"], registry=r, buckets=LATENCY_BUCKETS)
-        self.bound = Gauge("fc_serve_queue_bound_examples", "Examples the queue admits now: --max-queue, or for the "
-                           "adaptive policy the full batches at its largest k that finish within the target at the "
-                           "measured speed, less one", registry=r)
+        self.bound = Gauge("fc_serve_queue_bound_examples", "Most examples the queue holds (--max-queue)",
+                           registry=r)
+        self.backlog = Gauge("fc_serve_backlog_seconds", "Adaptive policy: predicted seconds until the queued work "
+                             "is answered at the largest k, the running batch's rest included (admission keeps it "
+                             "within the budget)", registry=r)
+        self.budget = Gauge("fc_serve_budget_seconds", "Adaptive policy: the target less the p95 reply delay: what "
+                            "the predictions must meet", registry=r)
         self.refused = Counter("fc_serve_refused_requests", "Requests refused, by reason", ["reason"], registry=r)
         cost = Gauge("fc_serve_cost_table_seconds", "Start-up cost table: seconds of one batch by k and batch size",
                      ["k", "batch_size"], registry=r)
@@ -150,14 +158,24 @@ class ServerMetrics:
         if not math.isnan(record.predicted):
             self.predicted.set(record.predicted)
         self.batch_seconds.labels(k=str(record.k)).observe(record.seconds)
+        if record.length is not None:
+            self.padded.labels(k=str(record.k)).inc(record.length)
 
 
 # ---- the application ------------------------------------------------------------------------------------------
 def retry_after_seconds(queued: int, policy, table, max_batch: int) -> int:
     """Whole seconds until the queue would be empty at the largest ratio the policy uses (at least 1)."""
     from .serving.policy import predicted_latency
-    scale = getattr(policy, "scale", 1.0)
-    return max(1, math.ceil(predicted_latency([0.0] * queued, policy.largest_ratio, table, max_batch, scale)))
+    return max(1, math.ceil(predicted_latency([0.0] * queued, policy.largest_ratio, table, max_batch, policy.scale)))
+
+
+def server_timing(arrival: float, began: float, done: float, now: float) -> str:
+    """The W3C Server-Timing header of an answer (milliseconds): ``wait`` from the request's arrival (before its
+    parsing) to the start of its last batch, ``batch`` that batch's compute, ``reply`` from its end to the answer
+    leaving the handler, ``total`` their sum. A client subtracts ``total`` from its own latency to see the time
+    outside the server's view (connection, the event loop reaching the request, the answer's transfer)."""
+    parts = {"wait": began - arrival, "batch": done - began, "reply": now - done, "total": now - arrival}
+    return ", ".join(f"{name};dur={1000 * max(0.0, v):.2f}" for name, v in parts.items())
 
 
 def create_app(backend, policy, table, settings: dict):
@@ -173,14 +191,19 @@ def create_app(backend, policy, table, settings: dict):
     metrics = ServerMetrics(table, settings["max_batch"])
 
     def on_batch(record):
-        policy.observe(record.k, record.size, record.seconds)
+        policy.observe(record.k, record.size, record.seconds, record.length)
         metrics.record_batch(record)
-        metrics.scale.set(getattr(policy, "scale", 1.0))
+        metrics.scale.set(policy.scale)
 
+    adaptive = policy.admits is not None
     batcher = Batcher(backend.run, policy.choose, settings["max_batch"], settings["max_wait_ms"] / 1000.0,
-                      settings["max_queue"], on_batch=on_batch, bound=policy.queue_bound)
+                      settings["max_queue"], on_batch=on_batch, admit=policy.admits, size_of=backend.size_of,
+                      predict=policy.batch_seconds if adaptive else None)
     metrics.queue.set_function(lambda: batcher.queued)
-    metrics.bound.set_function(lambda: batcher.current_bound)
+    metrics.bound.set(settings["max_queue"])
+    if adaptive:
+        metrics.backlog.set_function(lambda: batcher.backlog(policy.largest_ratio))
+        metrics.budget.set_function(lambda: policy.budget)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -217,14 +240,15 @@ def create_app(backend, policy, table, settings: dict):
             futures = batcher.submit(payloads, arrival)
         except QueueFull as e:
             seconds = retry_after_seconds(e.queued, policy, table, settings["max_batch"])
-            return refuse(503, "queue", f"{e.queued} examples queued, bound {e.bound}: retry in {seconds} s",
-                          "queue_full", headers={"Retry-After": str(seconds)})
+            return refuse(503, "queue", f"{e.queued} examples queued, {e.asked} more asked for: {e.why}; retry in "
+                          f"{seconds} s", "queue_full", headers={"Retry-After": str(seconds)})
         except RuntimeError as e:  # shutting down
             return refuse(503, "server", str(e), "shutting_down", headers={"Retry-After": "1"})
         results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
-        policy.observe_reply(batcher.clock() - max(f.done_at for f in futures))  # the time after its last batch
+        began, done, now = max(f.began_at for f in futures), max(f.done_at for f in futures), batcher.clock()
+        policy.observe_reply(now - done)  # the time after its last batch
         metrics.latency.labels(endpoint=endpoint).observe(time.perf_counter() - start)
-        return {"results": results}
+        return JSONResponse({"results": results}, headers={"Server-Timing": server_timing(arrival, began, done, now)})
 
     @app.post("/classify")
     async def classify(request: Request):
@@ -237,9 +261,9 @@ def create_app(backend, policy, table, settings: dict):
     @app.get("/health")
     async def health():
         return {"status": "ok", "model": backend.describe(), "policy": policy.name, "ratios": backend.ratios,
-                "queued": batcher.queued, "queue_bound": batcher.current_bound, "cost_table": table.as_dict(),
-                "cost_scale": getattr(policy, "scale", 1.0),
-                "reply_delay_p95_s": reply_delay(getattr(policy, "delays", ())),
+                "queued": batcher.queued, "cost_table": table.as_dict(), "cost_scale": policy.scale,
+                **({"budget_s": policy.budget, "backlog_s": batcher.backlog(policy.largest_ratio),
+                    "reply_delay_p95_s": reply_delay(policy.delays)} if adaptive else {}),
                 **{k: v for k, v in settings.items() if k != "graceful_timeout"}}
 
     @app.get("/metrics")
@@ -272,8 +296,8 @@ def get_parser() -> argparse.ArgumentParser:
                    help="longest an example waits for others to join its batch, in ms (default 5)")
     p.add_argument("--max-queue", type=int, default=256,
                    help="most examples queued; a request beyond it gets 503 with Retry-After (default 256); the "
-                        "adaptive policy admits fewer when its target needs it: the full batches at its largest k "
-                        "that finish within --target-p95-ms at the measured speed, less one")
+                        "adaptive policy also refuses a request whose examples, with the queue before them, are "
+                        "predicted to miss --target-p95-ms at its largest k"),
     p.add_argument("--truncate", choices=("yes", "no"), default="yes",
                    help="an example longer than the model reads: 'yes' cuts it as the training data was cut "
                         "(default), 'no' refuses it (422); a request's \"truncate\" field overrides")
@@ -295,10 +319,14 @@ def get_parser() -> argparse.ArgumentParser:
     cost.add_argument("--cost-batch-sizes", default=None,
                       help="comma-separated batch sizes to time (default 1, 2, 4, ... up to --max-batch)")
     cost.add_argument("--cost-runs", type=int, default=3, help="timed runs per cell; the median is kept (default 3)")
-    cost.add_argument("--cost-rescale", type=float, default=0.2,
-                      help="adaptive policy: weight of each batch in the running average of measured / table batch "
-                           "times that scales the table's predictions (a machine shared with other work runs slower "
-                           "or faster than at start-up); 0 uses the table as it is (default 0.2)")
+    cost.add_argument("--cost-window", type=int, default=64,
+                      help="adaptive policy: the last N batches whose measured / table times scale the table's "
+                           "predictions (a machine shared with other work runs slower or faster than at start-up); "
+                           "0 uses the table as it is (default 64; ours)")
+    cost.add_argument("--cost-quantile", type=float, default=0.95,
+                      help="adaptive policy: the quantile of those ratios the predictions use (default 0.95, the "
+                           "target's own percentile: a mean would put the requests behind every slower-than-average "
+                           "batch over the target once the queue is full)")
     cls = p.add_argument_group("classification")
     cls.add_argument("--head", default=None, help="classification head to serve (default: the checkpoint's only one)")
     cls.add_argument("--wordpiece-vocab", default=None,
@@ -362,12 +390,13 @@ def build(args):
         except ValueError:
             raise ValueError(f"--cost-batch-sizes {args.cost_batch_sizes!r}: comma-separated integers") from None
         batches = cost_batches(backend, sizes, args.cost_texts, args.cost_length)
-        length = round(sum(p["tokens"].numel() for p in batches[max(sizes)]) / max(sizes))
-        table = measure(lambda k, b: backend.run(batches[b], k), backend.ratios, sizes, args.cost_runs, length)
+        padded = {b: max(backend.size_of(p) for p in batch) for b, batch in batches.items()}
+        table = measure(lambda k, b: backend.run(batches[b], k), backend.ratios, sizes, args.cost_runs, padded)
         table.details.update(threads=args.threads, texts=args.cost_texts or "random tokens")
     if args.save_cost_table:
         table.save(args.save_cost_table)
-    policy = parse_policy(args.policy, backend.ratios, table, args.max_batch, args.target_p95_ms, args.cost_rescale)
+    policy = parse_policy(args.policy, backend.ratios, table, args.max_batch, args.target_p95_ms, args.cost_window,
+                          args.cost_quantile)
     settings = {"max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms, "max_queue": args.max_queue,
                 "truncate": args.truncate == "yes", "threads": args.threads,
                 "target_p95_ms": args.target_p95_ms if policy.name == "adaptive" else None,
@@ -377,7 +406,11 @@ def build(args):
 
 def cli_main(argv: Optional[List[str]] = None):
     args = get_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
+    # force: importing fairseq (user_dir does, before this runs) has already configured the root logger, at DEBUG
+    # (fairseq/models/wav2vec/wav2vec2_classification.py calls logging.basicConfig(level=DEBUG)), which would
+    # otherwise keep --log-level from taking effect
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+                        force=True)
     try:
         import fastapi  # noqa: F401
         import prometheus_client  # noqa: F401

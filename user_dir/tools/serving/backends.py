@@ -165,6 +165,11 @@ class ClassifierBackend:
                                        self.task.max_positions(), cfg.seed)
         return [tokens[i] for i in range(len(columns[0]))]
 
+    @staticmethod
+    def size_of(payload: dict) -> int:
+        """Tokens of one prepared example (specials included): what its batch is padded to."""
+        return payload["tokens"].numel()
+
     # ---- the worker's side ---------------------------------------------------------------------------------
     def run(self, payloads: List[dict], k: int) -> List[dict]:
         from fairseq.data import data_utils
@@ -251,6 +256,12 @@ class TranslatorBackend:
                 tokens = torch.cat([tokens[: self.max_length - 1], tokens[-1:]])
             out.append({"tokens": tokens, "truncated": truncated})
         return out
+
+    @staticmethod
+    def size_of(payload: dict) -> int:
+        """Source tokens of one prepared sentence (end of sentence included): the encoder's batch is padded to the
+        longest, and beam search runs about as long as the source."""
+        return payload["tokens"].numel()
 
     def run(self, payloads: List[dict], k: int) -> List[dict]:
         self.model.variator.use(k)

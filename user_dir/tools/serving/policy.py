@@ -1,46 +1,61 @@
 """Which Variator plugin a batch runs with: Variator's plug-and-play promise (abstract and section 1:
 "dynamically select different compression plugins with varying acceleration ratios based on the
-current workload") as a policy.
+current workload") as a policy, and which requests the server admits while it keeps a latency target.
 
-* ``fixed:K``: every batch at ratio K (0: the backbone alone).
+* ``fixed:K``: every batch at ratio K (0: the backbone alone); no target, the queue is bounded by
+  ``--max-queue`` alone.
 * ``adaptive``: before each batch, for every attached ratio k from the smallest up, predict when the
-  queued work would finish if it all ran at k (FIFO batches of the maximum size, times from the cost
-  table), and take the first k whose worst-off example (its wait so far plus its predicted completion)
-  meets the latency target; if none does (overload), the largest k. The table is measured once, at
-  start-up; on a machine shared with other work every batch then runs slower or faster than it says, so
-  the predictions are scaled by a running average of measured / predicted batch times (``observe``).
-  Its admission bound moves with that scale (``queue_bound``): the examples whose full batches at the
-  largest k finish within the target at the measured speed, less one batch (the one a new example may
-  find running), never above ``--max-queue``. A bound fixed from the start-up table admits work the
-  slower machine cannot finish in time (results/serving.md as of 2026-11-25, in its git history: batches ran
-  1.15-1.34x the table, and every policy's p95 went over its target); a fixed:K policy has no target and keeps
-  ``--max-queue``. The predictions cover an example's wait (from its request's arrival, parsing and tokenising
-  included) and its batch; what follows the batch -- the answer leaving the server through an event loop busy
-  with new requests -- is measured per request (``observe_reply``), and the predictions are held to the target
-  less the p95 of the recent reply delays (``budget``), the bound too.
+  queued work would finish if it all ran at k (FIFO batches of the maximum size, each padded to its longest
+  example, times from the cost table), and take the first k whose worst-off example (its wait so far plus its
+  predicted completion) meets the latency target; if none does (overload), the largest k.
 
-The maths are pure functions of the queue's ages and the cost table, so they are tested on hand-made
-numbers (tests/test_serve.py).
+Predictions. The table is measured once, at start-up, on a quiet machine; a batch's time grows with its
+padded length, so each prediction scales the table by the batch's length (cost_table.py), and a machine
+shared with other work runs every batch slower or faster than the table says: the predictions are scaled
+by a quantile (``quantile``, default 0.95, the target's own) of the measured / predicted times of the last
+``window`` batches (``observe``). A mean would do for the k choice but not for admission: under a sustained
+burst the queue sits at the edge of what the target allows, and with the mean every other batch that ran
+longer than it would put the requests behind it over the target.
+
+Admission (``admits``): a request is taken only when its examples, queued last and everything run at the
+largest k after what remains of the batch now running, are predicted to be answered within the target;
+otherwise 503. A bound in
+examples cannot do this: it ignores the running batch, the queued examples' lengths and the waits so far
+(results/serving.md of 2026-11-27 10:00, in its git history: with a bound of one batch of 32 the p95 was
+2-4% over its target, two full batches at their slow end being more than the target). The predictions
+cover an example's wait (from its request's arrival, parsing and tokenising included) and its batch; what
+follows the batch -- the answer leaving the server through an event loop busy with new requests -- is
+measured per request (``observe_reply``), and the predictions are held to the target less the p95 of the
+recent reply delays (``budget``).
+
+The maths are pure functions of the queue's ages and lengths and the cost table, so they are tested on
+hand-made numbers (tests/test_serve.py).
 """
+import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 from .cost_table import CostTable
 
 
-def predicted_latency(ages: Sequence[float], k: int, table: CostTable, max_batch: int, scale: float = 1.0) -> float:
+def predicted_latency(ages: Sequence[float], k: int, table: CostTable, max_batch: int, scale: float = 1.0,
+                      lengths: Optional[Sequence[float]] = None, busy: float = 0.0) -> float:
     """Seconds until the worst-off queued example is answered if every queued example runs at ratio ``k``.
 
-    ``ages`` are the seconds each queued example has waited, oldest first (the queue is FIFO). The
-    queue runs as batches of ``max_batch``; batch m finishes after batches 0..m, and its oldest example
-    (the first of the batch) is its worst-off one: latency = its age + that finish time. ``scale`` multiplies
-    every batch time of the table (how much slower the machine runs now than when it was measured)."""
+    ``ages`` are the seconds each queued example has waited, oldest first (the queue is FIFO); ``lengths``
+    their token counts (None: each batch as long as the table's timed batch of its size). The queue runs as
+    batches of ``max_batch`` after ``busy`` seconds (what remains of the batch running now); batch m, padded to
+    its longest example, finishes after batches 0..m, and its oldest example (the first of the batch) is its
+    worst-off one: latency = its age + that finish time. ``scale`` multiplies every batch time of the table
+    (how much slower the machine runs now than when it was measured)."""
     if max_batch < 1:
         raise ValueError(f"max_batch {max_batch}: at least 1")
-    worst, clock = 0.0, 0.0
+    worst, clock = 0.0, busy
     for start in range(0, len(ages), max_batch):
-        clock += scale * table.batch_seconds(k, min(max_batch, len(ages) - start))
+        end = min(start + max_batch, len(ages))
+        padded = None if lengths is None else max(lengths[start:end])
+        clock += scale * table.batch_seconds(k, end - start, padded)
         worst = max(worst, ages[start] + clock)
     return worst
 
@@ -48,18 +63,19 @@ def predicted_latency(ages: Sequence[float], k: int, table: CostTable, max_batch
 def queue_bound(table: CostTable, k: int, max_batch: int, target: float, scale: float = 1.0) -> int:
     """Examples a server may hold so that all of them are answered within ``target`` seconds at ratio ``k``:
     the full batches of ``max_batch`` that finish within the target (each ``scale`` x the table's time), less
-    one (the batch a new example may find running); at least one batch."""
+    one (the batch a new example may find running); at least one batch. (A static --max-queue for a target;
+    the adaptive policy's own admission is :meth:`AdaptivePolicy.admits`.)"""
     per_batch = scale * table.batch_seconds(k, max_batch)
     return max_batch * max(1, int(target / per_batch) - 1)
 
 
 def choose_ratio(ages: Sequence[float], table: CostTable, max_batch: int, target: float,
-                 scale: float = 1.0) -> Tuple[int, float]:
+                 scale: float = 1.0, lengths: Optional[Sequence[float]] = None) -> Tuple[int, float]:
     """(k, predicted seconds): the smallest ratio whose predicted latency for the queued work is within
     ``target`` seconds, or the largest ratio when none is (overload)."""
     predicted = 0.0
     for k in table.ratios:
-        predicted = predicted_latency(ages, k, table, max_batch, scale)
+        predicted = predicted_latency(ages, k, table, max_batch, scale, lengths)
         if predicted <= target:
             return k, predicted
     return table.ratios[-1], predicted
@@ -77,35 +93,30 @@ class FixedPolicy:
     def largest_ratio(self) -> int:
         return self.ratio
 
-    def choose(self, ages: Sequence[float]) -> Tuple[int, float]:
+    scale = 1.0
+
+    def choose(self, ages: Sequence[float], lengths: Optional[Sequence[float]] = None) -> Tuple[int, float]:
         return self.ratio, float("nan")
 
-    def observe(self, k: int, size: int, seconds: float) -> None:
+    def observe(self, k: int, size: int, seconds: float, length: Optional[float] = None) -> None:
         pass
 
     def observe_reply(self, seconds: float) -> None:
         pass
 
-    def queue_bound(self, cap: int) -> int:
-        return cap
+    admits = None  # no target: --max-queue alone bounds the queue
 
 
-def updated_scale(scale: float, measured: float, predicted: float, weight: float = 0.2,
-                  bounds: Tuple[float, float] = (0.25, 4.0)) -> float:
-    """The running average of measured / predicted batch seconds after one more batch (exponential, ``weight``
-    on the new batch), kept within ``bounds`` so that one freak batch cannot swing the policy far."""
-    if predicted <= 0 or measured <= 0:
-        return scale
-    return min(bounds[1], max(bounds[0], (1 - weight) * scale + weight * measured / predicted))
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank: an observed value, never an interpolated one)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def reply_delay(delays: Sequence[float], quantile: float = 0.95) -> float:
-    """The ``quantile`` of the recent reply delays (seconds from a batch's end to its requests' answers leaving the
-    handler; 0 before any): what the worker's predictions must leave of the target."""
-    if not delays:
-        return 0.0
-    ordered = sorted(delays)
-    return ordered[min(len(ordered) - 1, int(quantile * len(ordered)))]
+def reply_delay(delays: Sequence[float], q: float = 0.95) -> float:
+    """The ``q`` quantile of the recent reply delays (seconds from a batch's end to its requests' answers leaving
+    the handler; 0 before any): what the worker's predictions must leave of the target."""
+    return quantile(delays, q) if delays else 0.0
 
 
 @dataclass
@@ -113,8 +124,10 @@ class AdaptivePolicy:
     table: CostTable
     max_batch: int
     target: float  # seconds
-    weight: float = 0.2  # of each new batch in the running average of measured / predicted times (0: never rescale)
-    scale: float = 1.0  # measured / predicted batch time, running average
+    window: int = 64  # recent batches whose measured / predicted times scale the predictions (0: never rescale)
+    q: float = 0.95  # the quantile of those ratios the predictions use
+    # measured / table time of the recent batches, the table's time taken at each batch's size and padded length
+    ratios_seen: deque = field(default_factory=deque)
     # recent reply delays (observe_reply): a request's latency is its wait, its batch and then the time its answer
     # takes to leave the server (the event loop, shared with the parsing of new requests, resumes its handler); the
     # predictions cover the first two, so they are held to the target less the p95 of the third
@@ -122,35 +135,53 @@ class AdaptivePolicy:
 
     name = "adaptive"
 
+    def __post_init__(self):
+        self.ratios_seen = deque(self.ratios_seen, maxlen=max(1, self.window))
+
     @property
     def largest_ratio(self) -> int:
         return self.table.ratios[-1]
+
+    @property
+    def scale(self) -> float:
+        """Measured / table batch time the predictions assume: the ``q`` quantile of the recent batches' (1
+        before any, or with ``window`` 0)."""
+        return quantile(self.ratios_seen, self.q) if self.window > 0 and self.ratios_seen else 1.0
 
     @property
     def budget(self) -> float:
         """Seconds the predicted wait + batch may take: the target less the recent p95 reply delay."""
         return max(0.0, self.target - reply_delay(self.delays))
 
-    def choose(self, ages: Sequence[float]) -> Tuple[int, float]:
-        return choose_ratio(ages, self.table, self.max_batch, self.budget, self.scale)
+    def batch_seconds(self, k: int, size: int, length: Optional[float] = None) -> float:
+        """Predicted seconds of one batch on this machine now."""
+        return self.scale * self.table.batch_seconds(k, size, length)
+
+    def choose(self, ages: Sequence[float], lengths: Optional[Sequence[float]] = None) -> Tuple[int, float]:
+        return choose_ratio(ages, self.table, self.max_batch, self.budget, self.scale, lengths)
+
+    def admits(self, queued: int, lengths: Optional[Sequence[float]] = None, age: float = 0.0,
+               busy: float = 0.0) -> bool:
+        """Whether a new request's examples, queued last (``queued`` examples in all, theirs included; ``lengths``
+        their tokens, oldest first), would be answered within the budget at the largest k: ``age`` (the time since
+        the request arrived) + ``busy`` (the rest of the running batch) + every queued batch. (Under FIFO a new
+        request delays no one queued before it, so their waits do not count here.)"""
+        return predicted_latency([age] * queued, self.largest_ratio, self.table, self.max_batch, self.scale,
+                                 lengths, busy) <= self.budget
 
     def observe_reply(self, seconds: float) -> None:
         """A request's answer left the server ``seconds`` after its batch ended."""
         self.delays.append(max(0.0, seconds))
 
-    def observe(self, k: int, size: int, seconds: float) -> None:
-        """A batch of ``size`` at ratio ``k`` took ``seconds``: update the scale of the table's predictions."""
-        if self.weight > 0:
-            self.scale = updated_scale(self.scale, seconds, self.table.batch_seconds(k, size), self.weight)
-
-    def queue_bound(self, cap: int) -> int:
-        """The admission bound now: :func:`queue_bound` at the largest ratio and the running scale, at most
-        ``cap`` (``--max-queue``)."""
-        return min(cap, queue_bound(self.table, self.largest_ratio, self.max_batch, self.budget, self.scale))
+    def observe(self, k: int, size: int, seconds: float, length: Optional[float] = None) -> None:
+        """A batch of ``size`` at ratio ``k``, padded to ``length`` tokens, took ``seconds``."""
+        predicted = self.table.batch_seconds(k, size, length)
+        if self.window > 0 and predicted > 0 and seconds > 0:
+            self.ratios_seen.append(seconds / predicted)
 
 
 def parse_policy(spec: str, ratios: Sequence[int], table: CostTable, max_batch: int, target_ms: float,
-                 rescale: float = 0.2):
+                 window: int = 64, q: float = 0.95):
     """``fixed:K`` (K one of the attached ratios, 0 = backbone) or ``adaptive``; errors name --policy."""
     if spec == "adaptive":
         missing = sorted(set(ratios) - set(table.ratios))
@@ -159,10 +190,12 @@ def parse_policy(spec: str, ratios: Sequence[int], table: CostTable, max_batch: 
                              f"(it has {table.ratios}; measure it with these plugins or fix --cost-table)")
         if target_ms <= 0:
             raise ValueError(f"--target-p95-ms {target_ms}: must be positive")
-        if not 0 <= rescale <= 1:
-            raise ValueError(f"--cost-rescale {rescale}: a weight between 0 and 1")
-        sub = CostTable({k: table.seconds[k] for k in ratios}, table.length, table.source, table.details)
-        return AdaptivePolicy(sub, max_batch, target_ms / 1000.0, rescale)
+        if window < 0:
+            raise ValueError(f"--cost-window {window}: a number of batches, 0 or more")
+        if not 0 < q <= 1:
+            raise ValueError(f"--cost-quantile {q}: a quantile in (0, 1]")
+        sub = CostTable({k: table.seconds[k] for k in ratios}, table.lengths, table.source, table.details)
+        return AdaptivePolicy(sub, max_batch, target_ms / 1000.0, window, q)
     if spec.startswith("fixed:"):
         try:
             k = int(spec.split(":", 1)[1])
