@@ -213,6 +213,12 @@ def summarise(records, gold, burst, duration, reference=None):
         out["shared_accuracy"] = 100 * sum(gold[i] == a for i, a, _ in both) / n
         out["shared_reference_accuracy"] = 100 * sum(gold[i] == b for i, _, b in both) / n
         out["agreement_with_reference"] = 100 * sum(a == b for _, a, b in both) / n
+        if both:  # the paired difference, with a 95% bootstrap interval and a permutation test (scipy)
+            from user_dir.common.significance import paired_glue
+            names = {name: i for i, name in enumerate(sorted({x for t in both for x in t[1:]} | set(gold)))}
+            test = paired_glue([[names[a] for _, a, _ in both]], [[names[b] for _, _, b in both]],
+                               [names[gold[i]] for i, _, _ in both], "accuracy")
+            out["shared_test"] = {key: test[key] for key in ("diff", "low", "high", "p")}
     return out
 
 
@@ -349,12 +355,18 @@ def report(result, md_path, png_name):
         s = run["summary"]
         shared = (f"{s['shared_accuracy']:.2f} vs {s['shared_reference_accuracy']:.2f} ({s['shared']:,} sentences, "
                   f"{s['agreement_with_reference']:.1f}% same label)" if "shared" in s else "-")
+        if "shared_test" in s:
+            t = s["shared_test"]
+            shared += f"; {t['diff']:+.2f} points [{t['low']:+.2f}, {t['high']:+.2f}], p {t['p']:.3f}"
         shares = ", ".join(f"k={k}: {100 * v:.0f}%" for k, v in s["k_share"].items())
         L.append(f"| {name} | {fmt(s['p50_ms'])} | {fmt(s['p95_ms'])} | {fmt(s['p99_ms'])} | "
                  f"{fmt(s['burst_p95_ms'])} | {s['answered']:,} | {s['refused']:,} | {s['failed']:,} | "
                  f"{s['throughput']:.1f} | {s['accuracy']:.2f} | {shared} | {shares} |")
     L += ["", "Latency: of a request, from its scheduled send time to its answer, answered requests only; burst "
               "p95: requests scheduled inside the burst. Throughput: answered sentences over the trace's duration. "
+              "Against fixed:0 on the sentences both answered: the accuracies, the share of equal labels, the paired "
+              "difference with its 95% bootstrap interval and a permutation test's p (scipy, 10,000 resamples, over "
+              "the answered sentence instances: the dev set is cycled, so a sentence can count more than once). "
               "Client lag "
               "(p99 of how late the client sent a request): "
           + ", ".join(f"{name} {run['summary']['client_lag_p99_ms']:.0f} ms" for name, run in pol.items()) + ".", ""]
@@ -435,7 +447,9 @@ def verdict(result):
                      f"{ad['accuracy']:.2f} vs {base['accuracy']:.2f} ({diff:+.2f} points; goal: within 1 point -> "
                      f"{'met' if abs(diff) <= 1 else 'not met'}), on the {ad.get('shared', 0):,} sentences both "
                      f"answered {ad.get('shared_accuracy', float('nan')):.2f} vs "
-                     f"{ad.get('shared_reference_accuracy', float('nan')):.2f}; "
+                     f"{ad.get('shared_reference_accuracy', float('nan')):.2f}"
+                     + (f" ({ad['shared_test']['diff']:+.2f} points, 95% interval [{ad['shared_test']['low']:+.2f}, "
+                        f"{ad['shared_test']['high']:+.2f}])" if "shared_test" in ad else "") + "; "
                      f"sentences answered {ad['examples_answered']:,} vs {base['examples_answered']:,}")
     if result["repeats"] > 1:
         for policy in dict.fromkeys(run["policy"] for run in pol.values()):

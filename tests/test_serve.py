@@ -234,6 +234,7 @@ def test_benchmark_trace_is_seeded_and_its_summary_counts_sentences_requests_and
     assert s["accuracy"] == 75.0 and s["k_share"] == {"0": 0.5, "4": 0.5} and s["throughput"] == 0.2
     assert s["burst_answered"] == 1 and s["burst_p95_ms"] == pytest.approx(500)
     assert s["shared"] == 2 and s["shared_accuracy"] == 50.0 and s["shared_reference_accuracy"] == 100.0
+    assert s["shared_test"]["diff"] == -50.0 and s["shared_test"]["low"] <= -50.0 <= s["shared_test"]["high"]
     split = s["burst_split_ms"]  # the one burst request: its server's split, and the 40 ms outside the server's view
     assert (split["wait"]["p95"], split["batch"]["p95"], split["reply"]["p95"]) == pytest.approx((300, 150, 10))
     assert split["total"]["p50"] == pytest.approx(460) and split["outside"]["p50"] == pytest.approx(40)
