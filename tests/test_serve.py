@@ -86,22 +86,29 @@ def test_adaptive_policy_picks_the_smallest_k_meeting_the_target_and_the_largest
     assert ks == sorted(ks)  # a longer queue never gets a smaller k
 
 
-def test_predictions_follow_the_slow_end_of_the_recent_batches():
-    """The scale is the 95th percentile of the last ``window`` batches' measured / table times, each batch's table
-    time taken at its size and padded length."""
+def test_predictions_follow_the_slow_end_of_the_recent_batches_of_their_size():
+    """The scale of a batch's prediction is the 95th percentile of the last ``window`` batches of about its size
+    (the nearest timed size), measured / table time, each batch's table time taken at its size and padded length;
+    a size with no batches yet borrows from the others."""
     table = CostTable({0: {1: 0.010, 8: 0.080}, 4: {1: 0.005, 8: 0.040}}, lengths={1: 10, 8: 20})
     policy = AdaptivePolicy(table, max_batch=8, target=0.100, window=20)
     assert policy.scale == 1.0 and policy.choose([0.0] * 8)[0] == 0  # 80 ms at k=0 as measured at start-up
     for _ in range(19):
         policy.observe(0, 8, 0.080, length=20)  # as the table says
-    policy.observe(4, 8, 0.120, length=40)  # one slow batch in 20 (the table says 80 ms at 40 tokens): 1.5x
+    policy.observe(4, 7, 1.5 * table.batch_seconds(4, 7, 40), length=40)  # one slow batch in 20: 1.5x the table
+    assert table.batch_seconds(4, 7, 40) == pytest.approx(0.035 * 40 / (10 + 10 * 6 / 7))  # (size and length)
+    assert policy.column(7) == 8 and policy.column(5) == 8 and policy.column(4) == 1
     assert policy.scale == 1.0  # the 5% the quantile leaves out
     policy.observe(0, 8, 0.120, length=20)  # a second one: 1.5x
     assert policy.scale == pytest.approx(1.5) and policy.choose([0.0] * 8)[0] == 4  # k=0 predicted at 120 ms
     assert policy.batch_seconds(4, 8, 20) == pytest.approx(0.060)
-    for _ in range(20):  # the window moves on: the slow batches leave it
-        policy.observe(0, 1, 0.010, length=10)
-    assert policy.scale == 1.0
+    assert policy.scale_at(1) == pytest.approx(1.5)  # no batch of one yet: all batches' quantile
+    for _ in range(5):
+        policy.observe(0, 1, 0.030, length=10)  # single examples run 3x the table (a fixed cost per forward)...
+    assert policy.scale_at(1) == pytest.approx(3.0) and policy.scale == pytest.approx(1.5)  # ...full batches do not
+    for _ in range(20):  # the window moves on: the slow full batches leave it
+        policy.observe(0, 8, 0.080, length=20)
+    assert policy.scale == 1.0 and policy.scale_at(1) == pytest.approx(3.0)
     frozen = AdaptivePolicy(table, max_batch=8, target=0.100, window=0)
     frozen.observe(0, 8, 0.160)
     assert frozen.scale == 1.0 and frozen.choose([0.0] * 8)[0] == 0
@@ -109,29 +116,37 @@ def test_predictions_follow_the_slow_end_of_the_recent_batches():
 
 def test_a_request_is_admitted_only_when_its_examples_are_predicted_to_meet_the_target():
     """Admission: the new request's examples queued last, everything at the largest k after what remains of the
-    running batch, batches padded to their longest example, plus the time since the request arrived, within the
-    target (hand-made numbers, fake clock); a fixed policy has no target and keeps --max-queue."""
+    running batch, batches padded to their longest example, the last one taken as full (later requests fill it),
+    plus the time since the request arrived, within the target (hand-made numbers, fake clock); a fixed policy has
+    no target and keeps --max-queue."""
     table = CostTable({0: {1: 0.010, 8: 0.080}, 4: {1: 0.005, 8: 0.040}}, lengths={1: 10, 8: 10})
     policy = AdaptivePolicy(table, max_batch=8, target=0.2005, window=0)
     assert queue_bound(table, 4, 8, 0.200) == 8 * 4  # (bench_serving's static --max-queue for a target)
+    # a short last batch is predicted full: 3 examples behind 8 are answered after two full batches
+    assert predicted_latency([0.0] * 11, 4, table, 8) == pytest.approx(0.040 + 0.015)
+    assert predicted_latency([0.0] * 11, 4, table, 8, fill=True) == pytest.approx(0.080)
+    assert predicted_latency([0.0] * 11, 4, table, 8, lengths=[10] * 8 + [30, 10, 10], fill=True) == pytest.approx(
+        0.040 + 0.120)  # as long as its longest known example
     now = [0.0]
     batcher = Batcher(lambda payloads, k: payloads, policy.choose, max_batch=8, max_wait=0.0, max_queue=100,
                       clock=lambda: now[0], admit=policy.admits, size_of=len, predict=policy.batch_seconds)
-    batcher.submit(["x" * 10] * 40)  # 5 batches of 40 ms at k=4: 200 ms
+    batcher.submit(["x" * 10] * 36)  # 5 batches of 40 ms at k=4, the short last one predicted full: 200 ms
+    batcher.submit(["x" * 10] * 4)  # the fifth batch is full now: still 200 ms
     with pytest.raises(QueueFull, match="predicted to miss the latency target") as refused:
-        batcher.submit(["x" * 10])  # a sixth batch: 205 ms
+        batcher.submit(["x" * 10])  # a sixth batch: 240 ms
     assert (refused.value.queued, refused.value.asked) == (40, 1)
     assert batcher.backlog(4) == pytest.approx(0.200) and batcher.backlog(0) == pytest.approx(0.400)
     batch, k, _, _, padded = batcher._next_batch()  # the worker takes 8 (k=4: the queue needs it) and runs them
     assert len(batch) == 8 and k == 4 and padded == 10 and batcher.busy(0.0) == pytest.approx(0.040)
-    with pytest.raises(QueueFull):  # 4 queued batches after the running one's 40 ms: 200 ms, and one more
+    with pytest.raises(QueueFull):  # 4 queued batches after the running one's 40 ms, and a fifth
         batcher.submit(["x" * 10])
-    now[0] = 0.030  # the running batch has 10 ms left: 170 ms before a new example's batch ends
-    batcher.submit(["x" * 10] * 6, arrival=0.030)  # (its own batch: 8 ms more at this size)
-    now[0] = 0.040  # the running batch is predicted to have ended: five batches of 40 ms before the new ones end
+    now[0] = 0.030  # the running batch has 10 ms left: 10 + 160 + 40 ms
+    with pytest.raises(QueueFull):
+        batcher.submit(["x" * 10] * 8)
+    now[0] = 0.040  # it is predicted to have ended
     with pytest.raises(QueueFull):  # arrived 25 ms ago (parsing, tokenising): 25 + 200 ms
-        batcher.submit(["x" * 10] * 2, arrival=0.015)
-    batcher.submit(["x" * 10] * 2)  # arrived just now: 200 ms
+        batcher.submit(["x" * 10] * 8, arrival=0.015)
+    batcher.submit(["x" * 10] * 8)  # arrived just now: 200 ms
     slow = Batcher(lambda payloads, k: payloads, policy.choose, max_batch=8, max_wait=0.0, max_queue=100,
                    clock=lambda: 0.0, admit=policy.admits, size_of=len, predict=policy.batch_seconds)
     slow.submit(["x" * 20] * 16)  # twice the timed length: each batch 80 ms at k=4

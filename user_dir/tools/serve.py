@@ -166,7 +166,8 @@ class ServerMetrics:
 def retry_after_seconds(queued: int, policy, table, max_batch: int) -> int:
     """Whole seconds until the queue would be empty at the largest ratio the policy uses (at least 1)."""
     from .serving.policy import predicted_latency
-    return max(1, math.ceil(predicted_latency([0.0] * queued, policy.largest_ratio, table, max_batch, policy.scale)))
+    scale = getattr(policy, "scale_at", 1.0)
+    return max(1, math.ceil(predicted_latency([0.0] * queued, policy.largest_ratio, table, max_batch, scale)))
 
 
 def server_timing(arrival: float, began: float, done: float, now: float) -> str:
@@ -191,6 +192,10 @@ def create_app(backend, policy, table, settings: dict):
     metrics = ServerMetrics(table, settings["max_batch"])
 
     def on_batch(record):
+        if logger.isEnabledFor(logging.DEBUG):  # (--log-level debug: one line per batch)
+            logger.debug("batch k=%d size=%d padded=%s queued=%d: %.1f ms, predicted %.1f ms at scale %.3f",
+                         record.k, record.size, record.length, record.queued, 1000 * record.seconds,
+                         1000 * policy.scale * table.batch_seconds(record.k, record.size, record.length), policy.scale)
         policy.observe(record.k, record.size, record.seconds, record.length)
         metrics.record_batch(record)
         metrics.scale.set(policy.scale)

@@ -57,8 +57,12 @@ class CostTable:
             return 0.0
         seconds = _interpolate(self.seconds[k], size)
         if length is not None and self.lengths:
-            seconds *= length / max(_interpolate(self.lengths, size), 1e-9)
+            seconds *= length / max(self.padded_length(size), 1e-9)
         return max(seconds, 1e-9)
+
+    def padded_length(self, size: int) -> Optional[float]:
+        """The padded length of the timed batch of ``size`` (interpolated; None without ``lengths``)."""
+        return _interpolate(self.lengths, size) if self.lengths else None
 
     def as_dict(self) -> dict:
         seconds = {str(k): {str(b): s for b, s in sorted(row.items())} for k, row in sorted(self.seconds.items())}

@@ -12,10 +12,13 @@ current workload") as a policy, and which requests the server admits while it ke
 Predictions. The table is measured once, at start-up, on a quiet machine; a batch's time grows with its
 padded length, so each prediction scales the table by the batch's length (cost_table.py), and a machine
 shared with other work runs every batch slower or faster than the table says: the predictions are scaled
-by a quantile (``quantile``, default 0.95, the target's own) of the measured / predicted times of the last
-``window`` batches (``observe``). A mean would do for the k choice but not for admission: under a sustained
-burst the queue sits at the edge of what the target allows, and with the mean every other batch that ran
-longer than it would put the requests behind it over the target.
+by a quantile (``q``, default 0.95, the target's own) of the measured / predicted times of the last
+``window`` batches of about the same size (``observe``). A mean would do for the k choice but not for
+admission: under a sustained burst the queue sits at the edge of what the target allows, and with the mean
+every batch that ran longer than it would put the requests behind it over the target. A queue's last batch
+is predicted full: the worker takes whatever is queued when it gets to it, and under load the requests that
+arrive meanwhile fill it (predicted at its own size, a request of 3 examples behind a queue of 32 was
+answered after two full batches, not one and a short one).
 
 Admission (``admits``): a request is taken only when its examples, queued last and everything run at the
 largest k after what remains of the batch now running, are predicted to be answered within the target;
@@ -34,13 +37,14 @@ hand-made numbers (tests/test_serve.py).
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 from .cost_table import CostTable
 
 
-def predicted_latency(ages: Sequence[float], k: int, table: CostTable, max_batch: int, scale: float = 1.0,
-                      lengths: Optional[Sequence[float]] = None, busy: float = 0.0) -> float:
+def predicted_latency(ages: Sequence[float], k: int, table: CostTable, max_batch: int,
+                      scale: Union[float, Callable[[int], float]] = 1.0, lengths: Optional[Sequence[float]] = None,
+                      busy: float = 0.0, fill: bool = False) -> float:
     """Seconds until the worst-off queued example is answered if every queued example runs at ratio ``k``.
 
     ``ages`` are the seconds each queued example has waited, oldest first (the queue is FIFO); ``lengths``
@@ -48,14 +52,21 @@ def predicted_latency(ages: Sequence[float], k: int, table: CostTable, max_batch
     batches of ``max_batch`` after ``busy`` seconds (what remains of the batch running now); batch m, padded to
     its longest example, finishes after batches 0..m, and its oldest example (the first of the batch) is its
     worst-off one: latency = its age + that finish time. ``scale`` multiplies every batch time of the table
-    (how much slower the machine runs now than when it was measured)."""
+    (how much slower the machine runs now than when it was measured), a number or a function of the batch size.
+    ``fill``: the last batch, when short, is taken as full (``max_batch`` examples, at least as long as the
+    table's timed full batch): the worker takes whatever is queued when it gets to it, and under load the
+    requests that arrive meanwhile fill it."""
     if max_batch < 1:
         raise ValueError(f"max_batch {max_batch}: at least 1")
     worst, clock = 0.0, busy
     for start in range(0, len(ages), max_batch):
         end = min(start + max_batch, len(ages))
-        padded = None if lengths is None else max(lengths[start:end])
-        clock += scale * table.batch_seconds(k, end - start, padded)
+        size, padded = end - start, None if lengths is None else max(lengths[start:end])
+        if fill and size < max_batch:
+            size = max_batch
+            if padded is not None:
+                padded = max(padded, table.padded_length(max_batch) or 0)
+        clock += (scale(size) if callable(scale) else scale) * table.batch_seconds(k, size, padded)
         worst = max(worst, ages[start] + clock)
     return worst
 
@@ -70,12 +81,13 @@ def queue_bound(table: CostTable, k: int, max_batch: int, target: float, scale: 
 
 
 def choose_ratio(ages: Sequence[float], table: CostTable, max_batch: int, target: float,
-                 scale: float = 1.0, lengths: Optional[Sequence[float]] = None) -> Tuple[int, float]:
+                 scale: Union[float, Callable[[int], float]] = 1.0, lengths: Optional[Sequence[float]] = None,
+                 fill: bool = False) -> Tuple[int, float]:
     """(k, predicted seconds): the smallest ratio whose predicted latency for the queued work is within
     ``target`` seconds, or the largest ratio when none is (overload)."""
     predicted = 0.0
     for k in table.ratios:
-        predicted = predicted_latency(ages, k, table, max_batch, scale, lengths)
+        predicted = predicted_latency(ages, k, table, max_batch, scale, lengths, fill=fill)
         if predicted <= target:
             return k, predicted
     return table.ratios[-1], predicted
@@ -124,10 +136,12 @@ class AdaptivePolicy:
     table: CostTable
     max_batch: int
     target: float  # seconds
-    window: int = 64  # recent batches whose measured / predicted times scale the predictions (0: never rescale)
+    window: int = 64  # recent batches of each timed size whose measured / table times scale the predictions
     q: float = 0.95  # the quantile of those ratios the predictions use
-    # measured / table time of the recent batches, the table's time taken at each batch's size and padded length
-    ratios_seen: deque = field(default_factory=deque)
+    # timed batch size -> measured / table time of the recent batches nearest that size, the table's time taken at
+    # each batch's size and padded length (kept by size: the table's error is not the same for one example as for
+    # a full batch -- the fixed cost of a forward, and the length scaling, weigh differently)
+    ratios_seen: Dict[int, deque] = field(default_factory=dict)
     # recent reply delays (observe_reply): a request's latency is its wait, its batch and then the time its answer
     # takes to leave the server (the event loop, shared with the parsing of new requests, resumes its handler); the
     # predictions cover the first two, so they are held to the target less the p95 of the third
@@ -135,18 +149,29 @@ class AdaptivePolicy:
 
     name = "adaptive"
 
-    def __post_init__(self):
-        self.ratios_seen = deque(self.ratios_seen, maxlen=max(1, self.window))
-
     @property
     def largest_ratio(self) -> int:
         return self.table.ratios[-1]
 
+    def column(self, size: int) -> int:
+        """The timed batch size nearest ``size`` (the larger on a tie)."""
+        sizes = sorted({b for row in self.table.seconds.values() for b in row})
+        return min(sizes, key=lambda b: (abs(b - size), -b))
+
+    def scale_at(self, size: int) -> float:
+        """Measured / table time the predictions assume for a batch of ``size``: the ``q`` quantile of the recent
+        batches nearest that size, else of all recent batches, else 1 (none yet, or ``window`` 0)."""
+        if self.window <= 0:
+            return 1.0
+        seen = self.ratios_seen.get(self.column(size))
+        if not seen:
+            seen = [r for ratios in self.ratios_seen.values() for r in ratios]
+        return quantile(seen, self.q) if seen else 1.0
+
     @property
     def scale(self) -> float:
-        """Measured / table batch time the predictions assume: the ``q`` quantile of the recent batches' (1
-        before any, or with ``window`` 0)."""
-        return quantile(self.ratios_seen, self.q) if self.window > 0 and self.ratios_seen else 1.0
+        """The scale of a full batch (what the predictions under load use; /health and /metrics show it)."""
+        return self.scale_at(self.max_batch)
 
     @property
     def budget(self) -> float:
@@ -155,19 +180,21 @@ class AdaptivePolicy:
 
     def batch_seconds(self, k: int, size: int, length: Optional[float] = None) -> float:
         """Predicted seconds of one batch on this machine now."""
-        return self.scale * self.table.batch_seconds(k, size, length)
+        return self.scale_at(size) * self.table.batch_seconds(k, size, length)
 
     def choose(self, ages: Sequence[float], lengths: Optional[Sequence[float]] = None) -> Tuple[int, float]:
-        return choose_ratio(ages, self.table, self.max_batch, self.budget, self.scale, lengths)
+        """The ratio of the next batch: :func:`choose_ratio` on the queue, its last batch taken as full."""
+        return choose_ratio(ages, self.table, self.max_batch, self.budget, self.scale_at, lengths, fill=True)
 
     def admits(self, queued: int, lengths: Optional[Sequence[float]] = None, age: float = 0.0,
                busy: float = 0.0) -> bool:
         """Whether a new request's examples, queued last (``queued`` examples in all, theirs included; ``lengths``
         their tokens, oldest first), would be answered within the budget at the largest k: ``age`` (the time since
-        the request arrived) + ``busy`` (the rest of the running batch) + every queued batch. (Under FIFO a new
-        request delays no one queued before it, so their waits do not count here.)"""
-        return predicted_latency([age] * queued, self.largest_ratio, self.table, self.max_batch, self.scale,
-                                 lengths, busy) <= self.budget
+        the request arrived) + ``busy`` (the rest of the running batch) + every queued batch, the last one taken as
+        full (later requests fill it). (Under FIFO a new request delays no one queued before it, so their waits do
+        not count here.)"""
+        return predicted_latency([age] * queued, self.largest_ratio, self.table, self.max_batch, self.scale_at,
+                                 lengths, busy, fill=True) <= self.budget
 
     def observe_reply(self, seconds: float) -> None:
         """A request's answer left the server ``seconds`` after its batch ended."""
@@ -177,7 +204,7 @@ class AdaptivePolicy:
         """A batch of ``size`` at ratio ``k``, padded to ``length`` tokens, took ``seconds``."""
         predicted = self.table.batch_seconds(k, size, length)
         if self.window > 0 and predicted > 0 and seconds > 0:
-            self.ratios_seen.append(seconds / predicted)
+            self.ratios_seen.setdefault(self.column(size), deque(maxlen=self.window)).append(seconds / predicted)
 
 
 def parse_policy(spec: str, ratios: Sequence[int], table: CostTable, max_batch: int, target_ms: float,
