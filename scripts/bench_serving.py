@@ -451,6 +451,18 @@ def verdict(result):
                      + (f" ({ad['shared_test']['diff']:+.2f} points, 95% interval [{ad['shared_test']['low']:+.2f}, "
                         f"{ad['shared_test']['high']:+.2f}])" if "shared_test" in ad else "") + "; "
                      f"sentences answered {ad['examples_answered']:,} vs {base['examples_answered']:,}")
+    goals = {}  # adaptive policy -> [(latency goal met, accuracy goal met)] over its repeats
+    for name, run in pol.items():
+        base = pol.get(run_key("fixed:0", run["repeat"], result["repeats"]), {}).get("summary")
+        if run["policy"].startswith("adaptive") and base is not None:
+            ad = run["summary"]
+            goals.setdefault(run["policy"], []).append((
+                ad["burst_p95_ms"] <= target and ad["p95_ms"] <= target and base["burst_p95_ms"] > target,
+                abs(ad["accuracy"] - base["accuracy"]) <= 1))
+    for policy, met in goals.items():
+        lines.append(f"{policy}: the latency goal met in {sum(a for a, _ in met)} of {len(met)} repeats, the accuracy "
+                     f"goal in {sum(b for _, b in met)} of {len(met)}, both in {sum(a and b for a, b in met)} of "
+                     f"{len(met)}")
     if result["repeats"] > 1:
         for policy in dict.fromkeys(run["policy"] for run in pol.values()):
             runs = [run["summary"] for run in pol.values() if run["policy"] == policy]
@@ -514,6 +526,8 @@ def default_plugins(variator_work, task, checkpoint):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--report-only", action="store_true",
+                   help="rewrite --out's report (.md, .png) from its .json without running anything")
     p.add_argument("--task", default="SST-2", help="GLUE task (its dev sentences are the trace's requests)")
     p.add_argument("--checkpoint", default=None,
                    help="the backbone (default: work/glue/TASK/checkpoints/checkpoint_best.pt)")
@@ -547,6 +561,17 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join(ROOT, "work", "serving", "serving.md"),
                    help="the report (a .json and a .png beside it); results/serving.md only when asked")
     args = p.parse_args(argv)
+    if args.report_only:
+        stem = os.path.splitext(os.path.abspath(args.out))[0]
+        if not os.path.isfile(stem + ".json"):
+            sys.exit(f"bench_serving: --report-only: no {stem}.json (run the benchmark with this --out first)")
+        with open(stem + ".json", encoding="utf-8") as f:
+            result = json.load(f)
+        result["verdict"] = verdict(result)
+        plot(result, stem + ".png")
+        report(result, stem + ".md", os.path.basename(stem + ".png"))
+        log(f"rewrote {stem}.md and .png from {stem}.json")
+        return
     args.checkpoint = args.checkpoint or os.path.join(ROOT, "work", "glue", args.task, "checkpoints",
                                                       "checkpoint_best.pt")
     args.data = args.data or os.path.join(ROOT, "work", "glue", "data-bin", f"{args.task}.wordpiece")

@@ -125,6 +125,8 @@ def test_a_request_is_admitted_only_when_its_examples_are_predicted_to_meet_the_
     # a short last batch is predicted full: 3 examples behind 8 are answered after two full batches
     assert predicted_latency([0.0] * 11, 4, table, 8) == pytest.approx(0.040 + 0.015)
     assert predicted_latency([0.0] * 11, 4, table, 8, fill=True) == pytest.approx(0.080)
+    assert predicted_latency([0.0] * 3, 4, table, 8, fill=True) == pytest.approx(0.015)  # the next batch, worker idle
+    assert predicted_latency([0.0] * 3, 4, table, 8, busy=0.01, fill=True) == pytest.approx(0.050)  # or running
     assert predicted_latency([0.0] * 11, 4, table, 8, lengths=[10] * 8 + [30, 10, 10], fill=True) == pytest.approx(
         0.040 + 0.120)  # as long as its longest known example
     now = [0.0]
@@ -190,6 +192,10 @@ def test_the_adaptive_policy_leaves_the_reply_delay_out_of_its_target():
     assert policy.choose(ages)[0] == 4  # the largest k under overload
     assert policy.admits(16) and not policy.admits(24)  # 0.1 s holds 2 batches of 40 ms, not 3
     assert policy.admits(16, age=0.019) and not policy.admits(16, age=0.021)  # the request's time before queueing
+    for seconds in [0.0] * 90 + [0.030] * 10:  # the event loop wakes its probe 30 ms late at its p95
+        policy.observe_lag(seconds)
+    assert policy.budget == pytest.approx(0.070)  # what a request waits before its arrival is stamped comes off too
+    assert policy.admits(8) and not policy.admits(16)
     FixedPolicy(0).observe_reply(1.0)  # a fixed policy has no target: nothing to leave out
 
 
@@ -460,7 +466,8 @@ def test_answers_equal_glue_predict_at_k0_and_a_growing_queue_gets_a_larger_k(gl
     assert "fc_serve_backlog_seconds" in metrics and "fc_serve_budget_seconds" in metrics
     health = httpx.get(pair_server.url + "/health").json()
     assert health["ratios"] == [0, 2, 4] and health["cost_table"]["source"].startswith("file")
-    assert health["budget_s"] <= 1.0 and health["backlog_s"] == 0.0 and health["cost_scale"] == 1.0
+    assert health["backlog_s"] == 0.0 and health["cost_scale"] == 1.0 and 0 <= health["loop_lag_p95_s"] < 0.5
+    assert health["budget_s"] == pytest.approx(1.0 - health["reply_delay_p95_s"] - health["loop_lag_p95_s"], abs=0.02)
 
 
 def test_every_bad_input_is_a_4xx_naming_its_field_and_a_full_queue_is_503(glue, pair_server, single_server):

@@ -141,8 +141,8 @@ class ServerMetrics:
         self.backlog = Gauge("fc_serve_backlog_seconds", "Adaptive policy: predicted seconds until the queued work "
                              "is answered at the largest k, the running batch's rest included (admission keeps it "
                              "within the budget)", registry=r)
-        self.budget = Gauge("fc_serve_budget_seconds", "Adaptive policy: the target less the p95 reply delay: what "
-                            "the predictions must meet", registry=r)
+        self.budget = Gauge("fc_serve_budget_seconds", "Adaptive policy: the target less the p95 reply delay and "
+                            "the p95 event-loop lag: what the predictions must meet", registry=r)
         self.refused = Counter("fc_serve_refused_requests", "Requests refused, by reason", ["reason"], registry=r)
         cost = Gauge("fc_serve_cost_table_seconds", "Start-up cost table: seconds of one batch by k and batch size",
                      ["k", "batch_size"], registry=r)
@@ -210,11 +210,23 @@ def create_app(backend, policy, table, settings: dict):
         metrics.backlog.set_function(lambda: batcher.backlog(policy.largest_ratio))
         metrics.budget.set_function(lambda: policy.budget)
 
+    async def probe_loop_lag(interval: float = 0.005):
+        """How late the event loop wakes a probe sleeping ``interval`` seconds: the time a new request waits for its
+        handler to start, before its arrival is stamped (serving/policy.py, the budget)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            start = loop.time()
+            await asyncio.sleep(interval)
+            policy.observe_lag(loop.time() - start - interval)
+
     @asynccontextmanager
     async def lifespan(app):
         batcher.start()
+        probe = asyncio.create_task(probe_loop_lag()) if adaptive else None
         logger.info("ready: %s, policy %s", backend.kind, policy.name)
         yield
+        if probe is not None:
+            probe.cancel()
         # uvicorn has stopped accepting and finished the requests in flight: end the worker. (uvicorn then
         # re-raises the signal that stopped it, so a supervisor sees the process end by SIGTERM/SIGINT.)
         batcher.stop(timeout=settings.get("graceful_timeout"))
@@ -268,7 +280,8 @@ def create_app(backend, policy, table, settings: dict):
         return {"status": "ok", "model": backend.describe(), "policy": policy.name, "ratios": backend.ratios,
                 "queued": batcher.queued, "cost_table": table.as_dict(), "cost_scale": policy.scale,
                 **({"budget_s": policy.budget, "backlog_s": batcher.backlog(policy.largest_ratio),
-                    "reply_delay_p95_s": reply_delay(policy.delays)} if adaptive else {}),
+                    "reply_delay_p95_s": reply_delay(policy.delays), "loop_lag_p95_s": reply_delay(policy.lags)}
+                   if adaptive else {}),
                 **{k: v for k, v in settings.items() if k != "graceful_timeout"}}
 
     @app.get("/metrics")
