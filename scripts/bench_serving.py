@@ -90,7 +90,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(args, policy, target_ms, max_queue, logfile):
+def start_server(args, policy, target_ms, max_queue, logfile, overhead_ms=0.0):
     """fc-serve for ``policy``: ``fixed:K``, ``adaptive`` (every plugin attached), or ``adaptive@4+8`` (the
     adaptive policy over a subset of the plugins: only k=4 and k=8 attached, besides the backbone)."""
     port = free_port()
@@ -106,6 +106,8 @@ def start_server(args, policy, target_ms, max_queue, logfile):
            "--max-batch", str(args.max_batch), "--max-wait-ms", f"{args.max_wait_ms:g}", "--max-queue",
            str(max_queue), "--threads", str(args.threads), "--cost-texts", args.cost_texts,
            "--cost-runs", str(args.cost_runs), "--port", str(port), "--log-level", "warning"]
+    if policy == "adaptive" and overhead_ms:
+        cmd[-4:-4] = ["--client-overhead-ms", f"{overhead_ms:.1f}"]
     env = environment(args.threads)
     out = open(logfile, "w")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
@@ -344,7 +346,9 @@ def report(result, md_path, png_name):
          f"{r['backbone_throughput']:.1f} examples/s, is full batches of {r['max_batch']} at k=0 in the cost table "
          f"the {r['calibrated_on']} server measured; idle = {r['idle_factor']:g}x, burst = {r['burst_factor']:g}x. "
          f"Server: `--max-batch {r['max_batch']} --max-wait-ms {r['max_wait_ms']:g} --max-queue {r['max_queue']}`, "
-         f"adaptive target p95 {r['target_p95_ms']:.0f} ms. {r['defaults_note']}", ""] + \
+         f"adaptive target p95 {r['target_p95_ms']:.0f} ms"
+         + (f", `--client-overhead-ms {r['client_overhead_ms']:.1f}` ({r['client_overhead_note']})"
+            if r.get("client_overhead_ms") else "") + f". {r['defaults_note']}", ""] + \
         [f"Note: {n}" for n in r.get("notes", [])] + ([""] if r.get("notes") else []) + [
          "## Results", "",
          "| policy | p50 ms | p95 ms | p99 ms | burst p95 ms | requests answered | refused (503) | failed | "
@@ -539,6 +543,9 @@ def main(argv=None):
     p.add_argument("--policies", default="fixed:0,fixed:max,adaptive",
                    help="policies to run, in order (fixed:max = the largest plugin's ratio; adaptive@4+8 = the "
                         "adaptive policy with only the k=4 and k=8 plugins attached)")
+    p.add_argument("--client-overhead-ms", type=float, default=None,
+                   help="fc-serve --client-overhead-ms for the adaptive servers (default: measured in the first "
+                        "run: the p95 of this client's latency less the server's Server-Timing total)")
     p.add_argument("--max-batch", type=int, default=32, help="fc-serve --max-batch")
     p.add_argument("--max-wait-ms", type=float, default=5.0, help="fc-serve --max-wait-ms")
     p.add_argument("--max-queue", type=int, default=None, help="fc-serve --max-queue (default: see the docstring)")
@@ -561,6 +568,8 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join(ROOT, "work", "serving", "serving.md"),
                    help="the report (a .json and a .png beside it); results/serving.md only when asked")
     args = p.parse_args(argv)
+    if args.client_overhead_ms is not None and args.client_overhead_ms < 0:
+        sys.exit(f"bench_serving: --client-overhead-ms {args.client_overhead_ms}: 0 or more")
     if args.report_only:
         stem = os.path.splitext(os.path.abspath(args.out))[0]
         if not os.path.isfile(stem + ".json"):
@@ -628,7 +637,9 @@ def main(argv=None):
               "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms, "seed": args.seed,
               "idle_seconds": args.idle_seconds, "burst_seconds": args.burst_seconds, "idle_factor": args.idle_factor,
               "burst_factor": args.burst_factor, "load_before": load_before, "notes": args.note,
-              "texts_per_request": args.texts_per_request, "repeats": args.repeats, "policies": {}}
+              "texts_per_request": args.texts_per_request, "repeats": args.repeats, "policies": {},
+              "client_overhead_ms": args.client_overhead_ms,
+              "client_overhead_note": "given (--client-overhead-ms)" if args.client_overhead_ms is not None else ""}
     teacher_dir = os.path.dirname(os.path.dirname(os.path.realpath(args.checkpoint)))
     note = open(os.path.join(teacher_dir, "command.txt")).read().strip() if os.path.exists(
         os.path.join(teacher_dir, "command.txt")) else "how it was trained is not recorded beside it"
@@ -684,7 +695,8 @@ def main(argv=None):
                 f"sentences/s; target {target:.0f} ms; max queue {max_queue}; {len(schedule)} requests over "
                 f"{duration:g} s")
         log(f"{key}: starting the server")
-        proc, out, url, cmd = start_server(args, policy, result["target_p95_ms"], result["max_queue"], logfile)
+        proc, out, url, cmd = start_server(args, policy, result["target_p95_ms"], result["max_queue"], logfile,
+                                           result.get("client_overhead_ms") or 0.0)
         health = wait_ready(proc, url, logfile)
         run["cost_table"] = health["cost_table"]
         run["server_command"] = " ".join(shlex.quote(c) for c in cmd[1:]).replace(ROOT + "/", "")
@@ -695,6 +707,13 @@ def main(argv=None):
         run["server_side"] = server_side(httpx.get(url + "/metrics", timeout=30).text)
         stop_server(proc, out)
         run["records"] = records
+        if result.get("client_overhead_ms") is None:  # the client's p95 time outside the server, from this first run
+            outside = [1000 * (r["latency"] - r["server"]["total"]) for r in records
+                       if r["status"] == 200 and "total" in r.get("server", {})]
+            result["client_overhead_ms"] = percentile(outside, 95)
+            result["client_overhead_note"] = (f"the p95 of the client's latency less the server's Server-Timing "
+                                              f"total over {key}'s answered requests")
+            log(f"client overhead (p95 outside the server, {key}): {result['client_overhead_ms']:.1f} ms")
         run["series"] = series(records, schedule, args.texts_per_request, result["duration"])
         s = summarise(records, gold_names, result["burst_window"], result["duration"])
         log(f"{key}: p50 {s['p50_ms']:.0f} p95 {s['p95_ms']:.0f} p99 {s['p99_ms']:.0f} ms, burst p95 "

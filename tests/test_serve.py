@@ -196,6 +196,8 @@ def test_the_adaptive_policy_leaves_the_reply_delay_out_of_its_target():
         policy.observe_lag(seconds)
     assert policy.budget == pytest.approx(0.070)  # what a request waits before its arrival is stamped comes off too
     assert policy.admits(8) and not policy.admits(16)
+    stated = AdaptivePolicy(table, max_batch=8, target=0.200, overhead=0.045)  # --client-overhead-ms 45
+    assert stated.budget == pytest.approx(0.155) and stated.admits(24) and not stated.admits(32)
     FixedPolicy(0).observe_reply(1.0)  # a fixed policy has no target: nothing to leave out
 
 
@@ -216,6 +218,9 @@ def test_parse_policy_names_the_flag():
         parse_policy("adaptive", [0, 4], table, 8, 100, window=-1)
     with pytest.raises(ValueError, match="--cost-quantile 0"):
         parse_policy("adaptive", [0, 4], table, 8, 100, q=0)
+    with pytest.raises(ValueError, match="--client-overhead-ms 100: from 0 to less than --target-p95-ms 100"):
+        parse_policy("adaptive", [0, 4], table, 8, 100, overhead_ms=100)
+    assert parse_policy("adaptive", [0, 4], table, 8, 100, overhead_ms=10).budget == pytest.approx(0.090)
 
 
 def test_measure_takes_the_median_and_alternates_the_ratios():

@@ -308,6 +308,11 @@ def get_parser() -> argparse.ArgumentParser:
                         "whose predicted latency for the queued work meets --target-p95-ms, else the largest)")
     p.add_argument("--target-p95-ms", type=float, default=250.0,
                    help="adaptive policy's latency target in milliseconds (default 250; ours, no paper value)")
+    p.add_argument("--client-overhead-ms", type=float, default=0.0,
+                   help="adaptive policy: milliseconds of a request's latency spent where this server cannot see it "
+                        "(the client, the network, a load balancer), at its p95, taken off --target-p95-ms besides "
+                        "the reply delay and event-loop lag the server measures (default 0; measure it as the "
+                        "client's latency less the answer's Server-Timing total)")
     p.add_argument("--max-batch", type=int, default=32, help="most examples per batch (default 32, the GLUE "
                                                              "recipes' batch size)")
     p.add_argument("--max-wait-ms", type=float, default=5.0,
@@ -414,7 +419,7 @@ def build(args):
     if args.save_cost_table:
         table.save(args.save_cost_table)
     policy = parse_policy(args.policy, backend.ratios, table, args.max_batch, args.target_p95_ms, args.cost_window,
-                          args.cost_quantile)
+                          args.cost_quantile, args.client_overhead_ms)
     settings = {"max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms, "max_queue": args.max_queue,
                 "truncate": args.truncate == "yes", "threads": args.threads,
                 "target_p95_ms": args.target_p95_ms if policy.name == "adaptive" else None,

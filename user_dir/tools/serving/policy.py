@@ -34,7 +34,8 @@ milliseconds and notes how late it wakes (``observe_lag``). The predictions are 
 p95 of the recent reply delays and the p95 of the recent lags (``budget``): the target is a client's
 latency, not the worker's (results/serving.md of 2026-11-27 12:25, in its git history: the server's own
 p95 kept within its budget while the clients' burst p95 went 2 ms over, the part outside the server's view
-being 10-20 ms at its p95).
+being 10-20 ms at its p95). What no server sees -- the client's own delays, the network, a load balancer
+-- an operator states (``overhead``, fc-serve --client-overhead-ms), as measured on the client's side.
 
 The maths are pure functions of the queue's ages and lengths and the cost table, so they are tested on
 hand-made numbers (tests/test_serve.py).
@@ -147,6 +148,7 @@ class AdaptivePolicy:
     target: float  # seconds
     window: int = 64  # recent batches of each timed size whose measured / table times scale the predictions
     q: float = 0.95  # the quantile of those ratios the predictions use
+    overhead: float = 0.0  # seconds of a request's latency outside the server (client, network), from the operator
     # timed batch size -> measured / table time of the recent batches nearest that size, the table's time taken at
     # each batch's size and padded length (kept by size: the table's error is not the same for one example as for
     # a full batch -- the fixed cost of a forward, and the length scaling, weigh differently)
@@ -186,9 +188,9 @@ class AdaptivePolicy:
 
     @property
     def budget(self) -> float:
-        """Seconds the predicted wait + batch may take: the target less the recent p95 reply delay and the recent
-        p95 event-loop lag (what a request waits before its arrival is stamped)."""
-        return max(0.0, self.target - reply_delay(self.delays) - reply_delay(self.lags))
+        """Seconds the predicted wait + batch may take: the target less the recent p95 reply delay, the recent
+        p95 event-loop lag (what a request waits before its arrival is stamped) and the stated client overhead."""
+        return max(0.0, self.target - reply_delay(self.delays) - reply_delay(self.lags) - self.overhead)
 
     def batch_seconds(self, k: int, size: int, length: Optional[float] = None) -> float:
         """Predicted seconds of one batch on this machine now."""
@@ -224,7 +226,7 @@ class AdaptivePolicy:
 
 
 def parse_policy(spec: str, ratios: Sequence[int], table: CostTable, max_batch: int, target_ms: float,
-                 window: int = 64, q: float = 0.95):
+                 window: int = 64, q: float = 0.95, overhead_ms: float = 0.0):
     """``fixed:K`` (K one of the attached ratios, 0 = backbone) or ``adaptive``; errors name --policy."""
     if spec == "adaptive":
         missing = sorted(set(ratios) - set(table.ratios))
@@ -238,7 +240,9 @@ def parse_policy(spec: str, ratios: Sequence[int], table: CostTable, max_batch: 
         if not 0 < q <= 1:
             raise ValueError(f"--cost-quantile {q}: a quantile in (0, 1]")
         sub = CostTable({k: table.seconds[k] for k in ratios}, table.lengths, table.source, table.details)
-        return AdaptivePolicy(sub, max_batch, target_ms / 1000.0, window, q)
+        if not 0 <= overhead_ms < target_ms:
+            raise ValueError(f"--client-overhead-ms {overhead_ms}: from 0 to less than --target-p95-ms {target_ms}")
+        return AdaptivePolicy(sub, max_batch, target_ms / 1000.0, window, q, overhead=overhead_ms / 1000.0)
     if spec.startswith("fixed:"):
         try:
             k = int(spec.split(":", 1)[1])
