@@ -405,7 +405,7 @@ def report(result, md_path, png_name):
                 continue
             scale = f"{side['cost_scale']:.2f}" if "cost_scale" in side and name.startswith("adaptive") else "-"
             predicted = 1000 * table.batch_seconds(int(k), round(row["mean_batch_size"]), row.get("mean_padded"))
-            budget = f"{1000 * side['budget']:.0f}" if "budget" in side else "-"
+            budget = f"{1000 * side['budget']:.0f}" if "budget" in side and name.startswith("adaptive") else "-"
             L.append(f"| {name} | {k} | {row['batches']:,.0f} | {row['mean_batch_size']:.1f} | "
                      f"{fmt(row.get('mean_padded'), 1)} | {row['mean_batch_ms']:.0f} | {predicted:.0f} | {scale} | "
                      f"{budget} |")
