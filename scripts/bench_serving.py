@@ -19,7 +19,10 @@ Defaults that follow from the cost table (each can be given instead):
 * ``--target-p95-ms``: twice a full batch of the backbone, plus the longest batching wait;
 * ``--max-queue``: the full batches the largest plugin finishes within the target, less one (the batch a
   new example may find running) -- the bound an operator would set for this target, the same for every
-  policy: beyond it a request is refused (503) rather than left to wait past the target.
+  policy: beyond it a request is refused (503) rather than left to wait past the target (the adaptive policy
+  also refuses what it predicts would miss its target);
+* ``--client-overhead-ms`` (adaptive servers): the p95 of the client's latency less the server's Server-Timing
+  total, measured in the first run -- the part of the latency no server sees, stated to the later servers.
 
 Each request carries ``--texts-per-request`` dev sentences. Reported per policy: p50/p95/p99 latency of the
 answered requests (over the trace and over the burst), throughput, refused and failed requests, the share of
