@@ -127,9 +127,10 @@ class ServerMetrics:
         self.chosen = Gauge("fc_serve_chosen_k", "Variator ratio k of the latest batch", registry=r)
         self.predicted = Gauge("fc_serve_predicted_latency_seconds",
                                "Adaptive policy: predicted latency of the queued work at the chosen k", registry=r)
-        self.scale = Gauge("fc_serve_cost_scale", "Adaptive policy: measured / cost-table batch time its predictions "
-                                                  "assume, the --cost-quantile of the last --cost-window batches (1 = "
-                                                  "the machine as fast as at start-up)", registry=r)
+        self.scale = Gauge("fc_serve_cost_scale", "Adaptive policy: measured / cost-table time its predictions assume "
+                                                  "for a full batch, the --cost-quantile of the last --cost-window "
+                                                  "batches of about that size (1 = the machine as fast as at start-up)",
+                           registry=r)
         self.batch_seconds = Histogram("fc_serve_batch_seconds", "Compute time of one batch, by k", ["k"],
                                        registry=r, buckets=LATENCY_BUCKETS)
         self.padded = Counter("fc_serve_batch_padded_tokens", "Tokens each batch was padded to, summed over the "
@@ -141,8 +142,8 @@ class ServerMetrics:
         self.backlog = Gauge("fc_serve_backlog_seconds", "Adaptive policy: predicted seconds until the queued work "
                              "is answered at the largest k, the running batch's rest included (admission keeps it "
                              "within the budget)", registry=r)
-        self.budget = Gauge("fc_serve_budget_seconds", "Adaptive policy: the target less the p95 reply delay and "
-                            "the p95 event-loop lag: what the predictions must meet", registry=r)
+        self.budget = Gauge("fc_serve_budget_seconds", "Adaptive policy: the target less the p95 reply delay, the "
+                            "p95 event-loop lag and --client-overhead-ms: what the predictions must meet", registry=r)
         self.refused = Counter("fc_serve_refused_requests", "Requests refused, by reason", ["reason"], registry=r)
         cost = Gauge("fc_serve_cost_table_seconds", "Start-up cost table: seconds of one batch by k and batch size",
                      ["k", "batch_size"], registry=r)
@@ -166,7 +167,7 @@ class ServerMetrics:
 def retry_after_seconds(queued: int, policy, table, max_batch: int) -> int:
     """Whole seconds until the queue would be empty at the largest ratio the policy uses (at least 1)."""
     from .serving.policy import predicted_latency
-    scale = getattr(policy, "scale_at", 1.0)
+    scale = getattr(policy, "scale_at", 1.0)  # (a fixed policy: the table as it is)
     return max(1, math.ceil(predicted_latency([0.0] * queued, policy.largest_ratio, table, max_batch, scale)))
 
 
@@ -191,11 +192,14 @@ def create_app(backend, policy, table, settings: dict):
 
     metrics = ServerMetrics(table, settings["max_batch"])
 
+    scale_at = getattr(policy, "scale_at", lambda size: 1.0)  # (a fixed policy predicts nothing: the table as it is)
+
     def on_batch(record):
         if logger.isEnabledFor(logging.DEBUG):  # (--log-level debug: one line per batch)
             logger.debug("batch k=%d size=%d padded=%s queued=%d: %.1f ms, predicted %.1f ms at scale %.3f",
                          record.k, record.size, record.length, record.queued, 1000 * record.seconds,
-                         1000 * policy.scale * table.batch_seconds(record.k, record.size, record.length), policy.scale)
+                         1000 * scale_at(record.size) * table.batch_seconds(record.k, record.size, record.length),
+                         scale_at(record.size))
         policy.observe(record.k, record.size, record.seconds, record.length)
         metrics.record_batch(record)
         metrics.scale.set(policy.scale)
@@ -320,7 +324,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queue", type=int, default=256,
                    help="most examples queued; a request beyond it gets 503 with Retry-After (default 256); the "
                         "adaptive policy also refuses a request whose examples, with the queue before them, are "
-                        "predicted to miss --target-p95-ms at its largest k"),
+                        "predicted to miss --target-p95-ms at its largest k")
     p.add_argument("--truncate", choices=("yes", "no"), default="yes",
                    help="an example longer than the model reads: 'yes' cuts it as the training data was cut "
                         "(default), 'no' refuses it (422); a request's \"truncate\" field overrides")
@@ -343,8 +347,8 @@ def get_parser() -> argparse.ArgumentParser:
                       help="comma-separated batch sizes to time (default 1, 2, 4, ... up to --max-batch)")
     cost.add_argument("--cost-runs", type=int, default=3, help="timed runs per cell; the median is kept (default 3)")
     cost.add_argument("--cost-window", type=int, default=64,
-                      help="adaptive policy: the last N batches whose measured / table times scale the table's "
-                           "predictions (a machine shared with other work runs slower or faster than at start-up); "
+                      help="adaptive policy: the last N batches of each timed size whose measured / table times "
+                           "scale the table's predictions for batches of about that size (a machine shared with other work runs slower or faster than at start-up); "
                            "0 uses the table as it is (default 64; ours)")
     cost.add_argument("--cost-quantile", type=float, default=0.95,
                       help="adaptive policy: the quantile of those ratios the predictions use (default 0.95, the "

@@ -22,8 +22,7 @@ answered after two full batches, not one and a short one).
 
 Admission (``admits``): a request is taken only when its examples, queued last and everything run at the
 largest k after what remains of the batch now running, are predicted to be answered within the target;
-otherwise 503. A bound in
-examples cannot do this: it ignores the running batch, the queued examples' lengths and the waits so far
+otherwise 503. A bound in examples cannot do this: it ignores the running batch, the queued examples' lengths and the waits so far
 (results/serving.md of 2026-11-27 10:00, in its git history: with a bound of one batch of 32 the p95 was
 2-4% over its target, two full batches at their slow end being more than the target). The predictions
 cover an example's wait (from its request's arrival, parsing and tokenising included) and its batch; what
