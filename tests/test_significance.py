@@ -1,45 +1,12 @@
-"""The paired significance tests of user_dir/common/significance.py against hand-computed cases."""
+"""The cluster tests of user_dir/common/significance.py against hand-computed cases (issue 44)."""
+import json
+
+import numpy as np
 import pytest
 import sacrebleu
 
-from user_dir.common.significance import paired_bleu, paired_glue, verdict
-
-
-def test_glue_permutation_p_is_the_exact_sign_flip_probability():
-    # 6 dev examples: A alone is right on 4 (the discordant pairs), both right on 1, both wrong on 1.
-    # Under H0 each discordant pair flips sign with probability 1/2 and a concordant pair changes nothing, so
-    # |acc(A) - acc(B)| >= 4/6 only when all 4 flips agree: p = 2 / 2^4 = 0.125 (scipy enumerates all 2^6).
-    labels = [1, 1, 0, 0, 1, 0]
-    a = [1, 1, 0, 0, 1, 1]
-    b = [0, 0, 1, 1, 1, 1]
-    r = paired_glue([a], [b], labels, "accuracy", n_resamples=1000)
-    assert r["a"] == pytest.approx(500 / 6) and r["b"] == pytest.approx(100 / 6)
-    assert r["diff"] == pytest.approx(400 / 6)
-    assert r["p"] == pytest.approx(0.125)
-    assert r["low"] <= r["diff"] <= r["high"] and r["n"] == 6
-
-
-def test_glue_seeds_are_paired_and_concatenated():
-    labels = [1, 0, 1, 0, 1, 0, 1, 0]
-    a = [[1, 0, 1, 0, 1, 0, 1, 1], [1, 0, 1, 0, 1, 0, 0, 0]]
-    b = [[1, 0, 1, 0, 1, 0, 1, 1], [1, 0, 1, 0, 1, 0, 0, 0]]
-    same = paired_glue(a, b, labels, "f1", n_resamples=500)
-    assert same["diff"] == 0 and same["low"] == same["high"] == 0 and same["p"] == pytest.approx(1.0)
-    assert verdict(same) == "inconclusive" and same["n"] == 16
-    with pytest.raises(ValueError, match="seeds"):
-        paired_glue(a, b[:1], labels, "f1")
-    with pytest.raises(ValueError, match="metric"):
-        paired_glue(a, b, labels, "bleu")
-
-
-def test_glue_clear_difference_is_significant():
-    labels = [i % 2 for i in range(200)]
-    a = list(labels)
-    b = [1 - y if i % 3 == 0 else y for i, y in enumerate(labels)]  # B wrong on every third example
-    r = paired_glue([a], [b], labels, "accuracy", n_resamples=2000)
-    assert r["diff"] == pytest.approx(100 * 67 / 200)
-    assert r["p"] < 1e-3 and r["low"] > 20 and verdict(r) == "A better"
-
+from user_dir.common.significance import (bleu_from_statistics, bleu_statistics, claim_verdict, glue_statistics, holm,
+                                          pack, paired_bleu, paired_glue, retention, unpack, verdict)
 
 REFS = ["the cat sat on the mat .", "a man rides a horse on the beach .", "two dogs play in the snow .",
         "a woman is reading a book in the park .", "children are playing football .",
@@ -49,51 +16,163 @@ B_HYPS = ["a cat sits on a mat .", "a man is riding a horse .", "dogs play in sn
           "people dance ."]
 
 
-def test_bleu_scores_are_sacrebleus_and_the_seeds_are_concatenated():
-    r = paired_bleu([REFS, B_HYPS], [B_HYPS, B_HYPS], REFS, n_samples=200)
-    assert r["a"] == pytest.approx(sacrebleu.corpus_bleu(REFS + B_HYPS, [REFS + REFS]).score)
-    assert r["b"] == pytest.approx(sacrebleu.corpus_bleu(B_HYPS + B_HYPS, [REFS + REFS]).score)
-    assert r["diff"] == pytest.approx(r["a"] - r["b"]) and r["n"] == 16
-    assert r["low"] <= r["diff"] <= r["high"]
+def test_identical_seeds_give_the_one_seed_interval():
+    """The bug of issue 44: 3 copies of one seed's outputs made the interval ~1/sqrt(3) as wide. As clusters,
+    each example's 3 copies travel together: the same draws give the same interval, BLEU and GLUE."""
+    refs, a, b = REFS * 5, [h for _ in range(5) for h in REFS], B_HYPS * 5
+    one = paired_bleu([a], [b], refs, n_samples=500)
+    three = paired_bleu([a] * 3, [b] * 3, refs, n_samples=500)
+    assert three["low"] == pytest.approx(one["low"]) and three["high"] == pytest.approx(one["high"])
+    assert three["high"] - three["low"] > 0 and three["n"] == 40 and three["seeds"] == 3
+    labels = [i % 2 for i in range(120)]
+    pa = [y if i % 4 else 1 - y for i, y in enumerate(labels)]
+    pb = [y if i % 3 else 1 - y for i, y in enumerate(labels)]
+    for metric in ("accuracy", "f1", "mcc"):
+        g1 = paired_glue([pa], [pb], labels, metric, n_resamples=2000)
+        g3 = paired_glue([pa] * 3, [pb] * 3, labels, metric, n_resamples=2000)
+        assert (g3["low"], g3["high"], g3["diff"]) == pytest.approx((g1["low"], g1["high"], g1["diff"]))
+        assert g3["per_seed"] == pytest.approx([g1["diff"]] * 3) and g3["per_seed_std"] == pytest.approx(0)
 
 
-def test_bleu_identical_systems_and_a_perfect_one():
-    same = paired_bleu([B_HYPS], [B_HYPS], REFS, n_samples=200)
-    assert same["diff"] == 0 and same["low"] == same["high"] == 0 and verdict(same) == "inconclusive"
-    assert same["p"] == pytest.approx(1 / 201)  # sacrebleu's strict count: the interval decides, not p
-    perfect = paired_bleu([REFS], [B_HYPS], REFS, n_samples=200)
-    assert perfect["a"] == pytest.approx(100.0) and perfect["low"] > 0
-    # sacrebleu's p: (1 + resamples at least as extreme) / (1 + resamples); none of 200 is
-    assert perfect["p"] == pytest.approx(1 / 201) and verdict(perfect) == "A better"
+def test_two_identical_systems_give_zero_and_p_one():
+    same = paired_bleu([B_HYPS, REFS], [B_HYPS, REFS], REFS, n_samples=300)
+    assert same["diff"] == 0 and same["low"] == same["high"] == 0 and same["p"] == 1.0
+    assert verdict(same) == "inconclusive"
+    labels = [1, 0, 1, 0, 1, 0, 1, 0]
+    a = [[1, 0, 1, 0, 1, 0, 1, 1], [1, 0, 1, 0, 1, 0, 0, 0]]
+    g = paired_glue(a, a, labels, "f1", n_resamples=500)
+    assert g["diff"] == 0 and g["low"] == g["high"] == 0 and g["p"] == 1.0 and g["per_seed"] == [0, 0]
+
+
+def test_known_shift_is_found_with_the_binomial_interval():
+    # B is wrong on every third of 300 examples, A never: diff = 100 X / n with X ~ Bin(300, 1/3) under the
+    # bootstrap, so the 95% interval is 33.33 +- 1.96 * 100 sqrt((1/3)(2/3) / 300) = 33.33 +- 5.33
+    labels = [i % 2 for i in range(300)]
+    b = [1 - y if i % 3 == 0 else y for i, y in enumerate(labels)]
+    r = paired_glue([labels, labels], [b, b], labels, "accuracy", n_resamples=10000)
+    assert r["diff"] == pytest.approx(100 / 3) and r["per_seed"] == pytest.approx([100 / 3] * 2)
+    assert r["low"] == pytest.approx(100 / 3 - 5.33, abs=0.6) and r["high"] == pytest.approx(100 / 3 + 5.33, abs=0.6)
+    assert r["p"] == pytest.approx(1 / 10001)  # no sign-flip reaches |33.3| (that needs all 100 flips to agree)
+    assert verdict(r) == "A better" and claim_verdict(r, 0.0) == "reproduced" and claim_verdict(r, 40) == "not reproduced"
+    perfect = paired_bleu([REFS], [B_HYPS], REFS, n_samples=500)
+    assert perfect["a"] == pytest.approx(100.0) and perfect["b"] == pytest.approx(sacrebleu.corpus_bleu(B_HYPS, [REFS]).score)
+    assert perfect["low"] > 0 and verdict(perfect) == "A better"
+
+
+def test_two_sided_sign_flip_p():
+    # 6 examples, A alone right on 4 of them: |d*| >= 4/6 only when the 4 discordant flips all agree, either way:
+    # p = 2 / 2^4 = 0.125 (two-sided; one side would be 0.0625)
+    labels = [1, 1, 0, 0, 1, 0]
+    a, b = [1, 1, 0, 0, 1, 1], [0, 0, 1, 1, 1, 1]
+    r = paired_glue([a], [b], labels, "accuracy", n_resamples=20000)
+    assert r["diff"] == pytest.approx(400 / 6) and r["p"] == pytest.approx(0.125, abs=0.01)
+    swapped = paired_glue([b], [a], labels, "accuracy", n_resamples=20000)
+    assert swapped["p"] == pytest.approx(r["p"], abs=0.01) and swapped["diff"] == pytest.approx(-r["diff"])
+
+
+def test_per_seed_differences_and_the_verdict_needs_every_seed():
+    labels = [1] * 10
+    # seed 1: A right on 8, B on 5 (+30); seed 2: A 7, B 6 (+10); seed 3: A 6, B 7 (-10)
+    a = [[1] * 8 + [0] * 2, [1] * 7 + [0] * 3, [1] * 6 + [0] * 4]
+    b = [[1] * 5 + [0] * 5, [1] * 6 + [0] * 4, [1] * 7 + [0] * 3]
+    r = paired_glue(a, b, labels, "accuracy", n_resamples=500)
+    assert r["per_seed"] == pytest.approx([30, 10, -10]) and r["per_seed_mean"] == pytest.approx(10)
+    assert r["per_seed_std"] == pytest.approx(20) and r["diff"] == pytest.approx(10)
+    made = {"diff": 1.0, "low": 0.5, "high": 1.5, "p": 0.001}
+    assert claim_verdict(dict(made, per_seed=[1.2, 0.9, 0.8])) == "reproduced"
+    assert claim_verdict(dict(made, per_seed=[1.2, 0.9, -0.1])) == "inconclusive"  # a seed disagrees
+    assert claim_verdict(dict(made, per_seed=[1.2, 0.9, 0.8]), p=0.2) == "inconclusive"  # e.g. its Holm p
+    assert claim_verdict(dict(made, per_seed=[1.2, 0.9, 0.8]), threshold=-2.0, p=0.9) == "reproduced"
+
+
+def test_holm_on_hand_made_ps():
+    # sorted 0.005, 0.01, 0.03, 0.04 -> x4, x3, x2, x1 = 0.02, 0.03, 0.06, 0.04 -> running max 0.02, 0.03, 0.06, 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0]) and holm([]) == []
+    with pytest.raises(ValueError, match="p-values"):
+        holm([0.1, 1.5])
+
+
+def test_tost_on_a_hand_made_case():
+    # 400 examples: A alone right on 8, B alone right on 4: diff = +1 point, bootstrap sd 100 sqrt((12/400 -
+    # (4/400)^2) / 400) = 0.865, 90% interval 1 +- 1.42 = [-0.42, 2.42]
+    labels = [1] * 400
+    a = [0] * 4 + [1] * 8 + [1] * 388
+    b = [1] * 4 + [0] * 8 + [1] * 388
+    wide = paired_glue([a], [b], labels, "accuracy", n_resamples=10000, margin=3.0)
+    assert wide["diff"] == pytest.approx(1.0)
+    assert wide["low90"] == pytest.approx(-0.42, abs=0.3) and wide["high90"] == pytest.approx(2.42, abs=0.3)
+    # P*(d* >= 3) = P(Z >= 2 / 0.865 = 2.31) = 0.010
+    assert wide["equivalent"] and wide["tost_p"] == pytest.approx(0.010, abs=0.008)
+    narrow = paired_glue([a], [b], labels, "accuracy", n_resamples=10000, margin=1.5)
+    # P*(d* >= 1.5) = P(Z >= 0.58) = 0.28
+    assert not narrow["equivalent"] and narrow["tost_p"] == pytest.approx(0.28, abs=0.06)
+    with pytest.raises(ValueError, match="margin"):
+        paired_glue([a], [b], labels, "accuracy", margin=0)
+
+
+def test_retention_ratio_and_its_binomial_interval():
+    # the teacher is right on all 400, A on 360: ratio 0.9 = acc(A*) under every draw, sd sqrt(0.9 * 0.1 / 400) =
+    # 0.015: interval 0.9 +- 0.0294
+    labels = [1] * 400
+    teacher, a = [1] * 400, [1] * 360 + [0] * 40
+    r = retention(glue_statistics([a, a], labels, "accuracy"), glue_statistics([teacher, teacher], labels, "accuracy"),
+                  "accuracy", n_resamples=10000)
+    assert r["ratio"] == pytest.approx(0.9) and r["per_seed"] == pytest.approx([0.9, 0.9])
+    assert r["low"] == pytest.approx(0.8706, abs=0.006) and r["high"] == pytest.approx(0.9294, abs=0.006)
+    half = retention(bleu_statistics([B_HYPS], REFS), bleu_statistics([REFS], REFS), "bleu", n_resamples=200)
+    assert half["ratio"] == pytest.approx(sacrebleu.corpus_bleu(B_HYPS, [REFS]).score / 100)
+
+
+def test_bleu_from_statistics_is_sacrebleus():
+    from sacrebleu.metrics import BLEU
+
+    stats = bleu_statistics([B_HYPS, REFS, ["a", "b", "c", "d", "e", "f", "g", "h"], [""] * 8], REFS)
+    rng = np.random.default_rng(0)
+    rows = stats.reshape(-1, 10)  # 4 systems x 8 sentences
+    summed = np.concatenate([rng.integers(0, 3, size=(30, len(rows))) @ rows, stats.sum(1)])
+    ours = bleu_from_statistics(summed)
+    theirs = [BLEU()._compute_score_from_stats(list(s)).score for s in summed]
+    assert ours == pytest.approx(theirs, abs=1e-9)
+
+
+@pytest.mark.parametrize("metric", ["accuracy", "f1", "mcc", "pearson", "spearman"])
+def test_pooled_metric_is_glue_metrics_on_the_concatenation(metric):
+    from user_dir.common.glue_metrics import METRIC_FUNCTIONS
+
+    rng = np.random.default_rng(0)
+    gold = rng.integers(0, 2, size=40) if metric not in ("pearson", "spearman") else rng.normal(size=40)
+    a = [rng.integers(0, 2, size=40) if metric not in ("pearson", "spearman") else gold + rng.normal(size=40)
+         for _ in range(2)]
+    b = [np.zeros(40, dtype=int), a[1]]  # seed 1 of B degenerate: no positive prediction (F1 0, MCC 0)
+    r = paired_glue(a, b, gold, metric, n_resamples=50)
+    assert r["a"] == pytest.approx(METRIC_FUNCTIONS[metric](np.concatenate(a), np.concatenate([gold, gold])))
+    assert r["per_seed"][0] == pytest.approx(METRIC_FUNCTIONS[metric](a[0], gold) - METRIC_FUNCTIONS[metric](b[0], gold))
+
+
+def test_errors_name_what_is_wrong():
+    with pytest.raises(ValueError, match="seeds"):
+        paired_glue([[1, 0]], [[1, 0], [0, 1]], [1, 0], "f1")
+    with pytest.raises(ValueError, match="metric"):
+        paired_glue([[1, 0]], [[1, 0]], [1, 0], "bleu")
     with pytest.raises(ValueError, match="seed 0"):
         paired_bleu([REFS[:3]], [B_HYPS], REFS)
 
 
-@pytest.mark.parametrize("metric", ["accuracy", "f1", "mcc"])
-def test_batched_metrics_equal_glue_metrics(metric):
-    import numpy as np
-
-    from user_dir.common.glue_metrics import METRIC_FUNCTIONS
-    from user_dir.common.significance import COUNT_METRICS
-
-    rng = np.random.default_rng(0)
-    preds, gold = rng.integers(0, 2, size=(5, 40)), rng.integers(0, 2, size=40)
-    preds[0] = 0  # a degenerate row: no positive prediction (F1 0, MCC 0 by sklearn's convention)
-    batched = COUNT_METRICS[metric](preds, gold)
-    for row, value in zip(preds, batched):
-        assert value == pytest.approx(METRIC_FUNCTIONS[metric](row, gold))
+def test_pack_round_trip():
+    assert unpack(pack({"a": [REFS, B_HYPS]})) == {"a": [REFS, B_HYPS]}
 
 
-def test_command_line(tmp_path):
+def test_command_line_takes_one_file_per_seed(tmp_path):
     from conftest import run_cli
 
-    for name, lines in (("a", REFS), ("b", B_HYPS), ("refs", REFS)):
+    for name, lines in (("a1", REFS), ("a2", REFS), ("b1", B_HYPS), ("b2", REFS[:4] + B_HYPS[4:]), ("refs", REFS)):
         (tmp_path / name).write_text("\n".join(lines) + "\n")
-    out = run_cli("user_dir.tools.significance", "bleu", "--refs", tmp_path / "refs", "--a", tmp_path / "a", "--b",
-                  tmp_path / "b", "--samples", "100", "--json").stdout
-    import json
+    out = run_cli("user_dir.tools.significance", "bleu", "--refs", tmp_path / "refs", "--a", tmp_path / "a1",
+                  tmp_path / "a2", "--b", tmp_path / "b1", tmp_path / "b2", "--samples", "200", "--json").stdout
     result = json.loads(out)
+    assert {"low", "high", "p"} <= result.keys() and result["seeds"] == 2 and len(result["per_seed"]) == 2
     assert result["a"] == pytest.approx(100.0) and result["verdict"] == "A better"
-    bad = run_cli("user_dir.tools.significance", "bleu", "--refs", tmp_path / "refs", "--a", tmp_path / "a",
+    bad = run_cli("user_dir.tools.significance", "bleu", "--refs", tmp_path / "refs", "--a", tmp_path / "a1",
                   "--b", tmp_path / "missing", check=False)
     assert bad.returncode != 0 and "--b" in bad.stderr and "missing" in bad.stderr

@@ -4,8 +4,10 @@
     fc-significance glue --labels dev.labels --metric f1 --a a.seed1.txt ... --b b.seed1.txt ...
 
 Files: one detokenised sentence or one label / score per line, in the order of the references;
-seed i of A is paired with seed i of B. Prints A, B, A - B, its 95% interval, p and the verdict
-(as JSON with ``--json``).
+seed i of A is paired with seed i of B (several files each: one per seed). A test example is one cluster
+(all its seeds' outputs resampled and swapped together). Prints A, B, A - B pooled over the seeds, its 95%
+cluster-bootstrap interval, the two-sided sign-flip p, each seed's own A - B, and the verdict (as JSON with
+``--json``: ``low``, ``high``, ``p``, ``per_seed``, ...); with ``--margin M`` also the equivalence test (TOST).
 """
 import argparse
 import json
@@ -38,7 +40,10 @@ def main(argv=None):
     p.add_argument("--labels", help="glue: the gold labels (or scores for STS-B), one per line")
     p.add_argument("--metric", default="accuracy", help="glue: accuracy, f1, mcc, pearson or spearman")
     p.add_argument("--samples", type=int, default=None,
-                   help="resamples (default: sacrebleu's 1000 for bleu, 10000 for glue)")
+                   help="resamples of the bootstrap and of the sign-flip test (default: 2000 for bleu, 10000 for glue)")
+    p.add_argument("--margin", type=float, default=None,
+                   help="also test equivalence: A - B within +-MARGIN points (TOST, 90%% interval; no default: a "
+                        "parity claim states its own margin)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
     if len(args.a) != len(args.b):
@@ -58,8 +63,8 @@ def main(argv=None):
         refs = as_numbers(read_lines(args.labels, "--labels"), args.labels, "--labels")
         kwargs = {"n_resamples": args.samples} if args.samples else {}
     try:
-        result = (paired_bleu(a, b, refs, **kwargs) if args.kind == "bleu"
-                  else paired_glue(a, b, refs, args.metric, **kwargs))
+        result = (paired_bleu(a, b, refs, margin=args.margin, **kwargs) if args.kind == "bleu"
+                  else paired_glue(a, b, refs, args.metric, margin=args.margin, **kwargs))
     except ValueError as e:
         sys.exit(str(e))
     result["verdict"] = verdict(result)
@@ -67,8 +72,10 @@ def main(argv=None):
         print(json.dumps(result))
     else:
         print(f"A {result['a']:.2f}  B {result['b']:.2f}  A-B {result['diff']:+.2f} "
-              f"[{result['low']:+.2f}, {result['high']:+.2f}]  p {result['p']:.4f}  ({result['n']} units): "
-              f"{result['verdict']}")
+              f"[{result['low']:+.2f}, {result['high']:+.2f}]  p {result['p']:.4f}  ({result['n']} examples x "
+              f"{result['seeds']} seeds; per seed " + ", ".join(f"{d:+.2f}" for d in result["per_seed"]) + "): "
+              f"{result['verdict']}" + (f"; within +-{result['margin']:g}: {result['equivalent']} (TOST p "
+                                        f"{result['tost_p']:.4f})" if "margin" in result else ""))
 
 
 def cli_main():
