@@ -437,47 +437,64 @@ def read_predictions(path):
 
 
 # ---- significance: each comparison a table makes ----------------------------------------------------------
-def bleu_comparison(label, a, b, hyps_a, hyps_b, references, tokenize="13a"):
-    """sacreBLEU's paired bootstrap of A vs B over (seed, sentence) units: ``hyps_a`` / ``hyps_b`` are the
-    seeds' hypotheses files (same seed order; one model's file repeated for a model without seeds),
-    ``references`` the references file; ``tokenize="none"`` for tokenised text on both sides."""
-    from user_dir.common.significance import paired_bleu, verdict
+def bleu_comparison(label, a, b, hyps_a, hyps_b, references, tokenize="13a", margin=None):
+    """The cluster test of A vs B (user_dir/common/significance.py: test sentences resampled and swapped as
+    clusters of all seeds' outputs): ``hyps_a`` / ``hyps_b`` are the seeds' hypotheses files (same seed order;
+    one model's file repeated for a model without seeds), ``references`` the references file;
+    ``tokenize="none"`` for tokenised text on both sides. The row keeps the outputs themselves (``outputs``,
+    xz-packed: a table re-rendered or re-tested never needs the work folder)."""
+    from user_dir.common.significance import pack, paired_bleu, verdict
 
     refs = read_lines(references)
     ha, hb = [read_lines(p) for p in hyps_a], [read_lines(p) for p in hyps_b]
     refs = refs[:len(ha[0])]
-    result = paired_bleu(ha, hb, refs, tokenize=tokenize)
-    return dict(result, label=label, a_name=a, b_name=b, seeds=len(ha), verdict=verdict(result),
-                metric="sacreBLEU" if tokenize != "none" else "BLEU (tok)")
+    result = paired_bleu(ha, hb, refs, tokenize=tokenize, margin=margin)
+    return dict(result, label=label, a_name=a, b_name=b, verdict=verdict(result),
+                metric="sacreBLEU" if tokenize != "none" else "BLEU (tok)", tokenize=tokenize,
+                outputs=pack({"a": ha, "b": hb, "references": refs}))
 
 
-def glue_comparison(label, a, b, preds_a, preds_b, labels, metric):
-    """A paired bootstrap interval and permutation p of metric(A) - metric(B) over (seed, dev example) units:
-    ``preds_a`` / ``preds_b`` the seeds' prediction files (same seed order), ``labels`` the gold labels."""
-    from user_dir.common.significance import paired_glue, verdict
+def glue_comparison(label, a, b, preds_a, preds_b, labels, metric, margin=None):
+    """The cluster test of metric(A) - metric(B) (dev examples as clusters of all seeds' predictions):
+    ``preds_a`` / ``preds_b`` the seeds' prediction files (same seed order), ``labels`` the gold labels; the
+    predictions kept in the row (``outputs``, packed)."""
+    from user_dir.common.significance import pack, paired_glue, verdict
 
     pa, pb = [read_predictions(p) for p in preds_a], [read_predictions(p) for p in preds_b]
-    result = paired_glue(pa, pb, list(labels), metric)
-    return dict(result, label=label, a_name=a, b_name=b, seeds=len(pa), metric=metric, verdict=verdict(result))
+    result = paired_glue(pa, pb, list(labels), metric, margin=margin)
+    return dict(result, label=label, a_name=a, b_name=b, metric=metric, verdict=verdict(result),
+                outputs=pack({"a": pa, "b": pb, "labels": list(labels)}))
 
 
-SIGNIFICANCE_NOTE = ("Significance (user_dir/common/significance.py): A and B paired seed by seed, their outputs over "
-                     "every seed concatenated, so each (seed, test example) is a unit; BLEU: sacreBLEU's paired "
-                     "bootstrap resampling (1,000 resamples; the interval of A - B from the same resamples); GLUE: a "
-                     "paired bootstrap interval (10,000 resamples, percentile) and a paired permutation test for p. "
-                     "A and B are scored on the concatenation, so they can differ slightly from the per-seed means.")
+SIGNIFICANCE_NOTE = ("Significance (user_dir/common/significance.py): A and B paired seed by seed; each test example "
+                     "is one cluster of its k seeds' outputs, so it counts once however many seeds ran. A and B: "
+                     "the metric pooled over the seeds (corpus BLEU over all seeds' hypotheses; the GLUE metric "
+                     "over all seeds' predictions); 95% interval: a bootstrap over examples (one draw for every "
+                     "seed of both systems); p: a two-sided paired sign-flip test over examples (A's and B's "
+                     "outputs of an example swapped on every seed), (1 + hits) / (1 + resamples); per seed: each "
+                     "seed's own A - B. A verdict needs the interval, p < 0.05 and every seed's sign to agree.")
+
+
+def format_per_seed(c):
+    """'+0.31, -0.12, +0.40 (mean +0.20 +- 0.28)': each seed's A - B, their mean and sample std."""
+    if not c.get("per_seed"):
+        return "-"
+    return (", ".join(f"{d:+.2f}" for d in c["per_seed"]) +
+            f" (mean {c['per_seed_mean']:+.2f} +- {c['per_seed_std']:.2f})")
 
 
 def significance_lines(comparisons, title="Comparisons"):
-    """A Markdown table: one row per comparison with both scores, A - B, its 95% interval and p."""
+    """A Markdown table: one row per comparison with both scores, A - B, its 95% interval, p and each seed's
+    A - B. A row of an older table (a (seed, example) test, before issue 44) is marked as such."""
     if not comparisons:
         return []
     lines = [f"{title} ({SIGNIFICANCE_NOTE})", "",
-             "| comparison (A vs B) | metric | seeds | A | B | A - B | 95% interval | p | verdict |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| comparison (A vs B) | metric | seeds | A | B | A - B | 95% interval | p | per-seed A - B | verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in comparisons:
+        cell = format_per_seed(c) if "per_seed" in c else "- (an older (seed, example) test: intervals too narrow)"
         lines.append(f"| {c['label']} | {c['metric']} | {c['seeds']} | {c['a']:.2f} | {c['b']:.2f} | {c['diff']:+.2f} | "
-                     f"[{c['low']:+.2f}, {c['high']:+.2f}] | {c['p']:.3g} | {c['verdict']} |")
+                     f"[{c['low']:+.2f}, {c['high']:+.2f}] | {c['p']:.3g} | {cell} | {c['verdict']} |")
     return lines + [""]
 
 
