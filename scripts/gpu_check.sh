@@ -30,7 +30,8 @@
 #    package it needs is missing, the wheels in WHEELS (scripts/gpu_check_fetch.sh) go into WORK/site
 #    (pip --target, on PYTHONPATH) and fairseq-fixed is built from its source archive against this
 #    torch, as scripts/setup_env.sh builds it (no build isolation, parallel build_ext, no ninja),
-#    without its CUDA extensions (fairseq builds them only with CUDA_HOME set; translation needs none);
+#    without its CUDA extensions (fairseq builds them only with CUDA_HOME set; translation needs none),
+#    and without torchaudio (every install is --no-deps; see scripts/gpu_check_fetch.sh);
 # 2. data: the embedded Multi30k DE->EN (preprocess/data), its first TRAIN_LINES (2000) training,
 #    VALID_LINES (200) validation and TEST_LINES (100) test pairs, through the teacher's BPE codes and
 #    dictionary (checkpoints/multi30k.de-en/), as scripts/demo.sh prepares it;
@@ -61,7 +62,7 @@ CMDLINE="bash scripts/gpu_check.sh${*:+ $*}"
 [ "${DEVICE:-auto}" = auto ] || CMDLINE="DEVICE=$DEVICE $CMDLINE"
 ALL_METHODS="pet word-kd patient-kd can variator ghost apc"
 ONLY=""; PRECISIONS=""; UPDATES=""; JOBS=""; BUDGET=0; WORK=work/gpu_check; OUT=""; FRESH=0; DRY_RUN=0; SETUP_ONLY=0
-usage() { sed -n '2,55p' "$0"; exit "${1:-0}"; }
+usage() { sed -n '2,57p' "$0"; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) ONLY="${2//,/ }"; shift 2 ;;

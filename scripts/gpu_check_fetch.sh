@@ -20,7 +20,9 @@
 # * antlr4-python3-runtime 4.9.3 (omegaconf's parser), which PyPI has as a source archive only,
 #   built here into its pure-Python wheel.
 # Nothing resolves dependencies (--no-deps): a package the machine lacks beyond these is named by
-# gpu_check.sh's set-up, and fetched with --packages. ctranslate2 is not fetched: its 43 MB wheel does
+# gpu_check.sh's set-up, and fetched with --packages. torchaudio, which fairseq-fixed requires, is never
+# fetched nor installed: fairseq imports it only in its speech code, and the index's newest (2.11) cannot load
+# beside another torch (as scripts/setup_env.sh, which removes it). ctranslate2 is not fetched: its 43 MB wheel does
 # not fit beside the repository's ~42 MB of tracked files in the 64 MiB a device call carries.
 # The end of the run prints the folder's size and the total a device call would carry.
 set -euo pipefail
@@ -32,7 +34,7 @@ PACKAGES="hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.12.3 sacremoses==0.2.0 
 FAIRSEQ_SPEC="fairseq-fixed==0.12.3.1"
 ANTLR_SPEC="antlr4-python3-runtime==4.9.3"
 LIMIT_MIB=64   # what one device call carries: tracked and untracked files plus the carried folders
-usage() { sed -n '2,25p' "$0"; exit "${1:-0}"; }
+usage() { sed -n '2,27p' "$0"; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --python-version) PYVER="$2"; shift 2 ;;

@@ -12,6 +12,12 @@
 #   We build it once as a wheel against the installed torch (--no-build-isolation), with a
 #   parallel build_ext and without ninja (torch's ninja backend races under parallel builds),
 #   and cache the wheel in $WHEEL_CACHE so that the next set-up only installs it.
+# * fairseq-fixed requires torchaudio, and the newest on the index (2.11, which declares no torch version)
+#   is built for another torch: beside torch 2.13 its C++ library fails to load, and transformers, which
+#   imports torchaudio whenever it is installed, then cannot import its BERT model (fc-export-hf's output).
+#   Last, after every install: a torchaudio that cannot load is replaced by torch's own minor version where
+#   the index has it, else removed (fairseq imports torchaudio only inside its speech functions). Any later
+#   `pip install` of fairseq-fixed or of this package brings it back: run this script again after one.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
@@ -56,9 +62,29 @@ fi
 step "installing the plugin package and its dependencies (editable)"
 PIP_CONSTRAINT="$CONSTRAINTS" "${PIP[@]}" install -q -e "$ROOT[test]"
 
+# After every install above (each one would bring torchaudio back: fairseq-fixed requires it).
+step "torchaudio: kept only where it loads beside torch $TORCH_VERSION"
+if "$VENV/bin/python" -c "import torchaudio" >/dev/null 2>&1; then
+  echo "torchaudio loads: kept"
+else
+  TORCH_MINOR="$("$VENV/bin/python" -c 'import torch; print(".".join(torch.__version__.split("+")[0].split(".")[:2]))')"
+  if PIP_CONSTRAINT="$CONSTRAINTS" "${PIP[@]}" install -q --no-deps "torchaudio==${TORCH_MINOR}.*" >/dev/null 2>&1 &&
+     "$VENV/bin/python" -c "import torchaudio" >/dev/null 2>&1; then
+    echo "installed torchaudio $("$VENV/bin/python" -c 'import torchaudio; print(torchaudio.__version__)') (torch $TORCH_MINOR's)"
+  else
+    "${PIP[@]}" uninstall -q -y torchaudio
+    echo "no torchaudio $TORCH_MINOR.* on the package index: removed the one that cannot load (fairseq's text tasks never import it)"
+  fi
+fi
+
 step "checking the installation"
 "$VENV/bin/python" - <<'PY'
+import importlib.util
+
 import torch, fairseq, user_dir  # noqa: F401  (importing user_dir registers the plugin)
 print(f"torch {torch.__version__}, fairseq {fairseq.__version__}, plugin OK")
+if importlib.util.find_spec("transformers") is not None:  # what fc-export-hf's users load its output with
+    import transformers.models.bert.modeling_bert  # noqa: F401
+    print(f"transformers {transformers.__version__}: BertForSequenceClassification imports")
 PY
 step "done: activate with 'source $VENV/bin/activate'"

@@ -9,12 +9,6 @@ import sys
 
 import pytest
 
-# fairseq-fixed drags in a torchaudio that cannot load beside torch 2.13; text code never needs it. Block it
-# for the whole session, before anything imports transformers: transformers decides once, at its first
-# import, whether torchaudio is available (ctranslate2.converters, imported by the export tests, imports
-# transformers early; with torchaudio deemed available, BertModel's lazy import later fails on it).
-sys.modules.setdefault("torchaudio", None)
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "user_dir")
 SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(REPO), "shared"))

@@ -24,7 +24,6 @@ import sys
 import torch
 import torch.distributed as dist
 
-sys.modules.setdefault("torchaudio", None)  # as tests/conftest.py: fairseq-fixed's torchaudio cannot load
 
 
 def build(argv):

