@@ -179,6 +179,11 @@ def task_part(args, task, header):
                                    [by_seed[s]["neuron pruning"]["predictions"] for s in args.seeds], labels,
                                    setup["metric"])
                    for name in names if name != "neuron pruning"]
+    # each variant against the teacher (its outputs once per seed): APC's "retains about 97%" (scripts/claims.py)
+    comparisons += [glue_comparison(f"{name} vs the teacher", name, "teacher",
+                                    [by_seed[s][name]["predictions"] for s in args.seeds],
+                                    [predictions_path(teacher_scores)] * len(args.seeds), labels, setup["metric"])
+                    for name in names]
     return dict(header, load=round(load, 2), metric=setup["metric"], teacher=record, ffn_dims=spec,
                 comparisons=comparisons,
                 settings={"compress_updates": args.compress_updates, "compress_lr": args.compress_lr,

@@ -1,4 +1,6 @@
-"""scripts/claims.py: the verdicts follow the 95% interval of A - B against each claim's threshold."""
+"""scripts/claims.py: each claim re-tested from per-example outputs by the cluster test, in the paper's terms
+(a threshold, a parity margin or a retention ratio), Holm over the table, verdicts with their budget; a row
+without outputs says it was not recomputed and never shows the old interval (issue 44)."""
 import json
 import os
 import sys
@@ -9,41 +11,119 @@ from conftest import REPO
 
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 import claims  # noqa: E402
+from user_dir.common.significance import pack  # noqa: E402
+
+REFS = [f"a man number {i} rides a red bicycle down the old street" for i in range(40)]
 
 
-def comparison(label, low, high, p, seeds=3, a=30.0, b=29.0):
-    return {"label": label, "a": a, "b": b, "diff": (low + high) / 2, "low": low, "high": high, "p": p,
-            "seeds": seeds, "metric": "sacreBLEU"}
+def drop(words, k):
+    return [" ".join(r.split()[:-k]) for r in words]
 
 
-@pytest.mark.parametrize("c,threshold,expected", [
-    (comparison("x", 0.2, 1.0, 0.01), 0.0, "reproduced"),
-    (comparison("x", 0.2, 1.0, 0.2), 0.0, "inconclusive at this budget"),  # interval and p disagree
-    (comparison("x", -1.0, -0.2, 0.01), 0.0, "not reproduced"),
-    (comparison("x", -0.5, 0.5, 0.6), 0.0, "inconclusive at this budget"),
-    (comparison("x", -1.5, -0.5, 0.01), -2.0, "reproduced"),  # a drop under 2 points
-    (comparison("x", -3.0, -2.5, 0.01), -2.0, "not reproduced"),
-    (comparison("x", 0.2, 1.0, 0.01, seeds=1), 0.0, "inconclusive (1 seed)"),
-])
-def test_verdicts(c, threshold, expected):
-    assert claims.verdict(c, threshold) == expected
+def spec(**kw):
+    base = dict(method="X", kind="better", threshold=0.0, claim="A beats B", paper="Paper Table 1",
+                budget="100 updates on a CPU", selection="nothing chosen", json="results/claims/x.json",
+                label=r"^A vs B$", command="python scripts/bench_x.py --seeds 1,2,3")
+    return dict(base, **kw)
 
 
-def test_table_reads_comparisons_anywhere_in_a_drivers_json_and_names_what_is_missing(tmp_path, monkeypatch):
-    spec = dict(claims.CLAIMS[0], json="results/claims/x.json")  # label ^pet vs word-kd$
-    missing = dict(claims.CLAIMS[1], json="results/claims/missing.json")
-    monkeypatch.setattr(claims, "CLAIMS", [spec, missing])
-    os.makedirs(tmp_path / "results" / "claims")
-    data = {"provenance": {"command": "python scripts/bench_translation.py --seeds 1,2,3"},
-            "parts": [{"comparisons": [comparison("pet vs word-kd, best-of-N", -9.0, -8.0, 0.001),
-                                       comparison("pet vs word-kd", 3.0, 4.0, 0.001)]}]}
-    (tmp_path / "results" / "claims" / "x.json").write_text(json.dumps(data))
+def old_row(label="A vs B", a=30.0, b=29.0, **extra):
+    """A comparison as the drivers wrote them before issue 44: no outputs, a (seed, example) interval."""
+    return dict({"label": label, "a": a, "b": b, "diff": a - b, "low": 0.8, "high": 1.2, "p": 0.001, "seeds": 3,
+                 "metric": "sacreBLEU", "a_name": "A", "b_name": "B"}, **extra)
+
+
+def write_table(root, data, name="x"):
+    os.makedirs(os.path.join(root, "results", "claims"), exist_ok=True)
+    with open(os.path.join(root, "results", "claims", f"{name}.json"), "w") as f:
+        json.dump(data, f)
+
+
+def row_of(text, method):
+    return next(line for line in text.splitlines() if line.startswith(f"| {method} |"))
+
+
+def test_rows_are_retested_from_kept_outputs_with_holm_and_budget(tmp_path, monkeypatch):
+    # A reproduces the references on every seed, B drops 2-4 words: A better on every seed. C == B: parity holds
+    # for any margin with interval [0, 0]... but TOST's p needs the margin outside every draw
+    a, b = [REFS] * 3, [drop(REFS, k) for k in (2, 3, 4)]
+    outputs = pack({"a": a, "b": b, "references": REFS})
+    same = pack({"a": b, "b": b, "references": REFS})
+    write_table(tmp_path, {"comparisons": [old_row(outputs=outputs), old_row("C vs B", 20, 20, outputs=same)]})
+    monkeypatch.setattr(claims, "CLAIMS", [spec(), spec(method="Y", kind="parity", margin=1.0, label="^C vs B$",
+                                                        claim="C on par with B")])
     text = claims.render(str(tmp_path), ["--out", "x"])
-    row = next(line for line in text.splitlines() if line.startswith("| PET"))
-    assert "| pet vs word-kd |" in row and "[+3.00, +4.00]" in row and "| reproduced |" in row
-    assert "python scripts/bench_translation.py --seeds 1,2,3" in text
-    row = next(line for line in text.splitlines() if line.startswith("| Variator"))
-    assert "not measured yet" in row and missing["command"] in row
+    row = row_of(text, "X")
+    cells = [c.strip() for c in row.split("|")]
+    assert "reproduced at 100 updates on a CPU" in row and "not recomputed" not in row
+    assert cells[12].startswith("+") and "[+" in cells[12]  # the new interval, above 0
+    per_seed = cells[13]
+    assert per_seed.count(",") == 2 and "mean +" in per_seed
+    p, holm_p = float(cells[14]), float(cells[15])
+    assert holm_p == pytest.approx(min(1.0, 2 * p))  # two re-tested rows; Y's TOST p is 1 / (R + 1), the smaller
+    parity = row_of(text, "Y")
+    assert "+0.00 [+0.00, +0.00]; 90% [+0.00, +0.00]" in parity and "| reproduced at 100 updates on a CPU |" in parity
+
+
+def test_a_row_without_outputs_is_not_presented_as_the_new_test(tmp_path, monkeypatch):
+    write_table(tmp_path, {"comparisons": [old_row()], "command": "python scripts/bench_x.py --seeds 1,2,3"})
+    missing = spec(method="M", json="results/claims/missing.json")
+    monkeypatch.setattr(claims, "CLAIMS", [spec(), missing])
+    text = claims.render(str(tmp_path), ["--out", "x"])
+    row = row_of(text, "X")
+    assert "not recomputed with the cluster test (per-example outputs not kept); rerun: " in row
+    assert "python scripts/bench_x.py --seeds 1,2,3" in row and "+1.00 (no interval" in row
+    assert "[+0.80, +1.20]" not in text and "reproduced" not in row  # the old interval and its verdict are gone
+    assert "not measured yet" in row_of(text, "M")
+
+
+def test_work_hypotheses_are_collected_into_results_and_used_next_time(tmp_path, monkeypatch):
+    """The GhostBERT translation rerun keeps hypotheses under work/: the table names them; claims.py tests from
+    them and keeps them under results/claims/outputs/, so the next rendering needs no work folder."""
+    work = tmp_path / "work"
+    os.makedirs(work)
+    (work / "refs.txt").write_text("\n".join(REFS) + "\n")
+    files = {}
+    for name, k in (("ghost", 1), ("pruned", 3)):
+        files[name] = {}
+        for seed in (1, 2, 3):
+            path = work / f"{name}{seed}.txt"
+            path.write_text("\n".join(drop(REFS, k + (seed == 3))) + "\n")
+            files[name][str(seed)] = f"work/{name}{seed}.txt"
+    part = {"references": "work/refs.txt", "comparisons": [old_row("A vs B", a_name="ghost", b_name="pruned")],
+            "rows": [{"variant": n, "hypotheses": f} for n, f in files.items()]}
+    write_table(tmp_path, {"translation": part})
+    monkeypatch.setattr(claims, "CLAIMS", [spec()])
+    first = claims.render(str(tmp_path), ["--out", "x"])
+    assert "reproduced at 100 updates on a CPU" in row_of(first, "X")
+    assert "collected from work/" in first
+    assert os.path.isfile(tmp_path / "results" / "claims" / "outputs" / "x.json")
+    for f in work.iterdir():
+        f.unlink()
+    again = claims.render(str(tmp_path), ["--out", "x"])
+    assert row_of(again, "X") == row_of(first, "X")
+
+
+def test_retention_and_drop_bound_rows(tmp_path, monkeypatch):
+    labels = [1] * 200
+    teacher, a = [1] * 200, [1] * 190 + [0] * 10
+    write_table(tmp_path, {"comparisons": [
+        old_row("A vs the teacher", 95, 100, metric="accuracy",
+                outputs=pack({"a": [a] * 3, "b": [teacher] * 3, "labels": labels}))]})
+    monkeypatch.setattr(claims, "CLAIMS", [
+        spec(method="R", kind="retention", ratio=0.9, label="vs the teacher"),
+        spec(method="D", threshold=-10.0, label="vs the teacher"),  # a drop of 5 points, under 10
+        spec(method="E", threshold=-1.0, label="vs the teacher")])  # ... not under 1 (interval -5 +- 3)
+    text = claims.render(str(tmp_path), ["--out", "x"])
+    r = row_of(text, "R")
+    assert "| 0.950 [0.9" in r and "0.950, 0.950, 0.950" in r and "reproduced at" in r  # 0.95 +- 0.03
+    assert "| reproduced at" in row_of(text, "D") and "| not reproduced at" in row_of(text, "E")
+
+
+def test_variator_cost_cell_puts_speed_beside_flops():
+    data = json.load(open(os.path.join(REPO, "results", "claims", "variator_mt.json")))
+    cell = claims.variator_cost("translation")(data)
+    assert "encoder FLOPs -44.9%" in cell and "encoder speed x1.33" in cell and "end-to-end speed x0.92" in cell
 
 
 def test_the_committed_claims_table_is_what_the_script_writes_from_the_committed_json():

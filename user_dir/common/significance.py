@@ -175,10 +175,11 @@ def _check_pairs(stats_a, stats_b, what):
 
 
 def cluster_test(stats_a: np.ndarray, stats_b: np.ndarray, metric: str, n_resamples: int = 10000,
-                 seed: int = 12345, margin: Optional[float] = None) -> Dict:
+                 seed: int = 12345, margin: Optional[float] = None, threshold: Optional[float] = None) -> Dict:
     """metric(A) - metric(B) over example clusters (the module docstring): ``dict(a, b, diff, low, high,
-    low90, high90, p, n, seeds, per_seed, per_seed_mean, per_seed_std, resamples)`` and, with ``margin``,
-    ``margin, tost_p, equivalent``. ``stats_*``: ``(seeds, n, d)`` from :func:`bleu_statistics` /
+    low90, high90, p, n, seeds, per_seed, per_seed_mean, per_seed_std, resamples)``; with ``margin`` also
+    ``margin, tost_p, equivalent``; with ``threshold`` also ``threshold_p``, the one-sided bootstrap p of
+    "A - B > threshold" (a drop bound: (1 + #{d* <= threshold}) / (1 + R), from the interval's draws). ``stats_*``: ``(seeds, n, d)`` from :func:`bleu_statistics` /
     :func:`glue_statistics` (the metric's name: 'bleu' or a GLUE metric)."""
     _check_pairs(stats_a, stats_b, f"the {metric} test")
     score = _score_fn(metric)
@@ -209,6 +210,8 @@ def cluster_test(stats_a: np.ndarray, stats_b: np.ndarray, metric: str, n_resamp
               "per_seed_std": float(np.std(per_seed, ddof=1)) if k > 1 else 0.0, "resamples": int(n_resamples)}
     if margin is not None:
         result.update(equivalence(boot, per_seed, margin, low90, high90))
+    if threshold is not None:
+        result["threshold_p"] = (1 + int(np.sum(boot <= threshold))) / (1 + n_resamples)
     return result
 
 
