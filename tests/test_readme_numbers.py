@@ -295,3 +295,82 @@ def test_a_results_subfolder_citation_is_checked_and_another_folders_page_is_not
     assert mismatches("PET -3.66 (`results/claims/pet.md`).\n", results_dir)[0].endswith("3.66 is not in pet.md")
     # a page of another folder named in a unit is no results file: its numbers stay unchecked
     assert mismatches("See user_dir/pet/bench.md: 12.34.\n", results_dir) == []
+
+
+# ---- claim sentences quote results/claims.md: its verdict with its budget, its numbers (issue 44) ----------
+CLAIMS_CITATION = re.compile(r"(?<![\w/.-])(?:\.\./)*results/claims(?:\.md\b|/)")
+VERDICT = re.compile(r"\b(not reproduced|reproduced|inconclusive|not recomputed)\b(?:[^;.()]*? at ((?:\d[\d,]*|[\d +]+)"
+                     r"[^;()]*? on a CPU))?", re.I)
+NOT_A_VERDICT = re.compile(r"\b(level with|both reproduced|at this budget)\b", re.I)
+INTERVAL = re.compile(r"\[[+-]?\d+(?:\.\d+)?, [+-]?\d+(?:\.\d+)?\]")
+
+
+def claims_rows(results_dir):
+    """results/claims.md's rows as lists of cells (``\\|`` inside a cell is not a column break)."""
+    path = os.path.join(results_dir, "claims.md")
+    if not os.path.isfile(path):
+        return None, ""
+    text = open(path, encoding="utf-8").read()
+    rows = [[c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]] for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| method |")]
+    return rows, text
+
+
+def claim_problems(text, results_dir, name="README.md"):
+    """A unit that cites the claims (results/claims.md or results/claims/...) and says a verdict must cite
+    results/claims.md, say each verdict with its budget as the table does (a row whose verdict is 'VERDICT at
+    BUDGET', or for 'not recomputed' a row of that budget which was not recomputed), use no verdict the table
+    does not give ('level with', 'both reproduced', a budget-less 'at this budget'), and quote only intervals the
+    table holds."""
+    rows, table = claims_rows(results_dir)
+    problems = []
+    for line, unit in units(text):
+        if not CLAIMS_CITATION.search(unit) or not VERDICT.search(re.sub(r"`[^`]*`", " ", unit)):
+            continue
+        where = f"{name}:{line} ({unit[:90]}...)"
+        if rows is None or not re.search(r"(?<![\w/.-])(?:\.\./)*results/claims\.md\b", unit):
+            problems.append(f"{where}: states a claim's verdict but does not cite results/claims.md")
+            continue
+        prose = re.sub(r"`[^`]*`", " ", unit)
+        problems += [f"{where}: '{m.group(1)}' is not a verdict of results/claims.md" for m in NOT_A_VERDICT.finditer(prose)]
+        for m in VERDICT.finditer(prose):
+            verdict, budget = m.group(1).lower(), m.group(2)
+            if not budget:
+                problems.append(f"{where}: '{verdict}' without its budget ('{verdict} at N updates on a CPU')")
+            elif verdict == "not recomputed":
+                if not any(r[4] == budget and "not recomputed" in r[-2] for r in rows):
+                    problems.append(f"{where}: no row of budget '{budget}' is 'not recomputed' in results/claims.md")
+            elif not any(r[-2] == f"{verdict} at {budget}" for r in rows):
+                problems.append(f"{where}: no row of results/claims.md says '{verdict} at {budget}'")
+        problems += [f"{where}: the interval {i} is not in results/claims.md" for i in INTERVAL.findall(prose)
+                     if i not in table]
+    return problems
+
+
+@pytest.mark.parametrize("page", pages())
+def test_every_claim_verdict_a_page_states_is_the_claims_tables(page):
+    with open(os.path.join(REPO, page), encoding="utf-8") as f:
+        problems = claim_problems(f.read(), RESULTS, page)
+    assert not problems, f"{page}: claim sentences that are not the claims table's:\n" + "\n".join(problems)
+
+
+def test_the_claim_check_catches_a_verdict_without_budget_a_foreign_interval_and_a_made_up_verdict(tmp_path):
+    (tmp_path / "claims.md").write_text(
+        "| method | ... |\n"
+        "| A | beats B | paper | A - B > 0 | 300 updates on a CPU | sel | A vs B | f1 | 3 | 1.00 | 0.50 | "
+        "+0.50 [+0.10, +0.90] | ... | 0.01 | 0.02 | - | reproduced at 300 updates on a CPU | `x.md` |\n"
+        "| C | on par | paper | \\|A - B\\| < 1 | 800 updates on a CPU | sel | C vs D | f1 | 3 | 1.00 | 0.50 | "
+        "+0.50 (no interval: not re-tested) | - | - | - | - | not recomputed with the cluster test; rerun | `y.md` |\n")
+    good = ("A beats B by +0.50 [+0.10, +0.90], reproduced at 300 updates on a CPU; C is not recomputed with the "
+            "cluster test at 800 updates on a CPU ([results/claims.md](results/claims.md)).\n")
+    assert claim_problems(good, str(tmp_path)) == []
+    bad = {"A beats B, reproduced (results/claims.md).\n": "without its budget",
+           "A beats B, reproduced at 800 updates on a CPU (results/claims.md).\n": "no row of results/claims.md says",
+           "A beats B by +0.50 [+0.10, +0.95], reproduced at 300 updates on a CPU (results/claims.md).\n":
+               "[+0.10, +0.95] is not in",
+           "C is level with D, inconclusive at 800 updates on a CPU (results/claims.md).\n": "'level with'",
+           "C, not recomputed at 300 updates on a CPU (results/claims.md).\n": "no row of budget",
+           "A beats B, reproduced at 300 updates on a CPU (results/claims/x.md).\n": "does not cite results/claims.md"}
+    for text, expected in bad.items():
+        problems = claim_problems(text, str(tmp_path))
+        assert problems and expected in problems[0], (text, problems)
