@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""The APC benchmark on the reference Multi30k DE->EN teacher (../shared/teachers/multi30k.de-en):
+"""The APC benchmark on the reference Multi30k DE->EN teacher (shipped in checkpoints/multi30k.de-en; its data-bin
+built once from the embedded Multi30k by benchlib.multi30k_data_bin):
 feed-forward compression (APC paper eq. 12) of every encoder and decoder FFN, 1024 -> cmp^f.
 
     python scripts/bench_apc.py                 # -> work/results/apc.md, apc.json, apc_bleu_vs_params.png
@@ -44,7 +45,8 @@ the measurement into a shared 2-core machine's time). Runs of one work folder ar
 two ``--parts`` (a ``.running`` marker makes the second wait for the first).
 
 Our choices: dropout 0.1 in fine-tuning (the teacher trained with 0.3; the paper does not say),
-max 2,048 tokens per batch, one thread per run.
+max 2,048 tokens per batch, one thread per run. ``--device cuda`` with ``--fp16`` or ``--bf16`` runs every
+command on the GPU (benchlib.add_device_args; default: the CPU in float32); ``--jobs N`` trains N seeds at once.
 """
 import argparse
 import json
@@ -53,14 +55,13 @@ import re
 import sys
 import time
 
-from benchlib import (ROOT, SHARED, add_seed_arguments, aggregate, bleu_comparison, default_out, fc_flags, fmt,
-                      generate_hypotheses, invocation, logger, machine, multi30k_references, num,
-                      protocol_text, pyplot, sacrebleu_of, seed_dir, seeds_of, seeds_text, selection_flags, significance_lines,
-                      stage, validation_plan, write_json, write_text)
+from benchlib import (ROOT, add_device_args, add_seed_arguments, add_teacher_arguments, aggregate, bleu_comparison,
+                      check_device, default_out, Device, fc_flags, fmt, generate_hypotheses, invocation, logger,
+                      machine, multi30k_data_bin, multi30k_references, num, protocol_text, pyplot, run_jobs,
+                      sacrebleu_of, seed_dir, seeds_of, seeds_text, selection_flags, significance_lines, stage,
+                      validation_plan, write_json, write_text)
 from benchlib import run as run_logged
 
-TEACHER = os.path.join(SHARED, "teachers", "multi30k.de-en", "teacher.pt")
-DATA = os.path.join(SHARED, "teachers", "multi30k.de-en", "data-bin")
 INITS = ("random", "reconstructive-random", "reconstructive-svd", "neuron-pruning", "kmeans")
 PY = sys.executable
 
@@ -68,9 +69,9 @@ PY = sys.executable
 log = logger("bench_apc")
 
 
-def run(cmd, logfile, threads):
+def run(cmd, logfile, threads, alone=False):
     log("$ " + " ".join(str(c) for c in cmd))
-    run_logged(cmd, logfile, threads)
+    run_logged(cmd, logfile, threads, alone)
 
 
 def train_flags(args):
@@ -78,7 +79,7 @@ def train_flags(args):
             "--lr-scheduler", "polynomial_decay", "--total-num-update", str(args.updates), "--end-learning-rate", "0",
             "--max-update", str(args.updates), "--max-tokens", "2048", "--dropout", "0.1",
             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0",
-            "--seed", str(args.seed), "--cpu", "--num-workers", "0", "--no-epoch-checkpoints",
+            "--seed", str(args.seed), *Device(args).train_flags(), "--num-workers", "0", "--no-epoch-checkpoints",
             *selection_flags(args.plan, 0, args.updates, "loss"),
             "--log-format", "simple", "--log-interval", "10", "--no-progress-bar"]
 
@@ -115,7 +116,7 @@ def train(args, work, name, init_ckpt, flags, recipe=None):
     while not os.path.exists(done) and os.path.exists(running) and _alive(int(open(running).read() or 0)):
         time.sleep(30)
     start = ["--finetune-from-model", init_ckpt] if init_ckpt else []
-    cmd = [PY, "-m", "fairseq_cli.train", args.data, "--user-dir", "user_dir", *flags,
+    cmd = [*Device(args).train(), args.data, "--user-dir", "user_dir", *flags,
            *(recipe if recipe is not None else train_flags(args)), *start, "--save-dir", save_dir]
     if not os.path.exists(done):
         os.makedirs(save_dir, exist_ok=True)
@@ -187,7 +188,8 @@ def word_kd_flags(args, updates: int):
             "--kd-temperature", "1", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-3",
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(min(400, updates // 2)), "--warmup-init-lr", "1e-7",
             "--weight-decay", "1e-4", "--dropout", "0.1", "--max-tokens", "2048", "--max-update", str(updates),
-            "--max-epoch", "1000", "--seed", str(args.seed), "--cpu", "--num-workers", "0", "--no-epoch-checkpoints",
+            "--max-epoch", "1000", "--seed", str(args.seed), *Device(args).train_flags(), "--num-workers", "0",
+            "--no-epoch-checkpoints",
             *selection_flags(validation_plan(updates, updates, args.kd_validations, "--kd-validations"), 0, updates,
                              "loss"), "--log-format", "simple", "--log-interval", "50", "--no-progress-bar"]
 
@@ -201,26 +203,26 @@ def measure(args, work, tag, models):
     names = ["teacher"] + [m[0] for m in models]
     if not (os.path.exists(out_json) and [r["name"] for r in json.load(open(out_json))["rows"]] == names):
         run([PY, "-m", "user_dir.tools.measure", args.data, "--path", args.teacher, *[m[1] for m in models],
-             "--names", *names, "--runs", args.runs, "--cpu", "--threads", args.threads,
+             "--names", *names, "--runs", args.runs, *Device(args).measure(), "--threads", args.threads,
              *(["--max-sentences", args.max_sentences] if args.max_sentences else []),
              "--out", os.path.join(work, f"measure_{tag}.md"), "--json", out_json], os.path.join(work, "log.txt"),
-            args.threads)
+            args.threads, alone=True)  # timed: nothing else of this run at the same time (--jobs)
     references = multi30k_references(os.path.join(args.work, "test.raw.en"))
     outputs = {}
     for name, checkpoint, best in models:
         slug = os.path.join(work, "hypotheses", re.sub(r"[^A-Za-z0-9_.-]+", "_", name))
         outputs[name] = {"hypotheses": generate_hypotheses(args.data, checkpoint, slug + ".last.txt", args.threads,
-                                                           max_sentences=args.max_sentences)}
+                                                           max_sentences=args.max_sentences, device=args)}
         if best:
-            hyps = generate_hypotheses(args.data, best, slug + ".best.txt", args.threads, max_sentences=args.max_sentences)
+            hyps = generate_hypotheses(args.data, best, slug + ".best.txt", args.threads,
+                                       max_sentences=args.max_sentences, device=args)
             outputs[name]["sacrebleu_best"] = sacrebleu_of(hyps, references)
     return {"measure": json.load(open(out_json)), "outputs": outputs}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--teacher", default=TEACHER)
-    p.add_argument("--data", default=DATA)
+    add_teacher_arguments(p)
     p.add_argument("--work", default=os.path.join(ROOT, "work", "bench-apc"))
     p.add_argument("--sizes", default="256,128,64", help="cmp^f values (the teacher's FFN width is 1024)")
     p.add_argument("--all-params", action="store_true",
@@ -242,6 +244,9 @@ def main(argv=None):
     p.add_argument("--kd-validations", type=int, default=4,
                    help="validations of every word-KD student (default 4: they train --kd-updates each)")
     p.add_argument("--threads", type=int, default=1)
+    add_device_args(p)
+    p.add_argument("--jobs", type=int, default=1, help="seeds trained at once (default 1; the measurement of each "
+                   "seed's models waits until no seed trains)")
     p.add_argument("--runs", type=int, default=1, help="timed runs of fc-measure (median)")
     p.add_argument("--embed-sizes", default="192,128",
                    help="cmp^e values of --parts embed (every encoder and decoder block; the teacher's width is 256)")
@@ -263,17 +268,21 @@ def main(argv=None):
     p.add_argument("--report-only", action="store_true", help="rewrite OUT.md and the plot from OUT.json")
     args = p.parse_args(argv)
     args.seeds = seeds_of(p, args)
+    check_device(p, args)
     if args.report_only:
         report(args, json.load(open(args.out + ".json")))
         return
+    args.data = args.data or multi30k_data_bin()
     args.plan = validation_plan(args.updates, args.updates, args.validations)
     for n in (int(x) for x in args.kd_updates.split(",")) if "word-kd" in args.parts else ():
         validation_plan(n, n, args.kd_validations, "--kd-validations")  # checked before anything trains
     command = invocation("bench_apc.py", argv)
-    by_seed = {seed: run_seed(argparse.Namespace(**dict(vars(args), seed=seed)), command) for seed in args.seeds}
+    by_seed = dict(zip(args.seeds, run_jobs(lambda seed: run_seed(argparse.Namespace(**dict(vars(args), seed=seed)),
+                                                                  command), args.seeds, args.jobs)))
     result = {"command": command, "updates": args.updates, "lr": args.lr, "seeds": args.seeds,
               "teacher": args.teacher, "validations": args.validations, "plan": list(args.plan),
               "kd_validations": args.kd_validations, "machine": machine(), "threads": args.threads,
+              "device": repr(Device(args)),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     for part in by_seed[args.seeds[0]]:
         result[part] = over_seeds({seed: parts[part] for seed, parts in by_seed.items()})

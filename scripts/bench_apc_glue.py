@@ -12,6 +12,9 @@ one seed each may go in parallel, then the same command without --train-only mea
 
     nice -n 10 python scripts/bench_apc_glue.py --glue-task RTE,MRPC,SST-2 --all-params --seeds 1,2,3 --out results/apc_glue
 
+On a GPU: ``--device cuda --fp16 --jobs 3`` (benchlib.add_device_args; default the CPU in float32) trains the
+seeds at once on it; the costs are measured afterwards, in this process on the CPU, nothing else running.
+
 The paper's APC-50-ff compresses BERT-base's FFNs 3072 -> 256 (1/12) on layers 3-12, every layer but the
 first two, to ~50% of the encoder. MiniLM-L6 has 6 layers of FFN 1536: the analogue compresses layers
 2-6 (0-based 1-5) to 1536 / 12 = 128 (``--ffn-dims``), 49.2% of the encoder layers' parameters.
@@ -49,9 +52,10 @@ import json
 import os
 import sys
 
-from benchlib import (ROOT, add_seed_arguments, aggregate, default_out, difference, fc_flags, fmt, glue_comparison, is_summary,
-                      logger, num, protocol_text, provenance, seed_dir, seeds_of, seeds_text, selection_flags, sha256_of,
-                      significance_lines, stage, validation_plan, validation_updates, write_json, write_text)
+from benchlib import (ROOT, add_device_args, add_seed_arguments, aggregate, check_device, default_out, Device,
+                      difference, fc_flags, fmt, glue_comparison, is_summary, logger, num, protocol_text, provenance,
+                      run_jobs, seed_dir, seeds_of, seeds_text, selection_flags, sha256_of, significance_lines, stage,
+                      validation_plan, validation_updates, write_json, write_text)
 from glue_bench import (glue_scores, glue_setup, glue_train_flags, measure_costs, predictions_path, read_labels, rel,
                         teacher_record)
 
@@ -88,7 +92,7 @@ def seed_rows(args, task, setup, record, lr, seed):
                       "--init", "neuron-pruning", "--seed", str(seed), "--out", init]
                      + (["--samples", "500", "--importance-batches", "2"] if args.quick else [])], args.threads)
     arch = fc_flags(init)
-    common = [py, "-m", "fairseq_cli.train", data, "--user-dir", "user_dir", *setup["task_flags"]]
+    common = [*Device(args).train(), data, "--user-dir", "user_dir", *setup["task_flags"]]
     plan, compress_n, total = plan_of(args), args.compress_updates, args.compress_updates + args.finetune_updates
 
     def train(name, flags, start, updates, lr_, stage_start):
@@ -154,9 +158,8 @@ def task_part(args, task, header):
     teacher = setup["teacher"]
     record = teacher_record(teacher, setup["metric"], None)
     lr = args.glue_lr if args.glue_lr is not None else setup["teacher_lr"]
-    by_seed, spec = {}, None
-    for seed in args.seeds:
-        spec, by_seed[seed] = seed_rows(args, task, setup, record, lr, seed)
+    done = run_jobs(lambda seed: seed_rows(args, task, setup, record, lr, seed), args.seeds, args.jobs)
+    spec, by_seed = done[-1][0], {seed: rows for seed, (_, rows) in zip(args.seeds, done)}
     if args.train_only:
         return None
     teacher_scores = os.path.join(args.work, "teacher", task, f"{sha256_of(teacher)[:8]}.json")
@@ -318,6 +321,8 @@ def main(argv=None):
     parser.add_argument("--all-params", action="store_true", help="also Table 3's 'All Params' strategy")
     add_seed_arguments(parser, default="1")
     parser.add_argument("--threads", type=int, default=1)
+    add_device_args(parser)
+    parser.add_argument("--jobs", type=int, default=1, help="seeds trained at once (default 1)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--time-batch", type=int, default=16)
@@ -326,6 +331,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="a smoke test: 6 + 6 updates, 2 validations, tiny samples")
     args = parser.parse_args(argv)
     args.seeds = seeds_of(parser, args)
+    check_device(parser, args)
     if args.quick:
         args.compress_updates, args.finetune_updates, args.validations, args.runs, args.repeats = 6, 6, 2, 1, 1
         args.work += "_quick"

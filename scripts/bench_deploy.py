@@ -4,6 +4,7 @@ and in CTranslate2 (float32 and int8 weights), measured in one run -> results/de
 
     python scripts/bench_deploy.py --student work/deploy-pet/kd/checkpoint_best.pt \\
         --data work/deploy-pet/data-bin --raw-reference work/deploy-pet/data-bin/text/test.raw.en
+    python scripts/bench_deploy.py     # the shipped teacher and PET student, the data-bin built from the embedded text
 
 Steps: the student goes through fc-export (user_dir/tools/export.py) into a stock checkpoint;
 the teacher (already stock) and the export are converted by CTranslate2's own fairseq converter
@@ -14,6 +15,9 @@ fairseq rows by fc-measure's worker (user_dir/tools/measure.py), CTranslate2 row
 ``--batch-size``), beam ``--beam``, one warm-up batch excluded. BLEU comes from the first run, scored
 by measure.translation_scores for every engine. The CTranslate2 float32 rows' hypotheses are compared
 with fairseq's string for string (the conversion round trip).
+
+A CPU benchmark by design (no ``--device``): ct2_engine decodes on the CPU, where CTranslate2's int8 weights
+are what a deployment gains, so every row runs there (fc-measure's worker with ``cpu`` set).
 """
 import argparse
 import json
@@ -23,17 +27,20 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
-REFERENCE_TEACHER = os.path.join(SHARED, "teachers", "multi30k.de-en", "teacher.pt")
+from benchlib import ROOT, SHIPPED_TEACHER, SHIPPED_TEACHER_DIR, multi30k_data_bin
 
 
 def get_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--teacher", default=REFERENCE_TEACHER, help="the teacher checkpoint (default: the reference teacher)")
-    p.add_argument("--student", help="the trained PET student (a plug-in checkpoint)")
-    p.add_argument("--data", help="data-bin with the test subset and dictionaries")
+    p.add_argument("--teacher", default=SHIPPED_TEACHER,
+                   help="the teacher checkpoint (default: the reference teacher, shipped in "
+                        "checkpoints/multi30k.de-en)")
+    p.add_argument("--student", default=os.path.join(SHIPPED_TEACHER_DIR, "pet_student.pt"),
+                   help="the trained PET student, a plug-in checkpoint (default: the shipped full-recipe student)")
+    p.add_argument("--data", default=None,
+                   help="data-bin with the test subset and dictionaries (default: the shipped teacher's, built once "
+                        "from the embedded Multi30k, work/data-bin/multi30k.de-en; its text/test.raw.en the "
+                        "--raw-reference)")
     p.add_argument("--render", default=None, help="only write --out again from this raw JSON of an earlier run")
     p.add_argument("--raw-reference", default=None, help="untokenised references for sacreBLEU (as fc-measure)")
     p.add_argument("--work", default=os.path.join(ROOT, "work", "deploy"), help="exported and converted models")
@@ -64,11 +71,12 @@ def main(argv=None):
         with open(args.out, "w") as f:
             f.write(text)
         return text
-    if not args.student or not args.data:
-        raise SystemExit("--student and --data are required (unless --render)")
     for flag, path in (("--teacher", args.teacher), ("--student", args.student)):
         if not os.path.isfile(path):
             raise SystemExit(f"{flag} {path}: no such checkpoint")
+    if args.data is None:
+        args.data = multi30k_data_bin()
+        args.raw_reference = args.raw_reference or os.path.join(args.data, "text", "test.raw.en")
     if not os.path.isdir(args.data):
         raise SystemExit(f"--data {args.data}: no such directory")
     if args.runs < 2:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The GhostBERT benchmark: encoders pruned to width multiplier m, "pruned only" against GhostBERT with
 the identical procedure (Table 3 / Table 10's comparison), on translation (the encoder of the reference
-Multi30k DE->EN teacher, ../shared/teachers, 4 heads) and on GLUE (the MiniLM-L6 teachers of
+Multi30k DE->EN teacher shipped in checkpoints/, 4 heads) and on GLUE (the MiniLM-L6 teachers of
 scripts/glue_teachers.sh, 12 heads), written to work/results/ghostbert.md (``--out``; + .json of the raw
 numbers, + a PNG of score against encoder FLOPs).
 
@@ -75,22 +75,25 @@ median(teacher) / median(model)).
 Our choices for translation on a CPU budget (the paper's Table 8 is for BERT on GLUE): Adam, lr 5e-4 with
 linear decay to 0 and no warm-up (Table 8: linear decay, no warm-up), gradient clipping 1, dropout 0.1,
 weight decay 0 (Table 8), ``--max-tokens 2048`` batches; the same for both variants.
+
+Device: ``--device cuda`` with ``--fp16`` or ``--bf16`` trains, prunes and decodes on the GPU (benchlib.add_device_args;
+default the CPU in float32), ``--jobs N`` trains N (seed, m, variant) runs at once; the encoder costs are timed
+afterwards, in this process on the CPU, nothing else running.
 """
 import argparse
 import json
 import os
 import sys
 
-from benchlib import (ROOT, SHARED, add_seed_arguments, aggregate, bleu_comparison, default_out, difference, fc_flags,
-                      fairseq_bleu, fairseq_train_seconds, fmt, generate_hypotheses, glue_comparison, is_summary, logger,
-                      multi30k_references, num, protocol_text, provenance, seed_dir, seeds_of, seeds_text,
+from benchlib import (ROOT, add_device_args, add_seed_arguments, add_teacher_arguments, aggregate, bleu_comparison,
+                      check_device, default_out, Device, difference, fairseq_bleu, fairseq_train_seconds, fc_flags,
+                      fmt, generate_hypotheses, glue_comparison, is_summary, logger, multi30k_data_bin,
+                      multi30k_references, num, protocol_text, provenance, run_jobs, seed_dir, seeds_of, seeds_text,
                       selection_flags, sha256_of, significance_lines, stage, validation_plan, validation_updates,
                       write_json)
 from benchlib import write_report as write_files
 from glue_bench import (glue_scores, glue_setup, glue_train_flags, measure_costs, predictions_path, read_labels, rel,
                         teacher_record)
-
-TEACHER_DIR = os.path.join(SHARED, "teachers", "multi30k.de-en")
 
 # what each variant passes to ghost_prune (and so to its architecture); the name labels the table row
 VARIANTS = {"pruned": ["--ghost-positions", "none"], "ghost": ["--ghost-positions", "o,ffn2"],
@@ -166,7 +169,7 @@ def train_flags(args, updates, seed):
             "polynomial_decay", "--total-num-update", str(updates), "--warmup-updates", "0", "--end-learning-rate",
             "0", "--clip-norm", "1", "--dropout", "0.1", "--weight-decay", "0", "--max-tokens", "2048",
             "--max-update", str(updates), "--log-format", "simple", "--log-interval", "50", "--no-epoch-checkpoints",
-            "--num-workers", "0", "--cpu", "--seed", str(seed)]
+            "--num-workers", "0", *Device(args).train_flags(), "--seed", str(seed)]
 
 
 def translation_plan(args):
@@ -183,7 +186,7 @@ def glue_plan(args):
 
 def translate(checkpoint, args, out):
     """BLEU4 of ``checkpoint`` on test (fairseq-generate, beam 5) and its detokenised hypotheses' file."""
-    hyps = generate_hypotheses(args.data, checkpoint, out, args.threads)
+    hyps = generate_hypotheses(args.data, checkpoint, out, args.threads, device=args)
     return fairseq_bleu(hyps + ".generate.log"), hyps
 
 
@@ -204,10 +207,11 @@ def train_variant(args, m, variant, seed):
     prune_dir, distill, final = (os.path.join(work, name) for name in ("prune", "distill", "finetune"))
     init = os.path.join(prune_dir, "init.pt")
     stage(prune_dir, [[PY, "-m", "user_dir.tools.ghost_prune", args.data, "--path", args.teacher, "--width-mult", m,
-                       *VARIANTS[variant], "--out", init, "--cpu", "--subset", "valid", "--seed", str(seed)]
+                       *VARIANTS[variant], "--out", init, *Device(args).tool(), "--subset", "valid",
+                       "--seed", str(seed)]
                       + (["--max-batches", "3"] if args.quick else [])], args.threads)
     arch = fc_flags(init)
-    common = [PY, "-m", "fairseq_cli.train", args.data, "--user-dir", "user_dir", *arch]
+    common = [*Device(args).train(), args.data, "--user-dir", "user_dir", *arch]
     plan = translation_plan(args)
     stage(distill, [common + train_flags(args, args.distill_updates, seed)
                     + ["--criterion", "ghost_distill", "--teacher-path", args.teacher, "--finetune-from-model", init,
@@ -241,7 +245,7 @@ def train_control(args, seed):
             "--share-all-embeddings"]  # the reference teacher's (its README)
     plan = validation_plan(args.finetune_updates, args.finetune_updates, args.validations, "--validations")
     final = os.path.join(work, "finetune")
-    stage(final, [[PY, "-m", "fairseq_cli.train", args.data, "--user-dir", "user_dir", *arch,
+    stage(final, [[*Device(args).train(), args.data, "--user-dir", "user_dir", *arch,
                    *train_flags(args, args.finetune_updates, seed), "--criterion", "label_smoothed_cross_entropy",
                    "--label-smoothing", "0.1", "--finetune-from-model", args.teacher,
                    *selection_flags(plan, 0, args.finetune_updates, "loss"),
@@ -275,11 +279,11 @@ def glue_variant(args, setup, task, work, m, variant, lr, seed):
     prune_dir, distill, final = (os.path.join(work, name) for name in ("prune", "distill", "finetune"))
     init = os.path.join(prune_dir, "init.pt")
     stage(prune_dir, [[PY, "-m", "user_dir.tools.ghost_prune", data, "--path", teacher, "--width-mult", m,
-                       *VARIANTS[variant], "--out", init, "--cpu", "--subset", args.glue_importance_subset,
+                       *VARIANTS[variant], "--out", init, *Device(args).tool(), "--subset", args.glue_importance_subset,
                        "--batch-size", str(args.glue_batch_size), "--seed", str(seed)]
                       + (["--max-batches", "3"] if args.quick else [])], args.threads)
     arch = fc_flags(init)
-    common = [PY, "-m", "fairseq_cli.train", data, "--user-dir", "user_dir", *setup["task_flags"], *arch]
+    common = [*Device(args).train(), data, "--user-dir", "user_dir", *setup["task_flags"], *arch]
     plan = glue_plan(args)
     stage(distill, [common + glue_train_flags(args, args.glue_distill_updates, lr, seed)
                     + ["--criterion", "ghost_distill", "--teacher-path", teacher, "--finetune-from-model", init,
@@ -313,11 +317,16 @@ def glue_part(args, task, runs, header):
     record = teacher_record(setup["teacher"], setup["metric"], teacher_scores[setup["metric"]])
     lr = args.glue_lr if args.glue_lr is not None else setup["teacher_lr"]
     by_run = {run: {} for run in runs}
-    for seed in args.seeds:
+
+    def train(job):
+        seed, (m, variant) = job
+        log(f"GLUE {task}, seed {seed}: m = {m}, {variant}")
         work = os.path.join(seed_dir(args.work, seed), "glue", task, f"{record['run']}-{record['sha256'][:8]}")
-        for m, variant in runs:
-            log(f"GLUE {task}, seed {seed}: m = {m}, {variant}")
-            by_run[(m, variant)][seed] = glue_variant(args, setup, task, work, m, variant, lr, seed)
+        return glue_variant(args, setup, task, work, m, variant, lr, seed)
+
+    jobs = [(seed, run) for seed in args.seeds for run in runs]
+    for (seed, run), row in zip(jobs, run_jobs(train, jobs, args.jobs)):
+        by_run[run][seed] = row
     if args.train_only:
         return None
     rows = [{"m": f"{setup['heads']}/{setup['heads']}", "variant": "teacher", "final": setup["teacher"],
@@ -627,8 +636,7 @@ def load_existing(path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=os.path.join(TEACHER_DIR, "data-bin"))
-    parser.add_argument("--teacher", default=os.path.join(TEACHER_DIR, "teacher.pt"))
+    add_teacher_arguments(parser, scope="translation: ")
     parser.add_argument("--work", default=os.path.join(ROOT, "work", "ghost"))
     parser.add_argument("--out", default=None, help="the table's path without extension (default work/results/ghostbert; "
                         "with --quick: ghostbert in the quick work folder; the committed table: results/ghostbert)")
@@ -663,6 +671,8 @@ def main(argv=None):
                         help="data of the importance pass (DynaBERT, which the paper follows: the dev set)")
     add_seed_arguments(parser, default="1")
     parser.add_argument("--threads", type=int, default=1)
+    add_device_args(parser)
+    parser.add_argument("--jobs", type=int, default=1, help="(seed, m, variant) runs trained at once (default 1)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--time-batch", type=int, default=16)
@@ -676,6 +686,7 @@ def main(argv=None):
                         help="a smoke test: 3 importance batches, 5+5 updates, 1 validation (GLUE: 6+6, 2 validations)")
     args = parser.parse_args(argv)
     args.seeds = seeds_of(parser, args)
+    check_device(parser, args)
     if args.quick:
         args.distill_updates = args.finetune_updates = 5
         args.glue_distill_updates = args.glue_finetune_updates = 6
@@ -690,11 +701,13 @@ def main(argv=None):
             sys.exit(f"bench_ghost: --report-only: no {args.out}.json to write the table from")
         write_report(data, args.out)
         return
+    tasks = [t for t in args.glue_task.split(",") if t]
+    if not tasks or args.control_only:  # translation
+        args.data = args.data or multi30k_data_bin()
     if args.control_only:
         for seed in args.seeds:
             train_control(args, seed)
         return
-    tasks = [t for t in args.glue_task.split(",") if t]
     widths = args.widths or ("12/12,6/12,3/12,1/12" if tasks else "2/4,1/4")
     runs = [(m, v) for m in widths.split(",") for v in args.variants.split(",")]
     runs += [tuple(spec.split(":")) for spec in args.extra.split(",") if spec]
@@ -724,10 +737,15 @@ def main(argv=None):
 
 def translation_part(args, runs, header):
     by_run = {run: {} for run in runs}
-    for seed in args.seeds:
-        for m, variant in runs:
-            log(f"seed {seed}: m = {m}, {variant}")
-            by_run[(m, variant)][seed] = train_variant(args, m, variant, seed)
+
+    def train(job):
+        seed, (m, variant) = job
+        log(f"seed {seed}: m = {m}, {variant}")
+        return train_variant(args, m, variant, seed)
+
+    jobs = [(seed, run) for seed in args.seeds for run in runs]
+    for (seed, run), row in zip(jobs, run_jobs(train, jobs, args.jobs)):
+        by_run[run][seed] = row
     if args.train_only:
         return None
     references = multi30k_references(os.path.join(args.work, "test.raw.en"))

@@ -40,7 +40,7 @@ import statistics
 import sys
 import time
 
-from benchlib import ROOT, default_out, logger, provenance, provenance_text, write_report
+from benchlib import ROOT, Device, default_out, logger, provenance, provenance_text, write_report
 
 log = logger("bench_ghost_costs")
 VARIANTS = (("pruned", "none"), ("ghost", "o,ffn2"))  # variant, ghost_prune's --ghost-positions
@@ -79,8 +79,9 @@ def width_dir(work, m):
     return os.path.join(work, f"m{m.replace('/', 'of')}")
 
 
-def prune(setup, m, work, prune_batches):
-    """{variant: checkpoint}: ghost_prune's pruned-only and GhostBERT cuts of the teacher at width ``m`` (cached)."""
+def prune(setup, m, work, prune_batches, device=None):
+    """{variant: checkpoint}: ghost_prune's pruned-only and GhostBERT cuts of the teacher at width ``m`` (cached),
+    cut on ``device`` (benchlib.Device's argument: the timing's --device; default the CPU)."""
     from user_dir.tools import ghost_prune
 
     paths = {}
@@ -89,7 +90,7 @@ def prune(setup, m, work, prune_batches):
         if not os.path.isfile(path):
             ghost_prune.main([setup["data"], "--path", setup["teacher"], "--width-mult", m, "--out", path,
                               "--ghost-positions", positions, "--max-batches", str(prune_batches),
-                              "--batch-size", "16", "--cpu"])
+                              "--batch-size", "16", *Device(device).tool()])
     return paths
 
 
@@ -168,7 +169,7 @@ def ghost_costs(args, setup=None, work=None, shapes=None):
     for m in args.widths.split(","):
         models, onnx = {}, {}
         if shapes is None:
-            for variant, path in prune(setup, m, work, args.prune_batches).items():
+            for variant, path in prune(setup, m, work, args.prune_batches, args).items():
                 models[variant], task = load_checkpoint(path, setup["data"])
                 onnx[variant] = path
         else:

@@ -10,7 +10,8 @@ The seed runs of the committed table (one teacher, a PET student per seed, each 
     python scripts/bench_iwslt14.py --seeds 1,2,3 --out results/iwslt14.md
 
 The 160k-pair IWSLT'14 training set cannot be brought onto this machine; ``../shared`` holds
-fairseq's prepared valid and test files and the BPE codes learned on the full training set. So this
+fairseq's prepared valid and test files and the BPE codes learned on the full training set (``--iwslt-dir``;
+they do not ship with the package: without them the run stops at once, naming the path). So this
 is a *pipeline* benchmark, not a headline number: a teacher of the Multi30k reference teacher's shape
 (3+3 layers, width 256, FFN 1024, 4 heads, shared embeddings) is trained on the 7,283 valid pairs
 (every 23rd held out for validation, as prepare-iwslt14.sh holds out train), its PET student is
@@ -26,6 +27,8 @@ Resumable: finished stages (``DONE``) are not retrained; a measurement of the sa
 not repeated. Each model's hypotheses of the test set are kept in the protocol's form (BPE removed,
 tokenised, lowercased like the reference; ``hypotheses/test.txt`` in test-set order) and PET is compared
 with the teacher by sacreBLEU's paired bootstrap over (seed, sentence) units (BLEU on the tokenised text).
+``--device cuda`` with ``--fp16`` or ``--bf16`` trains and decodes on the GPU (benchlib.add_device_args; default
+the CPU in float32).
 """
 import argparse
 import json
@@ -35,12 +38,13 @@ import sys
 import time
 
 import translation_students as students
-from benchlib import (ROOT, SHARED, add_seed_arguments, bleu_comparison, default_out, format_seeds,
-                      generate_hypotheses, invocation, seed_dir, seed_summary, seeds_of, significance_lines,
-                      validation_plan, write_json, write_text)
+from benchlib import (ROOT, SHARED, add_device_args, add_seed_arguments, bleu_comparison, check_device, default_out,
+                      Device, format_seeds, generate_hypotheses, invocation, missing_shared, seed_dir, seed_summary,
+                      seeds_of, significance_lines, validation_plan, write_json, write_text)
 from benchlib import run as run_logged
 
-IWSLT = os.path.join(SHARED, "data", "iwslt14.de-en")
+IWSLT = os.path.join(SHARED, "data", "iwslt14.de-en")  # fairseq's prepared files; they do not ship
+IWSLT_FILES = ("bpe/valid.de", "bpe/valid.en", "bpe/test.de", "bpe/test.en", "tok/test.en")
 
 # the Multi30k reference teacher's shape and recipe (../shared/teachers/multi30k.de-en/README.md)
 TEACHER = ["--arch", "transformer_iwslt_de_en", "--encoder-layers", "3", "--decoder-layers", "3",
@@ -57,30 +61,35 @@ HOLD_OUT_EVERY = 23  # prepare-iwslt14.sh: awk '{if (NR%23 == 0) print $0}' -> v
 DECODING = ["--max-len-a", "1.2", "--max-len-b", "10"]
 
 
-def prepare(work):
+def check_iwslt(iwslt):
+    """Every IWSLT'14 file the benchmark reads, or a stop naming the first missing one (before anything runs)."""
+    for name in IWSLT_FILES:
+        if not os.path.isfile(os.path.join(iwslt, name)):
+            raise SystemExit(missing_shared(os.path.join(iwslt, name), "fairseq's prepared IWSLT'14 DE-EN",
+                                            "--iwslt-dir"))
+
+
+def prepare(work, iwslt=IWSLT):
     """Split the shared BPE'd valid set into train and valid, binarise with the test set."""
     data = os.path.join(work, "data-bin")
     if os.path.isfile(os.path.join(data, "DONE")):
         return data
-    for name in ("bpe/valid.de", "bpe/valid.en", "bpe/test.de", "bpe/test.en", "tok/test.en"):
-        if not os.path.isfile(os.path.join(IWSLT, name)):
-            raise SystemExit(f"{os.path.join(IWSLT, name)}: missing; this benchmark needs ../shared/data/iwslt14.de-en "
-                             f"(set FAIRSEQ_COMPRESS_SHARED to the folder holding data/)")
+    check_iwslt(iwslt)
     from preprocess.textio import fairseq_preprocess, read_lines, write_lines
 
     text = os.path.join(work, "text")
     os.makedirs(text, exist_ok=True)
     for lang in ("de", "en"):
-        lines = read_lines(os.path.join(IWSLT, "bpe", f"valid.{lang}"))
+        lines = read_lines(os.path.join(iwslt, "bpe", f"valid.{lang}"))
         write_lines(os.path.join(text, f"train.{lang}"), [l for i, l in enumerate(lines, 1) if i % HOLD_OUT_EVERY])
         write_lines(os.path.join(text, f"valid.{lang}"), [l for i, l in enumerate(lines, 1) if not i % HOLD_OUT_EVERY])
     fairseq_preprocess(data, "de", "en", os.path.join(text, "train"), os.path.join(text, "valid"),
-                       os.path.join(IWSLT, "bpe", "test"), joined_dictionary=True)
+                       os.path.join(iwslt, "bpe", "test"), joined_dictionary=True)
     open(os.path.join(data, "DONE"), "w").close()
     return data
 
 
-def train_teacher(work, data, updates, threads, extra):
+def train_teacher(work, data, updates, threads, extra, device=None):
     """Train (or continue, when --teacher-updates grew) the teacher; fairseq resumes from checkpoint_last.pt,
     and inverse_sqrt does not depend on --max-update, so a continued run equals a longer one."""
     save_dir = os.path.join(work, "teacher")
@@ -97,8 +106,9 @@ def train_teacher(work, data, updates, threads, extra):
     else:
         started_before, threads_record = 0.0, threads
     os.makedirs(save_dir, exist_ok=True)
-    cmd = [sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", os.path.join(ROOT, "user_dir"), *TEACHER,
-           "--max-update", str(updates), "--max-epoch", "1000", "--seed", "1", "--cpu", "--save-dir", save_dir,
+    cmd = [*Device(device).train(), data, "--user-dir", os.path.join(ROOT, "user_dir"), *TEACHER,
+           "--max-update", str(updates), "--max-epoch", "1000", "--seed", "1", *Device(device).train_flags(),
+           "--save-dir", save_dir,
            "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50", *extra]
     started = time.time()
     run_logged(cmd, os.path.join(save_dir, "train.log"), threads)
@@ -127,6 +137,10 @@ def get_parser():
                    help="validations of each student in its KD stage, at the same points as bench_translation.py's "
                         "(default 3); the last checkpoint is scored")
     p.add_argument("--threads", type=int, default=2, help="torch threads for training (default 2)")
+    add_device_args(p)
+    p.add_argument("--iwslt-dir", default=IWSLT,
+                   help="fairseq's prepared IWSLT'14 DE-EN: bpe/{valid,test}.{de,en} and tok/test.en (default: "
+                        "data/iwslt14.de-en in FAIRSEQ_COMPRESS_SHARED, ../shared; it does not ship)")
     p.add_argument("--measure-runs", type=int, default=1, help="timed generation runs per model (default 1)")
     p.add_argument("--max-sentences", type=int, default=None, help="score only the first N test sentences")
     p.add_argument("--quick", action="store_true", help="smoke mode: 20 + 6 updates, 100 test sentences, into --work/quick")
@@ -139,6 +153,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     command = invocation("bench_iwslt14.py", argv)
     seeds = seeds_of(parser, args)
+    check_device(parser, args)
+    device = Device(args)
     extra = []
     if args.quick:
         args.work = os.path.join(args.work, "quick")
@@ -146,9 +162,10 @@ def main(argv=None):
         args.max_sentences = args.max_sentences or 100
         extra = ["--max-tokens", "512"]
     plan = validation_plan(args.updates, args.updates - args.warmup_updates, args.validations)
+    check_iwslt(args.iwslt_dir)
     os.makedirs(args.work, exist_ok=True)
-    data = prepare(args.work)
-    teacher = train_teacher(args.work, data, args.teacher_updates, args.threads, extra)
+    data = prepare(args.work, args.iwslt_dir)
+    teacher = train_teacher(args.work, data, args.teacher_updates, args.threads, extra, device)
     print("[bench-iwslt14] teacher trained", file=sys.stderr, flush=True)
     pet = students.methods(128, 96, 96, 6)["pet"]
     budget = f"pet-t{args.teacher_updates}-u{args.updates}-w{args.warmup_updates}"
@@ -156,12 +173,12 @@ def main(argv=None):
     for seed in seeds:
         run_dir = os.path.join(seed_dir(args.work, seed), budget)
         runs[seed] = students.run_stages(run_dir, data, teacher, pet[2], pet[3], seed, args.updates,
-                                         args.warmup_updates, args.threads, 200, extra, plan)
+                                         args.warmup_updates, args.threads, 200, extra, plan, device)
         hyps[seed] = generate_hypotheses(data, runs[seed]["last"], os.path.join(run_dir, "hypotheses", "test.txt"),
-                                         args.threads, DECODING, args.max_sentences, lang=None)
+                                         args.threads, DECODING, args.max_sentences, lang=None, device=device)
         print(f"[bench-iwslt14] PET student seed {seed} trained", file=sys.stderr, flush=True)
     teacher_hyps = generate_hypotheses(data, teacher, os.path.join(args.work, "teacher", "hypotheses", "test.txt"),
-                                       args.threads, DECODING, args.max_sentences, lang=None)
+                                       args.threads, DECODING, args.max_sentences, lang=None, device=device)
 
     out = args.out or (os.path.join(args.work, "iwslt14.md") if args.quick else default_out("iwslt14.md"))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -169,9 +186,9 @@ def main(argv=None):
     measure_md, measure_json = os.path.join(args.work, "measure.md"), os.path.splitext(out)[0] + ".json"
     names = ["teacher"] + [f"pet-s{seed}" for seed in seeds]
     cmd = [sys.executable, "-m", "user_dir.tools.measure", data, "--path", teacher, *[runs[s]["last"] for s in seeds],
-           "--names", *names, "--tokenized-reference", os.path.join(IWSLT, "tok", "test.en"), "--beam", "5",
+           "--names", *names, "--tokenized-reference", os.path.join(args.iwslt_dir, "tok", "test.en"), "--beam", "5",
            "--batch-size", "128", *DECODING, "--runs", str(args.measure_runs),
-           "--threads", str(args.threads), "--out", measure_md, "--json", measure_json]
+           "--threads", str(args.threads), "--out", measure_md, "--json", measure_json, *device.measure()]
     if args.max_sentences:
         cmd += ["--max-sentences", str(args.max_sentences)]
     if students.measured_already(measure_json, cmd):
@@ -185,7 +202,7 @@ def main(argv=None):
         teacher_run = json.load(f)
     n_train = sum(1 for _ in open(os.path.join(args.work, "text", "train.en")))
     n_valid = sum(1 for _ in open(os.path.join(args.work, "text", "valid.en")))
-    references = os.path.join(IWSLT, "tok", "test.en")
+    references = os.path.join(args.iwslt_dir, "tok", "test.en")
     # the protocol's BLEU: tokenised text on both sides, no further tokenisation
     comparison = bleu_comparison("pet vs teacher", "pet", "teacher", [hyps[s] for s in seeds],
                                  [teacher_hyps] * len(seeds), references, tokenize="none")

@@ -9,7 +9,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORK="${1:-$ROOT/work/teacher-multi30k}"
-REFERENCE="${REFERENCE:-$ROOT/../shared/teachers/multi30k.de-en/teacher.pt}"
+REFERENCE="${REFERENCE:-${FAIRSEQ_COMPRESS_SHARED:-$ROOT/../shared}/teachers/multi30k.de-en/teacher.pt}"
 OUT="${OUT:-$ROOT/results/teacher_multi30k.md}"
 CKPT="$WORK/checkpoints/checkpoint_best.pt"
 [ -f "$CKPT" ] || { echo "bench_teacher.sh: no $CKPT; run scripts/train_teacher_multi30k.sh $WORK first" >&2; exit 2; }

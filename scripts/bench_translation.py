@@ -5,6 +5,7 @@ training budget, several seeds, and measure all models side by side in one run.
     python scripts/bench_translation.py                      # the full grid, seeds 1,2,3 -> work/results/translation.md
     python scripts/bench_translation.py --methods pet pet-nowarmup --seeds 1,2,3
     python scripts/bench_translation.py --quick              # the whole grid in minutes (CI, smoke test)
+    python scripts/bench_translation.py --device cuda --fp16 --jobs 6   # on a GPU: six students at once on it
 
 The seed runs of the committed table (PET against its competitors, 3 seeds, each seed's runs resumable):
 
@@ -19,10 +20,14 @@ best-of-N checkpoint (lowest validation loss) is scored beside it. Runs are resu
 trains in its own folder (``--work``/seed<k>/), a finished stage (``DONE`` file) is never retrained,
 an interrupted one resumes from its ``checkpoint_last.pt`` (fairseq's own resume). Runs execute
 ``--jobs`` at a time, each with ``--threads`` torch threads (on 2 cores, two 1-thread runs finish
-sooner than one 2-thread run). After training, the teacher and every student go through
+sooner than one 2-thread run), on ``--device`` (cpu, the default, or cuda: every run a process of its own on
+the current GPU) in float32, ``--fp16`` or ``--bf16`` (benchlib.add_device_args). The teacher is the one that
+ships (checkpoints/multi30k.de-en), its data-bin built once from the embedded Multi30k
+(benchlib.multi30k_data_bin). After training, the teacher and every student go through
 ``user_dir.tools.measure`` in one run (speed measured with nothing else running); every run's
 hypotheses of the test set are kept as detokenised text (``<run>/hypotheses/test.{last,best}.txt``,
-in test-set order; references: ``data-bin/text/test.raw.en``) and each method is compared with PET by
+in test-set order; references: ``work/data-bin/multi30k.de-en/text/test.raw.en``) and each method is compared
+with PET by
 sacreBLEU's paired bootstrap over (seed, sentence) units. The summary -- mean, spread and every
 seed -- is written to ``--out`` (default under work/results/), the raw measurement (every row
 unrounded, the commands, machine, date and load) beside it as ``--out``'s name with ``.json``: one
@@ -39,9 +44,9 @@ import subprocess
 import sys
 import time
 
-from benchlib import (ROOT, add_seed_arguments, bleu_comparison, default_out, format_seeds, generate_hypotheses,
-                      invocation, protocol_text, sacrebleu_of, seed_dir, seed_summary, seeds_of, significance_lines,
-                      validation_plan, write_json)
+from benchlib import (ROOT, add_device_args, add_seed_arguments, bleu_comparison, check_device, default_out, Device,
+                      format_seeds, generate_hypotheses, invocation, multi30k_data_bin, protocol_text, sacrebleu_of,
+                      seed_dir, seed_summary, seeds_of, significance_lines, validation_plan, write_json)
 from translation_students import (PAPER, PAPER_ABLATION, PAPER_TEACHER_BLEU, REFERENCE_TEACHER, measured_already,
                                   method_of, methods, plot, run_stages, warmup_table)
 
@@ -174,8 +179,8 @@ def get_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", default=os.path.join(ROOT, "work", "bench-translation"),
                    help="folder for data, runs and logs (default: work/bench-translation)")
-    p.add_argument("--teacher", default=None,
-                   help="teacher checkpoint (default: the reference teacher in ../shared/teachers/multi30k.de-en)")
+    p.add_argument("--teacher", default=REFERENCE_TEACHER,
+                   help="teacher checkpoint (default: the reference teacher, shipped in checkpoints/multi30k.de-en)")
     p.add_argument("--methods", nargs="+", default=None,
                    help="methods to run with every seed (default: pet pet-nowarmup word-kd patient-kd can)")
     p.add_argument("--ablations", nargs="*", default=None,
@@ -196,6 +201,7 @@ def get_parser():
     p.add_argument("--can-encoder-layers", type=int, default=6, help="CAN's deep encoder (default 6, twice the teacher's)")
     p.add_argument("--jobs", type=int, default=2, help="runs trained at once (default 2)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per training run (default 1)")
+    add_device_args(p)
     p.add_argument("--measure-runs", type=int, default=5, help="timed generation runs per model (default 5)")
     p.add_argument("--max-sentences", type=int, default=None, help="score only the first N test sentences")
     p.add_argument("--quick", action="store_true",
@@ -217,6 +223,8 @@ def main(argv=None):
     command = invocation("bench_translation.py", argv)
     explicit_seeds = args.seeds is not None or args.seed is not None
     args.seeds = seeds_of(parser, args)
+    check_device(parser, args)
+    device = Device(args)
     extra, generate_extra = [], []
     if args.quick:
         args.work = os.path.join(args.work, "quick")
@@ -224,7 +232,7 @@ def main(argv=None):
         args.updates, args.warmup_updates, args.measure_runs, args.validations = 6, 3, 1, 1
         args.max_sentences = args.max_sentences or 50
         extra, generate_extra = ["--max-tokens", "512"], ["--max-len-b", "10"]
-    args.teacher = os.path.abspath(args.teacher or REFERENCE_TEACHER)
+    args.teacher = os.path.abspath(args.teacher)
     if not os.path.isfile(args.teacher):
         raise SystemExit(f"--teacher {args.teacher}: no such checkpoint (train one with "
                          "scripts/train_teacher_multi30k.sh and pass its checkpoint_best.pt)")
@@ -241,16 +249,14 @@ def main(argv=None):
     from user_dir.tools.measure import machine_description
     args.machine = machine_description()
 
-    data = os.path.join(args.work, "data-bin")
-    subprocess.check_call([sys.executable, "-m", "preprocess.prepare_multi30k", "--src", "de", "--tgt", "en",
-                           "--dest", data], cwd=ROOT)
+    data = multi30k_data_bin()
     references = os.path.join(data, "text", "test.raw.en")
     data_for = {m: data for m in grid}
     if "seq-kd" in chosen:
         data_for["seq-kd"] = os.path.join(args.work, "data-bin-seqkd")
         if not os.path.isfile(os.path.join(data_for["seq-kd"], "DONE")):
             subprocess.check_call([sys.executable, "-m", "user_dir.tools.seq_kd_data", data, "--path", args.teacher,
-                                   "--dest", data_for["seq-kd"], "--cpu"], cwd=ROOT)
+                                   "--dest", data_for["seq-kd"], *device.tool()], cwd=ROOT)
             open(os.path.join(data_for["seq-kd"], "DONE"), "w").close()
     runs = [(m, s) for m in chosen for s in args.seeds] + [(m, args.seeds[0]) for m in ablations if m not in chosen]
     budget = f"u{args.updates}-w{args.warmup_updates}-e{args.enc_dim}-d{args.dec_dim}"
@@ -260,13 +266,15 @@ def main(argv=None):
     def train_and_decode(m, s):
         run_dir = os.path.join(seed_dir(args.work, s), budget, run_name.get(m, m))
         trained = run_stages(run_dir, data_for[m], args.teacher, grid[m][2], grid[m][3], s, args.updates,
-                             args.warmup_updates, args.threads, args.lr_warmup, extra, args.plan)
+                             args.warmup_updates, args.threads, args.lr_warmup, extra, args.plan, device)
         hyps = os.path.join(run_dir, "hypotheses")
         trained["hypotheses_last"] = generate_hypotheses(data, trained["last"], os.path.join(hyps, "test.last.txt"),
-                                                         args.threads, generate_extra, args.max_sentences)
+                                                         args.threads, generate_extra, args.max_sentences,
+                                                         device=device)
         if trained["best"] and len(args.plan[1]) > 1:  # best-of-1 is the last checkpoint
             trained["hypotheses_best"] = generate_hypotheses(data, trained["best"], os.path.join(hyps, "test.best.txt"),
-                                                             args.threads, generate_extra, args.max_sentences)
+                                                             args.threads, generate_extra, args.max_sentences,
+                                                             device=device)
         for which in ("last", "best"):
             path = trained.get(f"hypotheses_{which}")
             trained[f"sacrebleu_{which}"] = sacrebleu_of(path, references) if path else None
@@ -292,7 +300,7 @@ def main(argv=None):
     cmd = [sys.executable, "-m", "user_dir.tools.measure", data, "--path", args.teacher,
            *[details[n]["last"] for n in names[1:]], "--names", *names,
            "--raw-reference", references, "--beam", "5", "--batch-size", "128",
-           "--runs", str(args.measure_runs), "--out", measure_md, "--json", table_json]
+           "--runs", str(args.measure_runs), "--out", measure_md, "--json", table_json, *device.measure()]
     if args.max_sentences:
         cmd += ["--max-sentences", str(args.max_sentences)]
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -319,7 +327,7 @@ def main(argv=None):
                                   can_dim=args.can_dim, can_encoder_layers=args.can_encoder_layers,
                                   measure_runs=args.measure_runs, measure_md=measure_md, seeds=args.seeds,
                                   validations=args.validations, plan=list(args.plan), lr_warmup=args.lr_warmup,
-                                  threads=args.threads))
+                                  threads=args.threads, device=str(device)))
     write_json(table_json, measured)
     write_table(measured, out, grid, args, command)
 

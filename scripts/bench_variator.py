@@ -62,15 +62,15 @@ import subprocess
 import sys
 import time
 
-from benchlib import (ROOT, SHARED, add_seed_arguments, aggregate, bleu_comparison,
-                      default_out, difference, fairseq_train_seconds, fc_flags, fmt, glue_comparison, hypotheses_from_generate,
-                      is_summary, logger, multi30k_references, num, protocol_text, run, seed_dir, seeds_of,
-                      seeds_text, selection_flags, sha256_of, significance_lines, stage, validation_plan,
+from benchlib import (ROOT, SHARED, add_device_args, add_seed_arguments, add_teacher_arguments, aggregate,
+                      bleu_comparison, check_device, default_out, Device, difference, fairseq_train_seconds, fc_flags,
+                      fmt, glue_comparison, hypotheses_from_generate, is_summary, logger, multi30k_data_bin,
+                      multi30k_references, num, protocol_text, run, run_jobs, seed_dir, seeds_of, seeds_text,
+                      selection_flags, sha256_of, shared_path, significance_lines, stage, validation_plan,
                       validation_updates, write_json, write_text)
 from benchlib import machine as machine_text
 from glue_bench import glue_scores, predictions_path, read_labels, rel, teacher_record
 
-TEACHER_DIR = os.path.join(SHARED, "teachers", "multi30k.de-en")
 # the reference teacher's architecture (its README)
 TRANSLATION_ARCH = ["--arch", "transformer_iwslt_de_en", "--encoder-layers", "3", "--decoder-layers", "3",
                     "--encoder-embed-dim", "256", "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
@@ -78,7 +78,7 @@ TRANSLATION_ARCH = ["--arch", "transformer_iwslt_de_en", "--encoder-layers", "3"
                     "--decoder-attention-heads", "4", "--share-all-embeddings"]
 OPTIM = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-3", "--lr-scheduler", "inverse_sqrt",
          "--warmup-updates", "50", "--warmup-init-lr", "1e-7", "--criterion", "variator_distill",
-         "--log-format", "simple", "--log-interval", "25", "--no-epoch-checkpoints", "--num-workers", "0", "--cpu"]
+         "--log-format", "simple", "--log-interval", "25", "--no-epoch-checkpoints", "--num-workers", "0"]
 LR_TEXT = "Adam, lr 1e-3, inverse_sqrt with a 50-update warm-up, the same for every plugin"
 GLUE_TASKS = {"SST-2": ("accuracy", 32), "MRPC": ("f1", 16), "RTE": ("accuracy", 16)}
 ABLATIONS = {"k4-mean": "w/o Com (mean pooling)", "k4-copy": "w/o DeCom (copy)",
@@ -110,14 +110,16 @@ def check_backbone(directory, backbone):
 
 
 def train_plugin(directory, data, task_flags, backbone, k, updates, extra, threads, seed, plan, best_metric=None,
-                 maximize=False):
+                 maximize=False, device=None):
     """fairseq-train a plugin of ratio k on ``backbone`` with seed ``seed``, validated at ``plan``'s points
     (benchlib.validation_plan); export the last checkpoint as ``directory/plugin_last.pt`` and, with two or
     more validations, the best of them (by ``best_metric``, default the validation loss: the distillation MSE)
-    as ``plugin_best.pt``. Returns {"last", "best" (absent without it), "train_seconds", "validations"}."""
+    as ``plugin_best.pt``; on ``device`` (benchlib.Device's argument, default the CPU). Returns {"last", "best"
+    (absent without it), "train_seconds", "validations"}."""
     py = sys.executable
-    train = [py, "-m", "fairseq_cli.train", data, "--user-dir", "user_dir", *task_flags,
-             "--variator-backbone", backbone, "--variator-ratio", k, *extra, *OPTIM, "--seed", seed,
+    train = [*Device(device).train(), data, "--user-dir", "user_dir", *task_flags,
+             "--variator-backbone", backbone, "--variator-ratio", k, *extra, *OPTIM, *Device(device).train_flags(),
+             "--seed", seed,
              *selection_flags(plan, 0, int(updates), best_metric, maximize),
              "--max-update", updates, "--save-dir", os.path.join(directory, "checkpoints")]
     exports = [("checkpoint_last.pt", "plugin_last.pt")] + ([("checkpoint_best.pt", "plugin_best.pt")]
@@ -131,14 +133,14 @@ def train_plugin(directory, data, task_flags, backbone, k, updates, extra, threa
                 validations=validation_updates(os.path.join(directory, "log.txt")))
 
 
-def bleu_of(directory, data, teacher, plugin, k, threads):
+def bleu_of(directory, data, teacher, plugin, k, threads, device=None):
     """BLEU4 of fairseq-generate (beam 5) on test, the teacher with plugin ``plugin`` of ratio k, and its
     detokenised hypotheses (``directory/hypotheses.txt``, in test-set order)."""
     out = os.path.join(directory, "generate.txt")
     if not os.path.exists(out):
         cmd = [sys.executable, "-m", "fairseq_cli.generate", data, "--user-dir", "user_dir",
                "--task", "variator_translation", "--path", teacher, "--variator-ratio", str(k),
-               "--gen-subset", "test", "--beam", "5", "--batch-size", "128", "--remove-bpe", "--cpu"]
+               "--gen-subset", "test", "--beam", "5", "--batch-size", "128", "--remove-bpe", *Device(device).fairseq()]
         if plugin:
             cmd += ["--variator-plugins", plugin]
         os.makedirs(directory, exist_ok=True)
@@ -163,7 +165,7 @@ def encoder_cost(json_path, data, backbone, plugins, args, generate=0):
         if generate:
             cmd += ["--generate", str(generate), "--gen-batch-size", "128", "--beam", "5", "--gen-runs",
                     str(args.e2e_runs)]
-        run(cmd, json_path + ".log", args.cost_threads)
+        run(cmd, json_path + ".log", args.cost_threads, alone=True)  # timed: no other command of this run
         os.replace(json_path + ".tmp", json_path)
     return json.load(open(json_path))
 
@@ -185,9 +187,9 @@ def over_seeds(by_seed, keep=("plugin",)):
 
 
 def translation(args, work):
-    data, teacher = os.path.join(TEACHER_DIR, "data-bin"), os.path.join(TEACHER_DIR, "teacher.pt")
+    data, teacher = args.data or multi30k_data_bin(), args.teacher
     if not os.path.isfile(teacher):
-        sys.exit(f"bench_variator: the reference teacher {teacher} is missing (../shared or FAIRSEQ_COMPRESS_SHARED)")
+        sys.exit(f"bench_variator: --teacher {teacher}: no such checkpoint")
     task = ["--task", "variator_translation", *TRANSLATION_ARCH, "--max-tokens", "4096",
             "--variator-bottleneck", str(args.bottleneck)]
     variants = {f"k{k}": (k, []) for k in args.ratios}
@@ -195,21 +197,28 @@ def translation(args, work):
                      "k4-copy": (4, ["--variator-decompression", "copy"]),
                      "k4-att-kv": (4, ["--variator-place", "att-kv"])} if not args.no_ablations else {})
     plan = validation_plan(int(args.updates), int(args.updates), args.validations, "--validations")
-    bleu, teacher_hyps = bleu_of(os.path.join(work, "translation", "teacher"), data, teacher, None, 0, args.threads)
+    bleu, teacher_hyps = bleu_of(os.path.join(work, "translation", "teacher"), data, teacher, None, 0, args.threads,
+                                 args)
     rows = {"teacher": {"name": "teacher (no plugin)", "k": 0, "bleu": bleu, "hypotheses": rel(teacher_hyps)}}
     by_seed = {name: {} for name in variants}
-    for seed in args.seeds:
-        for name, (k, extra) in variants.items():
-            directory = os.path.join(seed_dir(work, seed), "translation", name)
-            log(f"translation {name}, seed {seed}")
-            plugin = train_plugin(directory, data, task, teacher, k, args.updates, extra, args.threads, seed, plan)
-            row = {"name": name, "k": k, "plugin": rel(plugin["last"]), "train_seconds": plugin["train_seconds"],
-                   "validations": plugin["validations"]}
-            row["bleu"], row["hypotheses"] = bleu_of(directory, data, teacher, plugin["last"], k, args.threads)
-            if "best" in plugin:
-                row["bleu_best"], _ = bleu_of(os.path.join(directory, "best"), data, teacher, plugin["best"], k,
-                                              args.threads)
-            by_seed[name][seed] = row
+
+    def train(job):
+        seed, (name, (k, extra)) = job
+        directory = os.path.join(seed_dir(work, seed), "translation", name)
+        log(f"translation {name}, seed {seed}")
+        plugin = train_plugin(directory, data, task, teacher, k, args.updates, extra, args.threads, seed, plan,
+                              device=args)
+        row = {"name": name, "k": k, "plugin": rel(plugin["last"]), "train_seconds": plugin["train_seconds"],
+               "validations": plugin["validations"]}
+        row["bleu"], row["hypotheses"] = bleu_of(directory, data, teacher, plugin["last"], k, args.threads, args)
+        if "best" in plugin:
+            row["bleu_best"], _ = bleu_of(os.path.join(directory, "best"), data, teacher, plugin["best"], k,
+                                          args.threads, args)
+        return row
+
+    jobs = [(seed, variant) for seed in args.seeds for variant in variants.items()]
+    for (seed, (name, _)), row in zip(jobs, run_jobs(train, jobs, args.jobs)):
+        by_seed[name][seed] = row
     rows.update({name: over_seeds(by_seed[name]) for name in variants})
     references = multi30k_references(os.path.join(work, "translation", "test.raw.en"))
     comparisons = []
@@ -249,9 +258,7 @@ def pretraining_data(args, model_dir, work):
     unlabelled pre-training text; prepared here when only other tasks' teachers were trained (TASKS=RTE)."""
     data = os.path.join(args.glue_work, "data-bin", "SST-2.wordpiece")
     if not os.path.isfile(os.path.join(data, "input0", "train.bin")):
-        glue_dir = os.path.join(SHARED, "data", "glue")
-        if not os.path.isdir(glue_dir):
-            sys.exit(f"bench_variator: no GLUE TSVs at {glue_dir} to prepare SST-2's pre-training sentences from")
+        glue_dir = shared_path("data", "glue", what="the GLUE TSVs (SST-2's sentences: the plugins' pre-training text)")
         run([sys.executable, "-m", "preprocess.prepare_glue", "--task", "SST-2", "--glue-dir", glue_dir, "--dest", data,
              "--tokenizer", "wordpiece", "--wordpiece-vocab", model_dir, "--dict", os.path.join(model_dir, "dict.txt"),
              "--max-length", "128"], os.path.join(work, "prepare_sst2.log"), args.threads)
@@ -270,14 +277,17 @@ def glue(args, work):
     sweep = args.tasks if args.glue_sweep is None else args.glue_sweep
     ratios_of = {task: (args.ratios if task in sweep else [4]) for task in args.tasks}
     plan = validation_plan(int(args.glue_updates), int(args.glue_updates), args.glue_validations, "--glue-validations")
-    for seed in args.seeds:  # plugin pre-training: the pre-trained MiniLM, unlabelled SST-2 sentences, no validation
-        for k in sorted({k for ks in ratios_of.values() for k in ks}):
-            log(f"GLUE pre-training k={k}, seed {seed}")
-            data = pretraining_data(args, model_dir, work)
-            pretrained[(seed, k)] = train_plugin(
-                os.path.join(seed_dir(work, seed), "glue", "pretrain", f"k{k}"), data, common[2:],
-                os.path.join(model_dir, "model.pt"), k, args.glue_pretrain_updates, ["--batch-size", "32"],
-                args.threads, seed, (0, []))["last"]
+    data = pretraining_data(args, model_dir, work)
+
+    def pretrain(job):  # plugin pre-training: the pre-trained MiniLM, unlabelled SST-2 sentences, no validation
+        seed, k = job
+        log(f"GLUE pre-training k={k}, seed {seed}")
+        return train_plugin(os.path.join(seed_dir(work, seed), "glue", "pretrain", f"k{k}"), data, common[2:],
+                            os.path.join(model_dir, "model.pt"), k, args.glue_pretrain_updates, ["--batch-size", "32"],
+                            args.threads, seed, (0, []), device=args)["last"]
+
+    jobs = [(seed, k) for seed in args.seeds for k in sorted({k for ks in ratios_of.values() for k in ks})]
+    pretrained.update(zip(jobs, run_jobs(pretrain, jobs, args.jobs)))
     for task in args.tasks:
         metric, bsz = GLUE_TASKS[task]
         data = os.path.join(args.glue_work, "data-bin", f"{task}.wordpiece")
@@ -292,14 +302,14 @@ def glue(args, work):
         record = teacher_record(teacher, metric, base[metric])
         results = {"0": {"scores": base, "examples": examples, "predictions": rel(predictions_path(base_file))}}
         for k in ratios_of[task]:
-            by_seed = {}
-            for seed in args.seeds:
+
+            def adapt(seed):
                 log(f"GLUE {task} adaptation k={k}, seed {seed}")
                 directory = os.path.join(adaptation_dir(os.path.join(seed_dir(work, seed), "glue"), task, record), f"k{k}")
                 plugin = train_plugin(directory, data, common[2:] + ["--glue-task", task, "--variator-plugins",
                                                                      pretrained[(seed, k)]], teacher, k,
                                       args.glue_updates, ["--batch-size", str(bsz)], args.threads, seed, plan,
-                                      metric, maximize=True)
+                                      metric, maximize=True, device=args)
                 chosen = plugin.get(args.glue_select, plugin["last"])
                 scores = {}
                 for name, path in (("scores", chosen), ("last", plugin["last"]), ("best", plugin.get("best")),
@@ -309,10 +319,11 @@ def glue(args, work):
                         scores[name] = glue_scores(teacher, setup, task, out, args.threads, variator_plugins=path,
                                                    variator_ratio=k)
                         scores[name].pop("examples")
-                by_seed[seed] = dict(scores, plugin=rel(chosen), train_seconds=plugin["train_seconds"],
-                                     validations=plugin["validations"],
-                                     predictions=predictions_path(os.path.join(directory, "dev_scores.json")))
-            results[str(k)] = over_seeds(by_seed)
+                return dict(scores, plugin=rel(chosen), train_seconds=plugin["train_seconds"],
+                            validations=plugin["validations"],
+                            predictions=predictions_path(os.path.join(directory, "dev_scores.json")))
+
+            results[str(k)] = over_seeds(dict(zip(args.seeds, run_jobs(adapt, args.seeds, args.jobs))))
         comparisons = [glue_comparison(f"k={k} vs the teacher (no plugin)", f"k{k}", "teacher",
                                        [os.path.join(ROOT, results[str(k)]["predictions"][str(s)]) for s in args.seeds],
                                        [predictions_path(base_file)] * len(args.seeds),
@@ -411,7 +422,9 @@ def upgrade_legacy(old, md, glue_md, rev):
         some = next(r for r in cost_rows if r["plugin_params"])
         new["translation"] = dict(header, settings={"updates": int(args.updates), "bottleneck": args.bottleneck,
                                                     "ratios": args.ratios, "threads": args.threads},
-                                  teacher={"checkpoint": os.path.join(TEACHER_DIR, "teacher.pt")},
+                                  # the legacy rows' teacher: the original file beside the checkout
+                                  teacher={"checkpoint": os.path.join(SHARED, "teachers", "multi30k.de-en",
+                                                                      "teacher.pt")},
                                   rows={n: {**r, "plugin": rel(r["plugin"]) if "plugin" in r else None}
                                         for n, r in rows.items()},
                                   cost={"rows": cost_rows, "runs": args.cost_runs, "threads": args.cost_threads,
@@ -743,6 +756,10 @@ def build_parser():
                    help="scripts/glue_teachers.sh's work folder: the imported MiniLM, the data and TASK/checkpoints")
     p.add_argument("--no-ablations", action="store_true")
     p.add_argument("--threads", type=int, default=1, help="torch threads of each training run")
+    add_device_args(p)
+    p.add_argument("--jobs", type=int, default=1, help="plugins trained at once (default 1); the timings wait until "
+                   "none trains")
+    add_teacher_arguments(p, role="the backbone", scope="translation: ")
     p.add_argument("--cost-threads", type=int, default=2, help="torch threads of the timed encoder")
     p.add_argument("--cost-runs", type=int, default=7)
     p.add_argument("--e2e-sentences", type=int, default=1000,
@@ -769,6 +786,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.seeds = seeds_of(parser, args)
+    check_device(parser, args)
     args.out = args.out if args.out.endswith(".md") else args.out + ".md"  # --out results/x: x.md and x.json
     args.work = args.work or default_work(args.out)
     if args.quick:

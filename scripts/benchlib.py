@@ -24,6 +24,8 @@ Conventions every driver follows (issue 32):
   (:func:`bleu_comparison`, :func:`glue_comparison`, :func:`significance_lines`), from per-seed per-example
   outputs (detokenised hypotheses in test-set order, or GLUE dev predictions as JSON lists).
 """
+import concurrent.futures
+import contextlib
 import functools
 import gzip
 import hashlib
@@ -35,13 +37,132 @@ import shlex
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# data that does not ship with the package (GLUE TSVs, IWSLT'14, the original teacher file): beside the checkout
 SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
 WORK = os.path.join(ROOT, "work")  # what a run writes, unless told otherwise (git ignores it)
+# what ships: the reference Multi30k DE->EN teacher (the original's weights, bit for bit), its BPE codes and
+# dictionary (checkpoints/multi30k.de-en/README.md), and the Multi30k text (preprocess/data)
+SHIPPED_TEACHER_DIR = os.path.join(ROOT, "checkpoints", "multi30k.de-en")
+SHIPPED_TEACHER = os.path.join(SHIPPED_TEACHER_DIR, "teacher.pt")
+MULTI30K_TEXT = os.path.join(ROOT, "preprocess", "data", "multi30k.de-en")
+MULTI30K_DATA = os.path.join(WORK, "data-bin", "multi30k.de-en")  # the teacher's data-bin, built on demand
 if ROOT not in sys.path:  # the package (user_dir, preprocess) for the steps drivers run in-process
     sys.path.insert(0, ROOT)
+
+
+# ---- what ships, what is built on demand, what must be brought --------------------------------------------
+def missing_shared(path, what, flag=None):
+    """The message of a run that needs data that does not ship: the missing path, what it is, and how to point
+    at it (FAIRSEQ_COMPRESS_SHARED, or the driver's own flag)."""
+    how = f"give {flag} or " if flag else ""
+    return (f"{path}: missing -- {what} does not ship with the package; {how}set FAIRSEQ_COMPRESS_SHARED to the "
+            f"folder that holds it (now {SHARED})")
+
+
+def shared_path(*parts, what, flag=None):
+    """``SHARED/<parts>`` when it exists; otherwise the run stops at once with :func:`missing_shared`."""
+    path = os.path.join(SHARED, *parts)
+    if not os.path.exists(path):
+        sys.exit(missing_shared(path, what, flag))
+    return path
+
+
+def add_teacher_arguments(parser, role="the teacher", scope=""):
+    """``--teacher`` (default: the shipped reference teacher) and ``--data`` (default None: :func:`multi30k_data_bin`,
+    resolved when a run needs it) of a driver on the Multi30k DE->EN teacher; ``scope`` prefixes their help."""
+    parser.add_argument("--teacher", default=SHIPPED_TEACHER,
+                        help=f"{scope}{role} (default: the reference Multi30k DE->EN teacher, shipped in "
+                             "checkpoints/multi30k.de-en)")
+    parser.add_argument("--data", default=None,
+                        help=f"{scope}its data-bin (default: built once from the embedded Multi30k with the shipped "
+                             "teacher's codes and dictionary, work/data-bin/multi30k.de-en)")
+
+
+def multi30k_data_bin(dest=MULTI30K_DATA):
+    """The shipped teacher's data-bin (byte-identical to the one it was trained on): the embedded Multi30k
+    through ``preprocess.prepare_multi30k`` with the teacher's BPE codes and dictionary, built once at ``dest``
+    (about 20 s; a lock makes parallel drivers wait for the first). Returns ``dest``."""
+    import fcntl
+
+    if not os.path.isfile(os.path.join(dest, "DONE")):
+        os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+        with open(dest + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not os.path.isfile(os.path.join(dest, "DONE")):
+                run([sys.executable, "-m", "preprocess.prepare_multi30k", "--dest", dest, "--raw-dir", MULTI30K_TEXT,
+                     "--bpe-codes", os.path.join(SHIPPED_TEACHER_DIR, "code"),
+                     "--srcdict", os.path.join(SHIPPED_TEACHER_DIR, "dict.de.txt")], dest + ".log", 2)
+                open(os.path.join(dest, "DONE"), "w").close()
+    return dest
+
+
+# ---- device and precision -----------------------------------------------------------------------------------
+DEVICES = ("cpu", "cuda")
+
+
+def add_device_args(parser):
+    """``--device {cpu,cuda}`` (default cpu: every committed command unchanged) and ``--fp16`` / ``--bf16``: the
+    one device option set of every benchmark driver (issue 45); :func:`check_device` refuses what cannot run."""
+    group = parser.add_argument_group("device and precision")
+    group.add_argument("--device", choices=DEVICES, default="cpu",
+                       help="where fairseq and the tools run (default cpu; cuda: the current GPU, several runs of "
+                            "--jobs sharing it)")
+    precision = group.add_mutually_exclusive_group()
+    precision.add_argument("--fp16", action="store_true",
+                           help="train and decode in float16 with loss scaling (fairseq's --fp16; --device cuda only)")
+    precision.add_argument("--bf16", action="store_true",
+                           help="train and decode in bfloat16 (fairseq's --bf16, trained through fc-train-bf16: stock "
+                                "fairseq-train --bf16 implies --tpu)")
+
+
+def check_device(parser, args):
+    """Refuse, naming the flags, a device and precision fairseq cannot run: --fp16 on the CPU (fairseq's float16
+    optimizer needs CUDA kernels)."""
+    if args.device == "cpu" and args.fp16:
+        parser.error("--fp16 needs --device cuda (fairseq has no float16 training on the CPU; --bf16 runs there)")
+
+
+class Device:
+    """The flags a device and precision (:func:`add_device_args`) turn into: ``Device(args)`` (a Device, or any object
+    with ``device``/``fp16``/``bf16``; missing ones: the CPU in float32)."""
+
+    def __init__(self, args=None):
+        if isinstance(args, Device):
+            self.kind, self.precision = args.kind, args.precision
+            return
+        self.kind = str(getattr(args, "device", "cpu") or "cpu").split(":")[0]  # cuda:1 is a CUDA device
+        self.precision = "fp16" if getattr(args, "fp16", False) else "bf16" if getattr(args, "bf16", False) else "fp32"
+        if self.kind not in DEVICES:
+            raise ValueError(f"--device {self.kind}: expected one of {', '.join(DEVICES)}")
+
+    def fairseq(self):
+        """fairseq-train/-generate/-validate's flags: --cpu on the CPU, --fp16 or --bf16 for the precision."""
+        return (["--cpu"] if self.kind == "cpu" else []) + ([f"--{self.precision}"] if self.precision != "fp32" else [])
+
+    def train(self):
+        """The fairseq-train command of a run (fc-train-bf16's module under --bf16), its device flags not included;
+        on CUDA one process on the current device, so runs of --jobs share one GPU."""
+        module = "user_dir.tools.train_bf16" if self.precision == "bf16" else "fairseq_cli.train"
+        return [sys.executable, "-m", module]
+
+    def train_flags(self):
+        """:meth:`fairseq` for fairseq-train: on CUDA, one process (fairseq otherwise spawns one per visible GPU)."""
+        return self.fairseq() + (["--distributed-world-size", "1"] if self.kind == "cuda" else [])
+
+    def tool(self):
+        """The plug-in's tools (ghost_prune, apc_init, seq_kd_data, ...): --cpu or nothing (they know no precision)."""
+        return ["--cpu"] if self.kind == "cpu" else []
+
+    def measure(self):
+        """fc-measure's flags: --cpu, or --fp16 (it has no bfloat16: a bf16 run is measured in float32)."""
+        return self.tool() + (["--fp16"] if self.precision == "fp16" else [])
+
+    def __repr__(self):
+        return f"{self.kind}/{self.precision}"
 
 
 # ---- logging and running commands --------------------------------------------------------------------
@@ -66,17 +187,59 @@ def command_line(cmd):
     return " ".join(shlex.quote(str(c)) for c in cmd)
 
 
-def run(cmd, logfile, threads):
+class _Quiet:
+    """Commands of one driver run at once (its ``--jobs``), except a timed one, which runs alone: it waits until
+    the others end, and none starts until it ends (a readers-writer lock, the timed command the writer)."""
+
+    def __init__(self):
+        self._cond, self._running, self._alone = threading.Condition(), 0, 0
+
+    @contextlib.contextmanager
+    def hold(self, alone):
+        with self._cond:
+            if alone:
+                self._alone += 1
+                self._cond.wait_for(lambda: self._running == 0)
+                self._running = -1
+            else:
+                self._cond.wait_for(lambda: self._running >= 0 and not self._alone)
+                self._running += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                if alone:
+                    self._alone -= 1
+                    self._running = 0
+                else:
+                    self._running -= 1
+                self._cond.notify_all()
+
+
+_QUIET = _Quiet()
+
+
+def run(cmd, logfile, threads, alone=False):
     """Run ``cmd`` from the checkout in :func:`environment`, its output appended to ``logfile`` after a
-    ``$ command`` line; a failure stops the benchmark naming the log."""
+    ``$ command`` line; a failure stops the benchmark naming the log. ``alone``: a timing (a speed measurement),
+    run with no other command of this process running (:class:`_Quiet`)."""
     os.makedirs(os.path.dirname(os.path.abspath(logfile)), exist_ok=True)
-    with open(logfile, "a") as f:
+    with open(logfile, "a") as f, _QUIET.hold(alone):
         f.write(f"$ {command_line(cmd)}\n")
         f.flush()
         proc = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, env=environment(threads),
                               cwd=ROOT)
     if proc.returncode != 0:
         sys.exit(f"{os.path.basename(sys.argv[0]) or 'benchmark'}: command failed ({proc.returncode}); see {logfile}")
+
+
+def run_jobs(function, items, jobs):
+    """``function(item)`` for every item, ``jobs`` at a time (threads, each running its commands as processes),
+    in the order given; returns the results in that order (the first failure raised)."""
+    if jobs <= 1:
+        return [function(item) for item in items]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(function, items))
 
 
 def invocation(script, argv):
@@ -384,16 +547,18 @@ def hypotheses_from_generate(log, out, lang="en", max_sentences=None):
     return out
 
 
-def generate_hypotheses(data, checkpoint, out, threads, extra=(), max_sentences=None, lang="en"):
+def generate_hypotheses(data, checkpoint, out, threads, extra=(), max_sentences=None, lang="en", device=None):
     """Translate the test set with ``checkpoint`` (stock fairseq-generate, beam 5, batches of 128 sentences,
-    BPE removed, as user_dir.tools.measure decodes) and keep the detokenised hypotheses at ``out`` (skipped
-    when ``out`` exists). Returns ``out``."""
+    BPE removed, as user_dir.tools.measure decodes) on ``device`` (:class:`Device`'s argument; default the CPU)
+    and keep the detokenised hypotheses at ``out`` (skipped when ``out`` exists). Returns ``out``."""
     if not os.path.isfile(out):
         log = out + ".generate.log"
         if os.path.exists(log):
             os.remove(log)
         run([sys.executable, "-m", "fairseq_cli.generate", data, "--user-dir", "user_dir", "--path", checkpoint,
-             "--gen-subset", "test", "--beam", "5", "--batch-size", "128", "--remove-bpe", "--cpu", *extra], log, threads)
+             "--gen-subset", "test", "--beam", "5", "--batch-size", "128", "--remove-bpe", *Device(device).fairseq(),
+             *extra],
+            log, threads)
         hypotheses_from_generate(log, out, lang, max_sentences)
     return out
 
@@ -409,11 +574,10 @@ def fairseq_bleu(log):
 
 def multi30k_references(dest):
     """The Multi30k test_2016_flickr English references as the reference teacher's test set holds them
-    (lowercased, untokenised: the teacher's README), written to ``dest`` once; returns ``dest``."""
+    (lowercased, untokenised: the teacher's README), from the embedded copy, written to ``dest`` once; returns
+    ``dest``."""
     if not os.path.isfile(dest):
-        source = os.path.join(SHARED, "data", "multi30k.de-en", "test_2016_flickr.en.gz")
-        if not os.path.isfile(source):
-            sys.exit(f"{source}: missing (the shared Multi30k copy; set FAIRSEQ_COMPRESS_SHARED)")
+        source = os.path.join(MULTI30K_TEXT, "test_2016_flickr.en.gz")
         write_lines(dest, [line.lower() for line in read_lines(source)])
     return dest
 

@@ -10,7 +10,7 @@ import statistics
 import sys
 import time
 
-from benchlib import ROOT, sha256_of, write_json, write_predictions
+from benchlib import ROOT, Device, sha256_of, write_json, write_predictions
 
 
 def rel(path):
@@ -79,13 +79,14 @@ def glue_setup(args, task):
 
 def glue_train_flags(args, updates, lr, seed):
     """Table 8 (GhostBERT), bounded by ``updates``: batch --glue-batch-size, Adam (0.9, 0.999), no warm-up,
-    linear decay to 0, weight decay 0, clipping 1, dropout and attention dropout 0.1."""
+    linear decay to 0, weight decay 0, clipping 1, dropout and attention dropout 0.1; on ``args``' device
+    (benchlib.Device: --device, --fp16/--bf16; the CPU where the driver has none)."""
     return ["--optimizer", "adam", "--adam-betas", "(0.9,0.999)", "--adam-eps", "1e-6", "--lr", str(lr),
             "--lr-scheduler", "polynomial_decay", "--total-num-update", str(updates), "--warmup-updates", "0",
             "--end-learning-rate", "0", "--clip-norm", "1", "--dropout", "0.1", "--attention-dropout", "0.1",
             "--weight-decay", "0", "--batch-size", str(args.glue_batch_size), "--max-update", str(updates),
             "--log-format", "simple", "--log-interval", "10", "--no-epoch-checkpoints", "--num-workers", "0",
-            "--cpu", "--seed", str(seed)]
+            *Device(args).train_flags(), "--seed", str(seed)]
 
 
 def predictions_path(scores_path):

@@ -9,9 +9,9 @@ import logging
 import os
 import sys
 
-from benchlib import ROOT, SHARED, fairseq_train_seconds, selection_flags, stage, validation_updates
+from benchlib import ROOT, SHIPPED_TEACHER, Device, fairseq_train_seconds, selection_flags, stage, validation_updates
 
-REFERENCE_TEACHER = os.path.join(SHARED, "teachers", "multi30k.de-en", "teacher.pt")
+REFERENCE_TEACHER = SHIPPED_TEACHER  # the reference teacher as it ships (checkpoints/multi30k.de-en)
 
 # Optimisation shared by every student: the teacher's recipe (Adam, inverse_sqrt) with the lr
 # warm-up shortened to fit CPU-scale budgets, and dropout 0.1 for students of ~0.5M non-embedding
@@ -103,32 +103,34 @@ def stage_updates(share, updates, warmup_updates):
     return {"warmup": warmup_updates, "rest": updates - warmup_updates, "all": updates}[share]
 
 
-def train_command(data, teacher, arch, criterion, n, seed, lr_warmup, save_dir, previous, extra, selection=()):
+def train_command(data, teacher, arch, criterion, n, seed, lr_warmup, save_dir, previous, extra, selection=(),
+                  device=None):
     """The fairseq-train arguments (after ``fairseq-train``) of one stage of ``n`` updates; ``selection``: its
-    validation flags (benchlib.selection_flags)."""
+    validation flags (benchlib.selection_flags); ``device``: benchlib.Device's argument (default the CPU)."""
     name = criterion[criterion.index("--criterion") + 1]
     args = [data, "--user-dir", os.path.join(ROOT, "user_dir"), *arch, *criterion, *OPTIM,
             "--warmup-updates", str(min(lr_warmup, max(1, n // 2))),
             *([] if name in TEACHER_FREE else ["--teacher-path", teacher]),
-            "--max-update", str(n), "--max-epoch", "1000", "--seed", str(seed), "--cpu",
+            "--max-update", str(n), "--max-epoch", "1000", "--seed", str(seed), *Device(device).train_flags(),
             "--save-dir", save_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "50",
             *selection, *extra]
     return args + (["--finetune-from-model", previous] if previous else [])
 
 
 def run_stages(run_dir, data, teacher, arch, stages, seed, updates, warmup_updates, threads, lr_warmup, extra,
-               plan=(0, [])):
+               plan=(0, []), device=None):
     """Train one (method, seed) run, each stage a resumable benchlib stage (``DONE``, ``settings.json``, its
     fairseq log ``train.log``), validated at ``plan``'s points of the whole budget (benchlib.validation_plan).
     Returns {"last", "best" (None without validation), "seconds" (fairseq's training time), "validations"
-    (the update counts of the whole budget at which it was validated)}."""
+    (the update counts of the whole budget at which it was validated)}; ``device``: benchlib.Device's argument."""
     previous, start, seconds, validations, best = None, 0, 0.0, [], None
     for name, criterion, share in stages:
         save_dir = os.path.join(run_dir, name)
         n = stage_updates(share, updates, warmup_updates)
         selection = selection_flags(plan, start, n, best_metric="loss")
-        cmd = [sys.executable, "-m", "fairseq_cli.train",
-               *train_command(data, teacher, arch, criterion, n, seed, lr_warmup, save_dir, previous, extra, selection)]
+        cmd = [*Device(device).train(),
+               *train_command(data, teacher, arch, criterion, n, seed, lr_warmup, save_dir, previous, extra, selection,
+                              device)]
         log = os.path.join(save_dir, "train.log")
         stage(save_dir, [cmd], threads, logfile=log)
         seconds += fairseq_train_seconds(log)

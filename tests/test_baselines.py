@@ -223,14 +223,18 @@ def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
     """The benchmark runner end to end on one method: trains (in seed 1's folder, validated at the planned
     update only), measures, keeps the test hypotheses, writes the table, its raw measurement and the plots;
     --render writes the table again from the raw measurement alone; a second call retrains nothing, decodes
-    nothing and measures nothing."""
+    nothing and measures nothing. As on a fresh clone: nothing beside the checkout (FAIRSEQ_COMPRESS_SHARED an
+    empty folder), the shipped teacher by default, the device given through the drivers' --device option."""
     import json
 
     from conftest import clean_env
 
+    empty = tmp_path / "no-shared"
+    empty.mkdir()
+    env = dict(clean_env(), FAIRSEQ_COMPRESS_SHARED=str(empty))
     cmd = [sys.executable, os.path.join(REPO, "scripts", "bench_translation.py"), "--quick", "--methods", "word-kd",
-           "--max-sentences", "10", "--work", str(tmp_path)]
-    first = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=900)
+           "--max-sentences", "10", "--work", str(tmp_path), "--device", "cpu"]
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     table = (tmp_path / "quick" / "translation.md").read_text()
     # the table shows the raw measurement kept beside it, named after it
@@ -241,7 +245,11 @@ def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
     assert f"| teacher | - | {teacher['bleu_tok']:.2f} | {teacher['sacrebleu']:.2f} | 5,529,600 | 100.00% |" in table
     assert f"| word-kd-s1 | {student['bleu_tok']:.2f} | {student['sacrebleu']:.2f} | {student['sentences_per_s']:.1f} |" \
         in table
-    assert raw["settings"]["updates"] == 6 and raw["bench_command"].endswith(f"--work {tmp_path}")
+    assert raw["settings"]["updates"] == 6 and raw["bench_command"].endswith(f"--work {tmp_path} --device cpu")
+    assert raw["settings"]["teacher"] == os.path.join(REPO, "checkpoints", "multi30k.de-en", "teacher.pt")
+    assert raw["settings"]["device"] == "cpu/fp32" and "--cpu" in raw["command"].split()
+    train_log = (tmp_path / "quick" / "seed1" / "u6-w3-e128-d96" / "word-kd" / "kd" / "train.log").read_text()
+    assert "--cpu" in train_log.splitlines()[0].split() and "--fp16" not in train_log.splitlines()[0]
     run = raw["runs"]["word-kd-s1"]
     assert run["validations"] == [6] and raw["settings"]["plan"] == [3, [6]]  # one validation, at the last update
     hypotheses = run["hypotheses_last"]  # the test set's first 10 sentences, detokenised, in order
@@ -251,7 +259,7 @@ def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
     # --render writes the same table again from the JSON alone
     rendered = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench_translation.py"), "--render",
                                str(tmp_path / "quick" / "translation.json"), "--out", str(tmp_path / "quick" / "translation.md")],
-                              capture_output=True, text=True, env=clean_env(), cwd=REPO)
+                              capture_output=True, text=True, env=env, cwd=REPO)
     assert rendered.returncode == 0, rendered.stderr[-3000:]
     again = (tmp_path / "quick" / "translation.md").read_text()
     assert again.split("Raw measurement")[0] == table.split("Raw measurement")[0]
@@ -259,14 +267,14 @@ def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
     done = tmp_path / "quick" / "seed1" / "u6-w3-e128-d96" / "word-kd" / "kd" / "DONE"
     assert done.is_file()
     stamp, decoded = done.stat().st_mtime, os.stat(hypotheses).st_mtime
-    second = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=900)
+    second = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
     assert second.returncode == 0, second.stderr[-3000:]
     assert done.stat().st_mtime == stamp and "not measuring again" in second.stderr
     assert os.stat(hypotheses).st_mtime == decoded
     # the reused measurement keeps the load it ran under (the speed columns' caveat)
     assert "1-minute load average when the measurement ended" in (tmp_path / "quick" / "translation.md").read_text()
     bad = subprocess.run(cmd + ["--ablations", "pet-layers-diagonal"], capture_output=True, text=True,
-                         env=clean_env(), cwd=REPO)
+                         env=env, cwd=REPO)
     assert bad.returncode != 0 and "unknown ['pet-layers-diagonal']" in bad.stderr
 
 

@@ -148,3 +148,82 @@ def test_no_script_loads_another_script_and_every_driver_imports_as_a_module():
         assert proc.returncode == 0, (driver, proc.stderr[-2000:])
         if driver.startswith("bench_"):
             assert "--seeds" in proc.stdout, driver
+
+
+def _device(argv):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="driver")
+    benchlib.add_device_args(parser)
+    args = parser.parse_args(argv)
+    benchlib.check_device(parser, args)
+    return benchlib.Device(args)
+
+
+def test_device_options_turn_into_fairseqs_and_the_tools_flags(capsys):
+    """Issue 45: --device/--fp16/--bf16, the one option set of every driver, in place of the --cpu every driver
+    hard-coded. The CPU (the default) keeps today's --cpu; CUDA runs one fairseq process per run (several --jobs
+    share the GPU); fp16 reaches fairseq and fc-measure; bf16 trains through fc-train-bf16 (stock fairseq-train
+    --bf16 implies --tpu); fp16 on the CPU and fp16 with bf16 are refused, naming the flags. No GPU is needed: the
+    commands are parsed by fairseq's own parser."""
+    from fairseq import options
+
+    import translation_students as students
+
+    cpu = _device([])
+    assert (cpu.fairseq(), cpu.train_flags(), cpu.tool(), cpu.measure()) == (["--cpu"], ["--cpu"], ["--cpu"], ["--cpu"])
+    assert cpu.train()[1:] == ["-m", "fairseq_cli.train"] and benchlib.Device(None).fairseq() == ["--cpu"]
+    fp16 = _device(["--device", "cuda", "--fp16"])
+    assert fp16.fairseq() == ["--fp16"] and fp16.tool() == [] and fp16.measure() == ["--fp16"]
+    assert fp16.train_flags() == ["--fp16", "--distributed-world-size", "1"] and fp16.train()[-1] == "fairseq_cli.train"
+    bf16 = _device(["--device", "cuda", "--bf16"])
+    assert bf16.fairseq() == ["--bf16"] and bf16.measure() == [] and bf16.train()[-1] == "user_dir.tools.train_bf16"
+    assert _device(["--bf16"]).fairseq() == ["--cpu", "--bf16"]  # fc-train-bf16 trains on the CPU too
+    assert benchlib.Device(type("A", (), {"device": "cuda:1"})()).tool() == []
+    for bad, words in ((["--fp16"], "--fp16 needs --device cuda"), (["--device", "cuda", "--fp16", "--bf16"],
+                                                                     "not allowed with argument --fp16"),
+                       (["--device", "tpu"], "invalid choice")):
+        with pytest.raises(SystemExit):
+            _device(bad)
+        assert words in capsys.readouterr().err, bad
+    # the translation benchmark's stage command on CUDA in fp16, as fairseq-train parses it
+    pet = students.methods(128, 96, 96, 6)["pet"]
+    argv = students.train_command("data-bin", "teacher.pt", pet[2], pet[3][1][1], 10, 1, 5, "save", None, [],
+                                  device=fp16)
+    parsed = options.parse_args_and_arch(options.get_training_parser(), argv)
+    assert parsed.fp16 and not parsed.cpu and parsed.distributed_world_size == 1
+    parsed = options.parse_args_and_arch(options.get_training_parser(), students.train_command(
+        "data-bin", "teacher.pt", pet[2], pet[3][1][1], 10, 1, 5, "save", None, []))
+    assert parsed.cpu and not parsed.fp16  # the default: today's CPU command
+
+
+def test_a_timed_command_runs_alone_among_the_jobs():
+    """benchlib.run(..., alone=True), a speed measurement among --jobs runs: it waits until the running commands
+    end, and no command starts while it runs."""
+    import threading
+    import time
+
+    quiet, events = benchlib._Quiet(), []
+
+    def job(name, alone, hold):
+        with quiet.hold(alone):
+            events.append(("start", name))
+            time.sleep(hold)
+            events.append(("end", name))
+
+    threads = [threading.Thread(target=job, args=(name, False, 0.3)) for name in ("a", "b")]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    timed = threading.Thread(target=job, args=("timed", True, 0.2))
+    timed.start()
+    time.sleep(0.05)
+    late = threading.Thread(target=job, args=("c", False, 0.05))  # asks after the timing asked: waits for it
+    late.start()
+    for t in threads + [timed, late]:
+        t.join()
+    order = [e for e in events]
+    start, end = order.index(("start", "timed")), order.index(("end", "timed"))
+    assert order[end - 1] == ("start", "timed") and start > max(order.index(("end", "a")), order.index(("end", "b")))
+    assert order.index(("start", "c")) > end
+    assert [r for r in benchlib.run_jobs(lambda x: x * x, [1, 2, 3], 2)] == [1, 4, 9]

@@ -1,0 +1,144 @@
+"""Every benchmark driver's defaults on a fresh clone: nothing beside the checkout (FAIRSEQ_COMPRESS_SHARED an empty
+folder, as ``git clone`` leaves it: CI always has ../shared, so these tests force the empty folder). A default path
+is what ships (the teacher in checkpoints/, the embedded Multi30k), what a run writes or builds under work/, or --
+for data that does not ship (IWSLT'14, the GLUE TSVs) -- the driver stops at once with a message naming the missing
+path and how to point at it (issue 43). And the device options every driver shares (issue 45) parse with the names
+the GPU campaign calls them by."""
+import filecmp
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, TEACHER_DIR, clean_env, needs_teacher
+
+DRIVERS = ["bench_translation", "bench_apc", "bench_apc_glue", "bench_ghost", "bench_variator", "bench_iwslt14",
+           "bench_deploy", "bench_deploy_glue", "bench_ghost_costs", "bench_serving"]
+TRAINING_DRIVERS = ["bench_translation", "bench_apc", "bench_apc_glue", "bench_ghost", "bench_variator"]
+
+# Imports each driver named on the command line as running it does (scripts/ on sys.path), calls its main(ARGV)
+# and stops at its argument parser's return: prints {driver: the parsed namespace} as JSON.
+PROBE = r"""
+import argparse, importlib, json, sys
+sys.path.insert(0, "scripts")
+argv = json.loads(sys.argv[1])
+
+class Parsed(Exception):
+    pass
+
+parse = argparse.ArgumentParser.parse_args
+def stop(self, args=None, namespace=None):
+    raise Parsed(parse(self, args, namespace))
+argparse.ArgumentParser.parse_args = stop
+
+found = {}
+for name in sys.argv[2:]:
+    try:
+        importlib.import_module(name).main(list(argv))
+    except Parsed as parsed:
+        found[name] = vars(parsed.args[0])
+print("PARSED " + json.dumps(found, default=str))
+"""
+
+
+@pytest.fixture(scope="module")
+def no_shared(tmp_path_factory):
+    """The environment of a fresh clone's shell: FAIRSEQ_COMPRESS_SHARED an empty folder."""
+    empty = tmp_path_factory.mktemp("no-shared")
+    return dict(clean_env(), FAIRSEQ_COMPRESS_SHARED=str(empty)), str(empty)
+
+
+def parsed_defaults(env, argv, drivers):
+    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv), *drivers], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("PARSED "))
+    found = json.loads(line[len("PARSED "):])
+    assert sorted(found) == sorted(drivers), f"a driver's main() never reached its parser: {proc.stderr[-2000:]}"
+    return found
+
+
+def paths_in(value):
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if isinstance(v, str) and os.path.isabs(v)]
+
+
+def test_every_default_path_ships_or_is_built_under_work(no_shared):
+    """The defect of issue 43: bench_translation defaulted --teacher to ../shared/teachers/..., missing on a clone
+    though the same teacher ships in checkpoints/. Every absolute default of every driver now lies in the checkout:
+    an input that exists (it ships), or under work/ or results/ (what runs write or build on demand); the one
+    default that may point beside it -- bench_iwslt14's --iwslt-dir, data that cannot ship -- is tested below."""
+    env, shared = no_shared
+    found = parsed_defaults(env, [], DRIVERS)
+    outputs = [os.path.join(REPO, d) + os.sep for d in ("work", "results")]
+    for driver, namespace in found.items():
+        for flag, value in namespace.items():
+            for path in paths_in(value):
+                if (driver, flag) == ("bench_iwslt14", "iwslt_dir"):
+                    assert path.startswith(shared), path  # FAIRSEQ_COMPRESS_SHARED is where it is looked for
+                    continue
+                assert not path.startswith(shared + os.sep), f"{driver} --{flag} defaults to {path}, beside the clone"
+                assert path.startswith(REPO + os.sep), f"{driver} --{flag} defaults to {path}, outside the checkout"
+                if not any(path.startswith(o) for o in outputs):
+                    assert os.path.exists(path), f"{driver} --{flag} defaults to {path}, which does not ship"
+    # the teachers are the shipped ones
+    shipped = os.path.join(REPO, "checkpoints", "multi30k.de-en", "teacher.pt")
+    for driver in ("bench_translation", "bench_apc", "bench_ghost", "bench_variator", "bench_deploy"):
+        assert found[driver]["teacher"] == shipped, driver
+
+
+def test_what_does_not_ship_stops_at_once_naming_the_path_and_the_switch(no_shared, tmp_path):
+    """IWSLT'14 and the GLUE TSVs do not ship: the driver stops before training anything, naming the missing file
+    and FAIRSEQ_COMPRESS_SHARED (or the flag); the GLUE drivers name the teacher folder glue_teachers.sh makes, and
+    that script names the TSVs it needs."""
+    env, shared = no_shared
+
+    def fails(cmd, *words):
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+        assert proc.returncode != 0, proc.stdout[-2000:]
+        for word in words:
+            assert word in proc.stderr, (word, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+    script = [sys.executable]
+    fails(script + ["scripts/bench_iwslt14.py", "--quick", "--work", str(tmp_path / "iwslt")],
+          os.path.join(shared, "data", "iwslt14.de-en", "bpe", "valid.de"), "FAIRSEQ_COMPRESS_SHARED", "--iwslt-dir")
+    assert not (tmp_path / "iwslt").exists()  # nothing made before the check
+    glue = str(tmp_path / "glue")
+    fails(script + ["scripts/bench_ghost.py", "--quick", "--glue-task", "RTE", "--glue-work", glue],
+          os.path.join(glue, "RTE", "checkpoints", "checkpoint_best.pt"), "glue_teachers.sh")
+    fails(script + ["scripts/bench_apc_glue.py", "--quick", "--glue-task", "RTE", "--glue-work", glue],
+          os.path.join(glue, "RTE", "checkpoints", "checkpoint_best.pt"), "glue_teachers.sh")
+    fails(script + ["scripts/bench_variator.py", "--quick", "--parts", "glue", "--glue-work", glue],
+          os.path.join(glue, "minilm-p128"), "glue_teachers.sh")
+    fails(["bash", "scripts/glue_teachers.sh"], os.path.join(shared, "data", "glue"), "FAIRSEQ_COMPRESS_SHARED")
+
+
+@needs_teacher
+def test_the_data_bin_built_on_demand_is_the_shipped_teachers(tmp_path):
+    """benchlib.multi30k_data_bin, the one builder of the drivers' default --data: the embedded Multi30k with the
+    shipped codes and dictionary, byte for byte the data-bin the test teacher uses (conftest), built once."""
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    import benchlib
+
+    dest = str(tmp_path / "data-bin")
+    assert benchlib.multi30k_data_bin(dest) == dest
+    for name in ("dict.de.txt", "dict.en.txt", "test.de-en.de.bin", "test.de-en.en.idx", "valid.de-en.en.bin"):
+        assert filecmp.cmp(os.path.join(dest, name), os.path.join(TEACHER_DIR, "data-bin", name), shallow=False), name
+    stamp = os.stat(os.path.join(dest, "DONE")).st_mtime
+    benchlib.multi30k_data_bin(dest)
+    assert os.stat(os.path.join(dest, "DONE")).st_mtime == stamp  # not rebuilt
+    references = benchlib.multi30k_references(str(tmp_path / "refs.txt"))  # from the embedded copy
+    assert benchlib.read_lines(references) == benchlib.read_lines(os.path.join(dest, "text", "test.raw.en"))
+
+
+def test_the_gpu_campaigns_options_parse_in_every_training_driver(no_shared):
+    """The names the GPU campaign runner calls the drivers by: --device cuda --fp16 --jobs N (and --bf16)."""
+    env, _ = no_shared
+    for argv in (["--device", "cuda", "--fp16", "--jobs", "3"], ["--device", "cuda", "--bf16", "--jobs", "2"]):
+        found = parsed_defaults(env, argv, TRAINING_DRIVERS)
+        for driver, namespace in found.items():
+            assert namespace["device"] == "cuda" and namespace["jobs"] == int(argv[-1]), driver
+            assert namespace["fp16"] == ("--fp16" in argv) and namespace["bf16"] == ("--bf16" in argv), driver
