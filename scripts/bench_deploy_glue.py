@@ -33,6 +33,10 @@ GhostBERT's cost (the issue's goal: within 10% of pruned-only's encoder time at 
 measurement (its docstring says how), on pruned-only and GhostBERT encoders cut from the teacher by ghost_prune at
 every ``--widths`` m, with the ONNX Runtime ratio beside it; ``--ghost-costs-only`` reruns this timing alone and
 keeps the other sections of the report's JSON (the section then names its own command).
+
+A CPU benchmark by design (no ``--device``): ONNX Runtime's CPU provider and its int8 weights are what it
+compares; the models it lacks, ``--train`` makes with bench_ghost.py and bench_apc_glue.py on the CPU (train them
+on a GPU with those drivers' ``--device cuda`` first, and this driver finds them).
 """
 import argparse
 import copy
