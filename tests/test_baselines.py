@@ -396,7 +396,8 @@ def test_benchmark_summary_averages_seeds_and_heads_the_ablations_with_pets_own_
     details = {f"pet-s{s}": dict(sacrebleu_best=b, validations=[400, 600, 800], seconds=600)
                for s, b in ((1, 21.5), (2, 23.5), (3, 22.5))}
     comparison = {"label": "pet vs word-kd", "metric": "sacreBLEU", "seeds": 3, "a": 22.0, "b": 21.0, "diff": 1.0,
-                  "low": 0.2, "high": 1.8, "p": 0.012, "verdict": "A better"}
+                  "low": 0.2, "high": 1.8, "p": 0.012, "verdict": "A better", "per_seed": [0.5, 1.5, 1.0],
+                  "per_seed_mean": 1.0, "per_seed_std": 0.5}
     args = argparse.Namespace(teacher=os.path.join(REPO, "teacher.pt"), updates=800, warmup_updates=200,
                               measure_runs=1, work=os.path.join(REPO, "work"), machine="test machine",
                               load_after_measure=None, plan=(200, [400, 600, 800]), lr_warmup=200, runs=details,
@@ -407,7 +408,8 @@ def test_benchmark_summary_averages_seeds_and_heads_the_ablations_with_pets_own_
     assert f"| pet | 3 | {pet} | {pet} |" in main and "pet-layers" not in main.split("Methods:")[0]
     assert main.count("validated 3 times, at updates 400, 600, 800 of the whole budget") == 1
     assert "| 22.50 +- 1.00 [21.50, 23.50] (s1 21.50, s2 23.50, s3 22.50) |" in main  # best-of-N beside
-    assert "| pet vs word-kd | sacreBLEU | 3 | 22.00 | 21.00 | +1.00 | [+0.20, +1.80] | 0.012 | A better |" in main
+    assert ("| pet vs word-kd | sacreBLEU | 3 | 22.00 | 21.00 | +1.00 | [+0.20, +1.80] | 0.012 | "
+            "+0.50, +1.50, +1.00 (mean +1.00 +- 0.50) | A better |") in main
     assert "| pet-s2 | 23.00 | 23.00 | 50.0 | 23.50 | 400, 600, 800 | 10.0 min |" in text
     table = [line for line in ablations.splitlines() if line.startswith("| pet")]
     assert table[0].startswith("| pet | 1 | 21.00 (s1) |") and "T2: 34.57" in table[0]
