@@ -46,7 +46,7 @@ from benchlib import run as run_logged
 IWSLT = os.path.join(SHARED, "data", "iwslt14.de-en")  # fairseq's prepared files; they do not ship
 IWSLT_FILES = ("bpe/valid.de", "bpe/valid.en", "bpe/test.de", "bpe/test.en", "tok/test.en")
 
-# the Multi30k reference teacher's shape and recipe (../shared/teachers/multi30k.de-en/README.md)
+# the Multi30k reference teacher's shape and recipe (checkpoints/multi30k.de-en/README.md)
 TEACHER = ["--arch", "transformer_iwslt_de_en", "--encoder-layers", "3", "--decoder-layers", "3",
            "--encoder-embed-dim", "256", "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
            "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",

@@ -17,7 +17,7 @@ The table (``--out``) is written from the JSON beside it (same name, .json) alon
 parts it is given and keeps every other part of that JSON (``--fresh``: only this run's parts); each
 part records the command, machine and date that measured it, and the table names them per part.
 
-Translation: the reference Multi30k DE->EN teacher (../shared/teachers). Its plugins are trained by
+Translation: the reference Multi30k DE->EN teacher (shipped in checkpoints/; ``--teacher``). Its plugins are trained by
 hidden-state distillation on the training side of Multi30k (the teacher is both the pre-trained
 and the downstream model here, so the paper's two steps are one), then BLEU on test_2016_flickr
 (beam 5) with ``fairseq-generate --task variator_translation --variator-plugins ... --variator-ratio k``.
@@ -277,12 +277,12 @@ def glue(args, work):
     sweep = args.tasks if args.glue_sweep is None else args.glue_sweep
     ratios_of = {task: (args.ratios if task in sweep else [4]) for task in args.tasks}
     plan = validation_plan(int(args.glue_updates), int(args.glue_updates), args.glue_validations, "--glue-validations")
-    data = pretraining_data(args, model_dir, work)
+    sentences = pretraining_data(args, model_dir, work)
 
     def pretrain(job):  # plugin pre-training: the pre-trained MiniLM, unlabelled SST-2 sentences, no validation
         seed, k = job
         log(f"GLUE pre-training k={k}, seed {seed}")
-        return train_plugin(os.path.join(seed_dir(work, seed), "glue", "pretrain", f"k{k}"), data, common[2:],
+        return train_plugin(os.path.join(seed_dir(work, seed), "glue", "pretrain", f"k{k}"), sentences, common[2:],
                             os.path.join(model_dir, "model.pt"), k, args.glue_pretrain_updates, ["--batch-size", "32"],
                             args.threads, seed, (0, []), device=args)["last"]
 
