@@ -207,12 +207,15 @@ def commands_in(data):
 
 
 # ---- the per-example outputs behind a comparison --------------------------------------------------------------
-def _row_files(part, name, key):
-    """The per-seed files (``{seed: path}``, or one path) the part's rows give ``name`` under ``key``."""
+def _row_files(part, name, key, label=""):
+    """The per-seed files (``{seed: path}``, or one path) the part's rows give ``name`` under ``key`` (at the width
+    ``m`` the comparison's label names, where rows have one)."""
     rows = part.get("rows")
     rows = rows.values() if isinstance(rows, dict) else rows or []
+    width = re.search(r"\bm = (\d+/\d+)", label)
     for r in rows:
-        if isinstance(r, dict) and name in (r.get("variant"), r.get("name")) and r.get(key):
+        if (isinstance(r, dict) and name in (r.get("variant"), r.get("name")) and r.get(key)
+                and not (width and "m" in r and r["m"] != width.group(1))):
             return r[key]
     return None
 
@@ -221,7 +224,7 @@ def outputs_from_work(c, part, root):
     """A translation comparison's hypotheses and references from the files its table names (under work/), or
     None where any is missing."""
     refs = part.get("references")
-    a, b = _row_files(part, c.get("a_name"), "hypotheses"), _row_files(part, c.get("b_name"), "hypotheses")
+    a, b = (_row_files(part, c.get(side), "hypotheses", c["label"]) for side in ("a_name", "b_name"))
     if not (isinstance(refs, str) and a and b) or c.get("metric") not in ("sacreBLEU", "BLEU (tok)"):
         return None
     seeds = sorted(a, key=int) if isinstance(a, dict) else sorted(b, key=int) if isinstance(b, dict) else ["1"]

@@ -90,10 +90,12 @@ def test_work_hypotheses_are_collected_into_results_and_used_next_time(tmp_path,
             path = work / f"{name}{seed}.txt"
             path.write_text("\n".join(drop(REFS, k + (seed == 3))) + "\n")
             files[name][str(seed)] = f"work/{name}{seed}.txt"
-    part = {"references": "work/refs.txt", "comparisons": [old_row("A vs B", a_name="ghost", b_name="pruned")],
-            "rows": [{"variant": n, "hypotheses": f} for n, f in files.items()]}
+    part = {"references": "work/refs.txt",
+            "comparisons": [old_row("A vs B, m = 1/4", a_name="ghost", b_name="pruned")],
+            "rows": [{"m": "2/4", "variant": "ghost", "hypotheses": "work/other-width.txt"}]  # another width's
+            + [{"m": "1/4", "variant": n, "hypotheses": f} for n, f in files.items()]}
     write_table(tmp_path, {"translation": part})
-    monkeypatch.setattr(claims, "CLAIMS", [spec()])
+    monkeypatch.setattr(claims, "CLAIMS", [spec(label="^A vs B")])
     first = claims.render(str(tmp_path), ["--out", "x"])
     assert "reproduced at 100 updates on a CPU" in row_of(first, "X")
     assert "collected from work/" in first
