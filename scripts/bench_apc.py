@@ -36,7 +36,7 @@ Stages, each a stock command (``--user-dir user_dir``), skipped when its output 
    primary score; the best-of-N checkpoint (validation loss) is scored beside it (sacreBLEU of
    fairseq-generate's output). Every model's hypotheses are kept detokenised (``hypotheses/``, test-set
    order) for the paired tests: APC against neuron pruning (+FT) and against the word-KD student of its size
-   (sacreBLEU's paired bootstrap over seeds and sentences).
+   (the cluster test of common/significance.py: test sentences as clusters of all seeds' outputs).
 Seeds (``--seeds 1,2,3``): every stage per seed in ``--work``/seed<k>/; tables give the mean, spread and
 every seed.
 

@@ -37,8 +37,8 @@ fine-tuning, and its best checkpoint reported): ``--validations`` dev evaluation
 of each variant's whole budget, all in its last ``--finetune-updates`` updates (APC: its fine-tuning stage;
 neuron pruning: the same updates of its one stage), none at epoch ends; the primary score is the last
 checkpoint's, the best-of-N beside it. Seeds (``--seeds 1,2,3``): every stage per seed; the tables give the
-mean, spread and every seed, and APC is compared with neuron pruning by a paired bootstrap interval and a
-paired permutation p over seeds and dev examples (dev predictions kept as ``*.predictions.json``).
+mean, spread and every seed, and APC is compared with neuron pruning and with its teacher by the cluster test of
+common/significance.py (dev examples as clusters of all seeds' predictions; kept as ``*.predictions.json``).
 4. Dev scores with ``user_dir.tools.glue_predict`` and ``user_dir.common.glue_metrics`` (the teachers'
    scoring); parameters, encoder FLOPs at length 128 and encoder speed against the teacher measured as
    scripts/bench_ghost.py does (scripts/glue_bench.py's ``measure_costs``).

@@ -32,7 +32,7 @@ Translation, per m and variant (``--ghost-positions none`` = pruned only; ``o,ff
 4. ``fairseq-generate`` on test, beam 5 (BLEU4 as fairseq reports it), for the initial pruned
    checkpoint (no training), the last checkpoint (the primary number) and the best-of-N (lowest
    validation loss) beside it; the hypotheses are kept detokenised (``hypotheses/*.txt``) for the paired
-   test of GhostBERT against pruned only (sacreBLEU's paired bootstrap over seeds and sentences).
+   test of GhostBERT against pruned only (the cluster test of common/significance.py: test sentences as clusters of all seeds' outputs).
 Every stage is bounded by updates and skipped when done (benchlib's stages: DONE + settings.json);
 fairseq-train resumes from its own checkpoint_last.pt.
 
@@ -51,7 +51,7 @@ scripts/glue_teachers.sh leaves them), per m (default 12/12, 6/12, 3/12, 1/12) a
 4. dev scores with ``user_dir.tools.glue_predict``'s predictions and ``user_dir.common.glue_metrics``
    (the teachers' scoring), for the untrained pruned checkpoint, the last and the best; the predictions
    are kept as JSON lists (``*.predictions.json``, the gold labels' file named inside) for the paired test
-   of GhostBERT against pruned only (paired bootstrap interval, permutation p, over seeds and dev examples).
+   of GhostBERT against pruned only (the cluster test of common/significance.py: dev examples as clusters of all seeds' outputs).
 m = 12/12 with ghost modules is the paper's unpruned "+ghost" row (Table 1, GhostBERT m = 12/12); m = 12/12
 pruned only is the teacher given the same two stages (the control). Work folder: ``--work``/seed<k>/glue/TASK/
 <teacher run>-<first 8 hex digits of the teacher checkpoint's SHA-256> of each seed's folder, so a retrained teacher never

@@ -26,7 +26,7 @@ With the full training set (``scripts/train_teacher_iwslt14.sh`` on a GPU, then
 Resumable: finished stages (``DONE``) are not retrained; a measurement of the same checkpoints is
 not repeated. Each model's hypotheses of the test set are kept in the protocol's form (BPE removed,
 tokenised, lowercased like the reference; ``hypotheses/test.txt`` in test-set order) and PET is compared
-with the teacher by sacreBLEU's paired bootstrap over (seed, sentence) units (BLEU on the tokenised text).
+with the teacher by the cluster test of common/significance.py: test sentences as clusters of all seeds' outputs (BLEU on the tokenised text).
 ``--device cuda`` with ``--fp16`` or ``--bf16`` trains and decodes on the GPU (benchlib.add_device_args; default
 the CPU in float32).
 """

@@ -28,7 +28,7 @@ ships (checkpoints/multi30k.de-en), its data-bin built once from the embedded Mu
 hypotheses of the test set are kept as detokenised text (``<run>/hypotheses/test.{last,best}.txt``,
 in test-set order; references: ``work/data-bin/multi30k.de-en/text/test.raw.en``) and each method is compared
 with PET by
-sacreBLEU's paired bootstrap over (seed, sentence) units. The summary -- mean, spread and every
+the cluster test of common/significance.py: test sentences as clusters of all seeds' outputs. The summary -- mean, spread and every
 seed -- is written to ``--out`` (default under work/results/), the raw measurement (every row
 unrounded, the commands, machine, date and load) beside it as ``--out``'s name with ``.json``: one
 JSON per table, so parts of a grid measured separately never overwrite each other's, and ``--render
