@@ -13,6 +13,10 @@ The seed runs of the committed table (each seed trains in --work/seed<k>/, resum
     python scripts/bench_variator.py --parts translation --cost-runs 9 --seeds 1,2,3 --out results/variator.md
     python scripts/bench_variator.py --parts glue --cost-runs 9 --seeds 1,2,3 --out results/variator.md
 
+On a GPU: ``--device cuda --fp16 --jobs 4`` (benchlib.add_device_args; default the CPU in float32) trains and
+decodes there, four plugins at once; the encoder timings (encoder_cost, on the CPU) wait until none trains and
+run alone.
+
 The table (``--out``) is written from the JSON beside it (same name, .json) alone. A run measures the
 parts it is given and keeps every other part of that JSON (``--fresh``: only this run's parts); each
 part records the command, machine and date that measured it, and the table names them per part.
