@@ -236,3 +236,83 @@ def test_glue_gpu_reproductions_dry_run_prints_parseable_commands(smoke, tmp_pat
                 assert args.arch == arch
         assert seen == criteria, (name, seen)
         assert not list((tmp_path / name).rglob("DONE")), "a dry run ran something"
+
+
+# ---- the GLUE teachers' recipes and pet_gpu.sh's schedule (issue 45) -----------------------------------------------
+GLUE_RECIPES = {  # task: (classes, checkpoint metric, batch, CPU epochs, GPU epochs, extra parsed fields)
+    "CoLA": (2, "mcc", 16, 3, 10, {}), "SST-2": (2, "accuracy", 32, 1, 3, {}), "MRPC": (2, "f1", 16, 5, 10, {}),
+    "STS-B": (1, "pearson_and_spearman", 16, 3, 10, {"regression_target": True}),
+    "QQP": (2, "f1", 32, 1, 3, {}), "MNLI": (3, "accuracy", 32, 1, 3, {"valid_subset": "valid,valid1"}),
+    "QNLI": (2, "accuracy", 32, 1, 3, {}), "RTE": (2, "accuracy", 16, 10, 10, {}), "WNLI": (2, "accuracy", 32, 3, 3, {}),
+}
+
+
+def glue_teachers_dry_run(tmp_path, **variables):
+    proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "glue_teachers.sh")], capture_output=True, text=True,
+                          timeout=120, cwd=REPO, env=env(DRY_RUN=1, WORK=tmp_path / "glue",
+                                                         OUT=tmp_path / "glue.md", **variables))
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def parse_glue_train(line):
+    """fairseq's parser on a printed glue_teachers.sh training line, its dry-run placeholders filled in."""
+    from fairseq import options
+    line = re.sub(r"\$\(fc-flags [^)]*\)", "--arch hf_bert", line)
+    line = re.sub(r"\$\(updates [^)]*\)", "100", line)
+    args = shlex.split(line)
+    args = args[args.index("fairseq_cli.train") + 1:]
+    args[args.index("--user-dir") + 1] = USER_DIR
+    return options.parse_args_and_arch(options.get_training_parser(), args)
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_glue_teachers_has_a_recipe_for_every_glue_task(tmp_path, gpu):
+    """Every GLUE task gets its classes (or regression), checkpoint metric, batch, epochs and learning rate, on the
+    CPU and with GPU=1 (512 positions, fp16); the dry run prints parseable commands and writes nothing."""
+    variables = dict(TASKS=" ".join(GLUE_RECIPES), HF_MODEL="/models/bert-base-uncased", GLUE_DIR="/data/glue")
+    if gpu:
+        variables["GPU"] = 1
+    rc, out = glue_teachers_dry_run(tmp_path, **variables)
+    assert rc == 0, out[-3000:]
+    runs = {}
+    for line in out.splitlines():
+        if " -m fairseq_cli.train " in line:
+            args = parse_glue_train(line)
+            runs.setdefault(args.glue_task, []).append(args)
+    assert list(runs) == list(GLUE_RECIPES), out[-3000:]
+    # one run per learning rate of the task's grid (RTE: two; BERT's largest, 5e-5, for the tasks new here)
+    assert {task: [a.lr[0] for a in r] for task, r in runs.items()} == dict(
+        {task: [5e-5] for task in GLUE_RECIPES}, **{"SST-2": [1e-4], "RTE": [5e-5, 1e-4]})
+    for task, (classes, metric, batch, cpu_epochs, gpu_epochs, extra) in GLUE_RECIPES.items():
+        args = runs[task][0]
+        assert args.num_classes == classes and args.best_checkpoint_metric == metric
+        assert args.maximize_best_checkpoint_metric and args.batch_size == batch
+        assert args.max_epoch == (gpu_epochs if gpu else cpu_epochs), (task, args.max_epoch)
+        assert args.fp16 == gpu and args.cpu != gpu
+        for key, value in extra.items():
+            assert getattr(args, key) == value, (task, key)
+        assert args.regression_target == (task == "STS-B")
+        assert f"--max-length {512 if gpu else 128}" in out
+    assert not (tmp_path / "glue").exists(), "a dry run wrote files"
+    rc, out = glue_teachers_dry_run(tmp_path, TASKS="SST-5", HF_MODEL="/models/x", GLUE_DIR="/data/glue")
+    assert rc == 2 and "TASKS: no GLUE task 'SST-5'" in out
+
+
+def test_pet_gpu_warm_up_follows_the_data_size_and_smoke_runs_on_a_cpu(shipped_data, tmp_path):  # noqa: F811
+    """pet_gpu.sh's lr warm-up is LR_WARMUP_FRACTION of MAX_EPOCHS epochs of the data (not IWSLT'14's fixed 4,000),
+    and SMOKE=1 DEVICE_FLAGS=--cpu runs its three stages on the CPU to a score line."""
+    import numpy as np
+    from fairseq.data import data_utils
+    datasets = [data_utils.load_indexed_dataset(os.path.join(shipped_data, f"train.de-en.{lang}"), None)
+                for lang in ("de", "en")]
+    tokens = int(np.maximum(np.array(datasets[0].sizes), np.array(datasets[1].sizes)).sum())
+    per_epoch = -(-tokens // 1024)
+    warmup = round(0.08 * 50 * per_epoch)
+    run = bash(os.path.join(RECIPES, "pet_gpu.sh"), tmp_path / "pet-gpu", SMOKE=1, DEVICE_FLAGS="--cpu",
+               TEACHER=TEACHER, DATA=shipped_data, MAX_TOKENS=1024)
+    assert re.match(r"score: pet BLEU \(tok\) [\d.]+ \(teacher [\d.]+\) at [\d.]+% ", score_line(run))
+    assert f"about {per_epoch} updates of 1024 tokens per epoch: lr warm-up {warmup} updates" in run["out"]
+    kd = (tmp_path / "pet-gpu" / "kd" / "DONE").read_text()
+    assert f"--warmup-updates {warmup} " in kd and "--max-update 3 " in kd and "--cpu" in kd
+    stage = min(warmup, per_epoch * 3 // 2)
+    assert f"--warmup-updates {stage} " in (tmp_path / "pet-gpu" / "warmup" / "DONE").read_text()

@@ -17,7 +17,7 @@
 #   HF_MODEL=models/bert-base-uncased GLUE_DIR=data/glue bash scripts/recipes/apc_glue_gpu.sh work/apc-gpu
 #   DRY_RUN=1 HF_MODEL=... GLUE_DIR=... bash scripts/recipes/apc_glue_gpu.sh work/x      (print the commands)
 #
-# Variables (defaults in brackets): TASKS [RTE MRPC SST-2; with TEACHERS also MNLI], FFN_DIMS
+# Variables (defaults in brackets): TASKS [RTE MRPC SST-2; also MNLI, or any GLUE task with FINETUNE_EPOCHS], FFN_DIMS
 # [2:256,3:256,...,11:256: APC-50-ff], INIT [neuron-pruning], COMPRESS_UPDATES [100], TEACHER_LRS [2e-5],
 # FINETUNE_LR [2e-5], BATCH [32], FINETUNE_EPOCHS [per task, above], STRATEGY [compr-only], SEED [1],
 # DEVICE_FLAGS [--fp16].

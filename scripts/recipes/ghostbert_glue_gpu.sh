@@ -14,8 +14,8 @@
 #   TASKS="RTE MRPC" WIDTHS="6/12 3/12" VARIANTS="ghost pruned" HF_MODEL=... GLUE_DIR=... bash ... work/x
 #   DRY_RUN=1 HF_MODEL=... GLUE_DIR=... bash scripts/recipes/ghostbert_glue_gpu.sh work/x    (print the commands)
 #
-# Variables (defaults in brackets): TASKS [RTE MRPC SST-2: the tasks scripts/glue_teachers.sh fine-tunes; with
-# TEACHERS any GLUE task], WIDTHS [12/12 9/12 6/12 3/12 1/12: Table 1's rows], VARIANTS [ghost], TEACHER_LRS
+# Variables (defaults in brackets): TASKS [RTE MRPC SST-2: the tasks with data here; any GLUE task, each with
+# its recipe in scripts/glue_teachers.sh], WIDTHS [12/12 9/12 6/12 3/12 1/12: Table 1's rows], VARIANTS [ghost], TEACHER_LRS
 # [2e-5], LR [2e-5], BATCH [32], DISTILL_EPOCHS / FINETUNE_EPOCHS [Table 8], VALIDATIONS [3], SEED [1],
 # DEVICE_FLAGS [--fp16], GHOST_FLAGS (ablations: Tables 4-6, 9).
 set -euo pipefail
