@@ -144,17 +144,18 @@ class Device:
         return (["--cpu"] if self.kind == "cpu" else []) + ([f"--{self.precision}"] if self.precision != "fp32" else [])
 
     def train(self):
-        """The fairseq-train command of a run (fc-train-bf16's module under --bf16), its device flags not included;
-        on CUDA one process on the current device, so runs of --jobs share one GPU."""
+        """The fairseq-train command of a run, its flags not included: ``python -m fairseq_cli.train``, or
+        fc-train-bf16's module under --bf16."""
         module = "user_dir.tools.train_bf16" if self.precision == "bf16" else "fairseq_cli.train"
         return [sys.executable, "-m", module]
 
     def train_flags(self):
-        """:meth:`fairseq` for fairseq-train: on CUDA, one process (fairseq otherwise spawns one per visible GPU)."""
+        """:meth:`fairseq` for fairseq-train: on CUDA one process on the current device (fairseq otherwise spawns
+        one per visible GPU), so the runs of --jobs share one GPU."""
         return self.fairseq() + (["--distributed-world-size", "1"] if self.kind == "cuda" else [])
 
     def tool(self):
-        """The plug-in's tools (ghost_prune, apc_init, seq_kd_data, ...): --cpu or nothing (they know no precision)."""
+        """The plug-in's tools that take a device (ghost_prune, seq_kd_data): --cpu or nothing (no precision)."""
         return ["--cpu"] if self.kind == "cpu" else []
 
     def measure(self):
