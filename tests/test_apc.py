@@ -487,6 +487,32 @@ def test_activation_kd_loss_is_the_pruned_neurons_activation(teacher_setup):
 
 
 @needs_teacher
+def test_float16_autocast_is_refused_as_fp16_is_and_bfloat16_autocast_trains(teacher_setup):
+    """--amp keeps float32 parameters and runs the criterion under float16 autocast (fairseq_task.train_step, on
+    CUDA; torch.autocast("cpu", float16) stands in for it here): the FFNs' products and the backward through them are
+    float16, so the beta = 1e5 term's gradients overflow at fairseq's initial loss scale (128) as under --fp16 -- and
+    the criterion refuses it by name on the first training batch; bfloat16 autocast trains."""
+    from user_dir.apc.activation_kd_criterion import APCActivationKDCriterion
+    task, sample = teacher_setup["task"], teacher_setup["sample"]
+    model = _apc_model(teacher_setup, enc="256", dec="256").train()
+    assert next(model.parameters()).dtype == torch.float32
+    unchecked = APCActivationKDCriterion(task, False, 0.0)
+    unchecked._checked_layerdrop = True  # skips the first-batch checks: what training would do without the refusal
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss, _, _ = unchecked(model, sample)
+        with pytest.raises(ValueError, match=r"apc_activation_kd with --fp16 / --memory-efficient-fp16 / --amp "
+                                             r"\(float16 parameters or float16 autocast\).*lower --apc-beta"):
+            APCActivationKDCriterion(task, False, 0.0)(model, sample)
+    (loss * 128).backward()
+    assert not all(p.grad.isfinite().all() for p in model.parameters() if p.grad is not None)
+    model.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _, log = APCActivationKDCriterion(task, False, 0.0)(model, sample)
+    (loss * 128).backward()
+    assert log["reconstruction"] > 0 and all(p.grad.isfinite().all() for p in model.parameters() if p.grad is not None)
+
+
+@needs_teacher
 def test_layerdrop_never_hides_a_layer_from_apc(teacher_setup):
     """With --*-layerdrop the layers sit in a LayerDropModuleList, whose iteration in training mode skips
     layers: APC's layer lists (recording, reconstruction pairs, finalize) must still see every layer."""

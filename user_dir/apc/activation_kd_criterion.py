@@ -19,7 +19,11 @@ the formula above. The target activation is detached. Validation reports the CE 
 Precision: float32 and bfloat16 (``fc-train-bf16 ... --bf16``) train; ``--fp16`` is refused at the first
 update: at beta = 1e5 the reconstruction gradients summed over a batch's tokens leave float16's range at every
 loss scale fairseq's scaler allows (on an H100 the scaler fell from 128 to --min-loss-scale 1e-4 in 20 skipped
-updates, results/gpu_check_apc_fp16_overflow.md).
+updates, results/gpu_check_apc_fp16_overflow.md). ``--amp`` is refused the same way, by what the forward runs
+in rather than the parameters' dtype: its parameters stay float32, but fairseq's train_step runs the criterion
+under float16 autocast, so the FFNs' matrix products, and the backward through them that carries the
+reconstruction gradients to every layer below, are float16 as with --fp16 (computing the norm itself in float32,
+as here, cannot help). bfloat16 autocast (float32's range) trains.
 """
 import math
 from dataclasses import dataclass, field
@@ -71,6 +75,15 @@ class APCActivationKDCriterion(LabelSmoothedCrossEntropyCriterion):
             total = total + (target - approx)[masks[side]].float().norm()
         return total
 
+    @staticmethod
+    def runs_in_float16(model) -> bool:
+        """Whether the forward computes in float16: float16 parameters (--fp16, --memory-efficient-fp16) or float16
+        autocast on the parameters' device (--amp: fairseq_task.train_step runs the criterion under it)."""
+        param = next(model.parameters())
+        device = param.device.type
+        return param.dtype == torch.float16 or (torch.is_autocast_enabled(device)
+                                                and torch.get_autocast_dtype(device) == torch.float16)
+
     def forward(self, model, sample, reduce=True):
         if not hasattr(model, "set_apc_recording"):
             raise ValueError("--criterion apc_activation_kd needs --arch apc_transformer (a model with "
@@ -80,11 +93,12 @@ class APCActivationKDCriterion(LabelSmoothedCrossEntropyCriterion):
             for side, _ in dropping_sides(model):
                 raise ValueError(f"--{side}-layerdrop with --criterion apc_activation_kd: a dropped layer has no "
                                  "activations to reconstruct (eq. 4); train without layerdrop, or use CE/KD")
-            if self.beta > 0 and next(model.parameters()).dtype == torch.float16:
+            if self.beta > 0 and self.runs_in_float16(model):
                 raise ValueError(
-                    f"--criterion apc_activation_kd with --fp16 / --memory-efficient-fp16: the reconstruction term "
+                    f"--criterion apc_activation_kd with --fp16 / --memory-efficient-fp16 / --amp (float16 parameters "
+                    f"or float16 autocast): the reconstruction term "
                     f"(beta = {self.beta:g}, eq. 4) has gradients about beta times the cross-entropy's, which overflow "
-                    f"float16 at every loss scale down to fairseq's --min-loss-scale (measured on an H100: "
+                    f"float16 at every loss scale down to fairseq's --min-loss-scale (measured with --fp16 on an H100: "
                     f"results/gpu_check_apc_fp16_overflow.md); train in bfloat16 (fc-train-bf16 ... --bf16) or "
                     f"float32, or lower --apc-beta")
             if not model.apc_layers():
