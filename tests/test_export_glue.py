@@ -354,7 +354,8 @@ def test_fast_ghost_module_at_inference_ignores_padding_and_follows_weight_updat
             assert torch.equal(batched[mask.t()[:, 1].nonzero().view(-1), 1], torch.nn.functional.linear(
                 x[mask.t()[:, 1].nonzero().view(-1), 1], module.weight, module.bias))  # no ghost feature at padding
         module.padding_mask = None
-        module.ghost.weight.mul_(3.0)  # an in-place update (as an optimizer step or load_state_dict)
+        # an optimiser step as fairseq's make it: through p.data, bumping neither _version nor storage (issue 43)
+        module.ghost.weight.data.mul_(3.0)
         changed = module(sentence)
         assert not torch.allclose(changed, alone)
         assert torch.equal(changed, _reference(module, torch.nn.functional.linear(sentence, module.weight, module.bias)))

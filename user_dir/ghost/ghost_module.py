@@ -307,31 +307,50 @@ class GhostConv(nn.Module):
         nn.init.xavier_uniform_(self.weight.view(-1, 1, k) if cfg.conv == "dwconv" else self.weight)
         # --ghost-zero-init: the branch's features times a learnable scale that starts at 0 (module docstring)
         self.scale = nn.Parameter(torch.zeros(())) if cfg.zero_init else None
-        self._taps_cache = None  # (weight version, taps) of the last inference call
+        # (a copy of the weight, its taps as vectors, as one tensor) of the last inference call on a CPU (taps())
+        self._taps_cache: Optional[tuple] = None
         self._scratch: Optional[torch.Tensor] = None  # add_shifted_ghost's buffer at inference
         self._scratch_view: Optional[torch.Tensor] = None  # ... shaped as the last call's activations
 
-    def taps(self) -> torch.Tensor:
-        """The shared DWConv's normalised kernel as F x k x C (:func:`add_shifted_ghost`). Without autograd
-        (inference) the softmax runs once per weight update, not once per forward: the result is kept as
-        nested tuples of its F x k contiguous channel vectors (no indexing per call: at batch 1 every
-        PyTorch call counts), keyed by the weight's version counter (bumped by optimizer steps and
-        state-dict loads), storage and dtype."""
-        if self.cfg.conv != "dwconv" or self.units != 1:
-            raise GhostConfigError("taps: the shared --ghost-conv dwconv form only")
+    def taps(self):
+        """The shared DWConv's normalised kernel as F x k x C (:func:`add_shifted_ghost`): under autograd one tensor
+        through the softmax; without it (inference) nested tuples of its F x k contiguous channel vectors (no
+        indexing per call: at batch 1 every PyTorch call counts), made from the weight's current values
+        (:meth:`inference_taps`)."""
         if torch.is_grad_enabled() and self.weight.requires_grad:
-            return normalised_kernel(self.weight, self.cfg.softmax)[0].transpose(1, 2)  # through the softmax
-        key = (self.weight._version, self.weight.data_ptr(), self.weight.dtype)
-        if self._taps_cache is None or self._taps_cache[0] != key:
-            with torch.no_grad():
-                taps = normalised_kernel(self.weight, self.cfg.softmax)[0].transpose(1, 2).contiguous()
-            self._taps_cache = (key, tuple(tuple(feature.unbind(0)) for feature in taps.unbind(0)), taps)
-        return self._taps_cache[1]
+            return self._normalised_taps()
+        return self.inference_taps()[0]
 
     def taps_tensor(self) -> torch.Tensor:
         """The inference taps of :meth:`taps` as one F x k x C tensor (:func:`compiled_shifted_ghost`)."""
-        self.taps()
-        return self._taps_cache[2]
+        return self.inference_taps()[1]
+
+    def _normalised_taps(self) -> torch.Tensor:
+        if self.cfg.conv != "dwconv" or self.units != 1:
+            raise GhostConfigError("taps: the shared --ghost-conv dwconv form only")
+        return normalised_kernel(self.weight, self.cfg.softmax)[0].transpose(1, 2)
+
+    def inference_taps(self) -> tuple:
+        """(the taps as nested tuples of vectors, as one F x k x C tensor), without autograd, from the weight's
+        current values. On a CPU the softmax runs once per weight change, not once per forward: the taps are kept
+        with a copy of the weight they were made from, and each call compares the weight with that copy
+        (``torch.equal``, about a microsecond for BERT-base's 768 x 3 taps), recomputing on any difference of
+        values, dtype or device. The values are compared, not a key: fairseq's optimisers write ``p.data``, which
+        bumps neither the parameter's ``_version`` nor its storage, so a cache keyed on those (ours until issue
+        43) scored every in-training validation after the first on the first one's kernel. On other devices the
+        taps are recomputed every call (a softmax and a copy, queued without waiting): comparing would make the
+        host wait for the device once per module."""
+        weight = self.weight
+        cached = self._taps_cache
+        on_cpu = weight.device.type == "cpu"
+        if (on_cpu and cached is not None and cached[0].dtype == weight.dtype and cached[0].device == weight.device
+                and torch.equal(cached[0], weight)):
+            return cached[1], cached[2]
+        with torch.no_grad():
+            taps = self._normalised_taps().contiguous()
+            vectors = tuple(tuple(feature.unbind(0)) for feature in taps.unbind(0))
+            self._taps_cache = (weight.detach().clone(), vectors, taps) if on_cpu else None
+        return vectors, taps
 
     def scratch(self, like: torch.Tensor) -> torch.Tensor:
         """A buffer of ``like``'s shape kept between inference calls (grown to the largest batch seen; like the
