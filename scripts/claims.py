@@ -208,6 +208,62 @@ def commands_in(data):
     return list(dict.fromkeys(found))
 
 
+# ---- each seed's scores, from a table's own rows (rows not re-tested still show each seed's A - B) ------------
+SEED_KEYS = {"bleu": (("sacrebleu", "sacreBLEU"), ("sacrebleu_last", "sacreBLEU"), ("bleu", "BLEU (tok)"))}
+
+
+def _seed_values(x):
+    """{seed: value} of a summary (``{"values": {...}}``), or the one value of a model without seeds."""
+    if isinstance(x, dict) and isinstance(x.get("values"), dict):
+        return {str(k): float(v) for k, v in x["values"].items()}
+    return float(x) if isinstance(x, (int, float)) else None
+
+
+def seed_scores(data, name, metric, label=""):
+    """(each seed's score of model ``name`` from the table's rows, {seed: value} or one value; the score's name),
+    or (None, None): the first of SEED_KEYS (BLEU) or ``scores[metric]`` (GLUE) the rows hold."""
+    width = re.search(r"\bm = (\d+/\d+)", label)
+    keys = SEED_KEYS.get(metric) or ((metric, metric),)
+    found = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            if name in (x.get("name"), x.get("variant"), x.get("method")) and not (
+                    width and "m" in x and x["m"] != width.group(1)):
+                found.append(x)
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+    walk(data)
+    for key, what in keys:
+        for row in found:
+            value = _seed_values(row.get(key, (row.get("scores") or {}).get(key)))
+            if value is not None and "seed" in row and not isinstance(value, dict):  # one row per seed (PET's runs)
+                value = {str(r["seed"]): float(r[key]) for r in found if "seed" in r and key in r}
+            if value is not None:
+                return value, what
+    return None, None
+
+
+def seed_differences(data, c):
+    """Each seed's A - B from the table's per-seed scores (``dict(per_seed, per_seed_mean, per_seed_std, what)``),
+    or None where the rows do not hold them."""
+    import statistics
+
+    metric = "bleu" if c.get("metric") in ("sacreBLEU", "BLEU (tok)") else c.get("metric")
+    (a, what), (b, what_b) = (seed_scores(data, c.get(k), metric, c["label"]) for k in ("a_name", "b_name"))
+    if not isinstance(a, dict) or b is None or what != what_b:
+        return None
+    seeds = sorted(a, key=int)
+    if isinstance(b, dict) and not set(seeds) <= set(b):
+        return None
+    diffs = [a[s] - (b[s] if isinstance(b, dict) else b) for s in seeds]
+    return {"per_seed": diffs, "per_seed_mean": statistics.mean(diffs),
+            "per_seed_std": statistics.stdev(diffs) if len(diffs) > 1 else 0.0, "what": what}
+
+
 # ---- the per-example outputs behind a comparison --------------------------------------------------------------
 def _row_files(part, name, key, label=""):
     """The per-seed files (``{seed: path}``, or one path) the part's rows give ``name`` under ``key`` (at the width
@@ -366,8 +422,10 @@ def render(root, argv):
                       if c else "- | - | " + (f"{row['ratio_of_means'][0]:.3f} (ratio of the reported means, "
                                              f"{row['ratio_of_means'][1]}; no interval)"
                                              if row.get("ratio_of_means") else "-"))
-            lines.append(f"{head} {label} | {metric} | {c.get('seeds', '-') if c else '-'} | {scores} | - | - | - | "
-                         f"{cost} | {row['note']} | {table} |")
+            seeds = seed_differences(row["data"], c) if c else None
+            per_seed = f"{format_per_seed(seeds)}, the table's {seeds['what']}" if seeds else "-"
+            lines.append(f"{head} {label} | {metric} | {c.get('seeds', '-') if c else '-'} | {scores} | {per_seed} | "
+                         f"- | - | {cost} | {row['note']} | {table} |")
         else:
             holm_p = row.get("holm")
             verdict = claim_verdict(spec, r, holm_p if holm_p is not None else 1.0)
@@ -406,6 +464,12 @@ NOTES = [
     "min(400, updates / 2) warm-up updates, validated 4 times at equal intervals; APC, pruning + FT and the teacher "
     "control use cross-entropy from the teacher's weights with Adam lr 1e-4 decaying linearly to 0, validated at "
     "updates 100, 200 and 300.",
+    "- Per-seed cells of rows not re-tested come from the table's own per-seed scores (named in the cell; "
+    "BLEU (tok) where a table keeps no per-seed sacreBLEU). PET's comparison row is inconsistent with them: it pools "
+    "word-KD at 25.13 sacreBLEU and PET at 21.48 while their seeds score 23.66, 24.38, 25.14 and 21.52, 20.72, "
+    "21.06 (a corpus BLEU pooled over seeds lies near their middle, not next to the best seed), so its hypotheses "
+    "files were probably rewritten between the per-seed scoring and the comparison; the rerun will settle it, "
+    "until then the per-seed differences are the better estimate.",
     f"- Parity margin: {PARITY_MARGIN:g} point (ours; the paper states none). 'About 97%' is tested as a ratio "
     "above 0.96 (97% less one point). The paper's 97% is an average over GLUE tasks against BERT-base; here one "
     "task against the MiniLM-L6 teacher.",

@@ -66,13 +66,17 @@ def test_rows_are_retested_from_kept_outputs_with_holm_and_budget(tmp_path, monk
 
 
 def test_a_row_without_outputs_is_not_presented_as_the_new_test(tmp_path, monkeypatch):
-    write_table(tmp_path, {"comparisons": [old_row()], "command": "python scripts/bench_x.py --seeds 1,2,3"})
+    rows = [{"name": "A", "bleu": {"values": {"1": 9.0}}, "sacrebleu": {"values": {"1": 30.0, "2": 31.0, "3": 29.0}}},
+            {"name": "B", "sacrebleu": 29.0}]  # B without seeds (a teacher): one score for every seed
+    write_table(tmp_path, {"comparisons": [old_row()], "rows": rows, "command": "python scripts/bench_x.py --seeds 1,2,3"})
     missing = spec(method="M", json="results/claims/missing.json")
     monkeypatch.setattr(claims, "CLAIMS", [spec(), missing])
     text = claims.render(str(tmp_path), ["--out", "x"])
     row = row_of(text, "X")
     assert "not recomputed with the cluster test (per-example outputs not kept); rerun: " in row
     assert "python scripts/bench_x.py --seeds 1,2,3" in row and "+1.00 (no interval" in row
+    # each seed's A - B from the table's own per-seed scores of the comparison's metric (sacreBLEU, not BLEU (tok))
+    assert "| +1.00, +2.00, +0.00 (mean +1.00 +- 1.00), the table's sacreBLEU |" in row
     assert "[+0.80, +1.20]" not in text and "reproduced" not in row  # the old interval and its verdict are gone
     assert "not measured yet" in row_of(text, "M")
 
@@ -96,6 +100,9 @@ def test_work_hypotheses_are_collected_into_results_and_used_next_time(tmp_path,
             + [{"m": "1/4", "variant": n, "hypotheses": f} for n, f in files.items()]}
     write_table(tmp_path, {"translation": part})
     monkeypatch.setattr(claims, "CLAIMS", [spec(label="^A vs B")])
+    runs = {f"{n}-s{seed}": {"method": n, "seed": seed, "sacrebleu_last": 30.0 + seed * (n == "ghost")}
+            for n in ("ghost", "pruned") for seed in (1, 2, 3)}  # one row per seed, as PET's table keeps them
+    assert claims.seed_differences({"runs": runs}, part["comparisons"][0])["per_seed"] == [1.0, 2.0, 3.0]
     first = claims.render(str(tmp_path), ["--out", "x"])
     assert "reproduced at 100 updates on a CPU" in row_of(first, "X")
     assert "collected from work/" in first
