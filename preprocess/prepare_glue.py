@@ -164,8 +164,9 @@ def read_mrpc_canonical_train(glue_task_dir: str) -> Optional[Examples]:
 # ------------------------------------------------------------------------------------------------
 # tokenisers
 # ------------------------------------------------------------------------------------------------
-def make_tokenizer(args):
-    """A function list[str] -> list[str] (space-separated tokens), by ``--tokenizer``."""
+def make_tokenizer(args, quiet: bool = False):
+    """A function list[str] -> list[str] (space-separated tokens), by ``--tokenizer`` (``quiet``: it logs no
+    progress line, for a server's per-request calls)."""
     if args.tokenizer == "wordpiece":
         if not args.wordpiece_vocab or not os.path.exists(args.wordpiece_vocab):
             raise DataError(f"--wordpiece-vocab {args.wordpiece_vocab}: no such vocab.txt or model folder "
@@ -188,8 +189,9 @@ def make_tokenizer(args):
     if args.tokenizer == "bpe":
         if not args.bpe_codes or not os.path.isfile(args.bpe_codes):
             raise DataError(f"--bpe-codes {args.bpe_codes}: no such subword-nmt codes file (needed by --tokenizer bpe)")
-        return lambda lines: apply_bpe(args.bpe_codes, moses_tokenize(lines, "en", args.lowercase, escape=False))
-    return lambda lines: moses_tokenize(lines, "en", args.lowercase, escape=False)
+        return lambda lines: apply_bpe(args.bpe_codes, moses_tokenize(lines, "en", args.lowercase, escape=False,
+                                                                      quiet=quiet), quiet=quiet)
+    return lambda lines: moses_tokenize(lines, "en", args.lowercase, escape=False, quiet=quiet)
 
 
 # ------------------------------------------------------------------------------------------------

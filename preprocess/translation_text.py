@@ -3,6 +3,7 @@
 The Moses steps follow fairseq's ``examples/translation/prepare-iwslt14.sh`` with sacremoses in
 place of the Perl scripts (tokenizer.perl, clean-corpus-n.perl, lowercase.perl).
 """
+import functools
 import io
 import os
 from typing import List, Sequence, Tuple
@@ -10,16 +11,42 @@ from typing import List, Sequence, Tuple
 from .textio import DataError, log, progress
 
 
-def moses_tokenize(lines: Sequence[str], lang: str, lowercase: bool, escape: bool, what: str = "") -> List[str]:
+@functools.lru_cache(maxsize=None)
+def _moses(lang: str):
+    from sacremoses import MosesTokenizer
+
+    return MosesTokenizer(lang=lang)
+
+
+@functools.lru_cache(maxsize=16)
+def _load(kind: str, path: str, size: int, mtime_ns: int):  # size and mtime in the key: a rewritten file loads afresh
+    if kind == "bpe":
+        from subword_nmt.apply_bpe import BPE
+
+        with open(path, encoding="utf-8") as f:
+            return BPE(f)
+    import sentencepiece as spm
+
+    return spm.SentencePieceProcessor(model_file=path)
+
+
+def _loaded(kind: str, path: str):
+    """The subword-nmt codes (``kind`` "bpe") or sentencepiece model at ``path``, read once per version of the
+    file (a server tokenising each request reuses them)."""
+    stat = os.stat(path)
+    return _load(kind, os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+
+
+def moses_tokenize(lines: Sequence[str], lang: str, lowercase: bool, escape: bool, what: str = "",
+                   quiet: bool = False) -> List[str]:
     """sacremoses ``MosesTokenizer(lang).tokenize(line, escape=escape)``, then optional lowercasing.
 
     ``escape=True`` matches tokenizer.perl's default (``&`` -> ``&amp;`` ...), as in prepare-iwslt14.sh.
+    ``quiet``: no progress line (a server's per-request call).
     """
-    from sacremoses import MosesTokenizer
-
-    tokenizer = MosesTokenizer(lang=lang)
+    tokenizer = _moses(lang)
     out = []
-    for line in progress(lines, f"tokenising {what or lang}"):
+    for line in (lines if quiet else progress(lines, f"tokenising {what or lang}")):
         tok = tokenizer.tokenize(line, escape=escape, return_str=True)
         out.append(tok.lower() if lowercase else tok)
     return out
@@ -52,15 +79,13 @@ def learn_bpe(texts: Sequence[Sequence[str]], codes_path: str, merges: int) -> N
         _learn(joined, out, merges)
 
 
-def apply_bpe(codes_path: str, lines: Sequence[str], what: str = "") -> List[str]:
-    """``subword-nmt apply-bpe -c codes`` (separator ``@@``), line by line."""
-    from subword_nmt.apply_bpe import BPE
-
+def apply_bpe(codes_path: str, lines: Sequence[str], what: str = "", quiet: bool = False) -> List[str]:
+    """``subword-nmt apply-bpe -c codes`` (separator ``@@``), line by line (``quiet``: no progress line)."""
     if not os.path.isfile(codes_path):
         raise DataError(f"{codes_path}: no such BPE codes file")
-    with open(codes_path, encoding="utf-8") as f:
-        bpe = BPE(f)
-    return [bpe.process_line(line + "\n").rstrip("\n") for line in progress(lines, f"applying BPE {what}")]
+    bpe = _loaded("bpe", codes_path)
+    return [bpe.process_line(line + "\n").rstrip("\n")
+            for line in (lines if quiet else progress(lines, f"applying BPE {what}"))]
 
 
 def train_sentencepiece(texts: Sequence[Sequence[str]], model_prefix: str, vocab_size: int,
@@ -79,7 +104,4 @@ def train_sentencepiece(texts: Sequence[Sequence[str]], model_prefix: str, vocab
 
 
 def encode_sentencepiece(model_path: str, lines: Sequence[str]) -> List[str]:
-    import sentencepiece as spm
-
-    sp = spm.SentencePieceProcessor(model_file=model_path)
-    return [" ".join(pieces) for pieces in sp.encode(list(lines), out_type=str)]
+    return [" ".join(pieces) for pieces in _loaded("spm", model_path).encode(list(lines), out_type=str)]

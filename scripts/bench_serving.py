@@ -424,7 +424,30 @@ def report(result, md_path, png_name):
           "(one per core group or machine, each with its own --threads) behind an ordinary load balancer; each "
           "replica's adaptive policy reacts to its own queue, and a refused request (503 with Retry-After) can be "
           "retried on another replica. See README, \"Serving Variator\".", ""]
-    write_text(md_path, "\n".join(L) + "\n")
+    write_text(md_path, "\n".join(L) + "\n" + faults_section(md_path))
+
+
+# scripts/serve_faults.py's section of the same report: kept when this script rewrites the rest
+FAULTS_BEGIN, FAULTS_END = "<!-- serve_faults.py: begin -->", "<!-- serve_faults.py: end -->"
+
+
+def faults_section(md_path) -> str:
+    """The fault-and-abuse section of the report at ``md_path`` (with its markers; "" when there is none)."""
+    if not os.path.isfile(md_path):
+        return ""
+    text = open(md_path, encoding="utf-8").read()
+    if FAULTS_BEGIN not in text or FAULTS_END not in text:
+        return ""
+    return "\n" + text[text.index(FAULTS_BEGIN):text.index(FAULTS_END) + len(FAULTS_END)] + "\n"
+
+
+def write_faults_section(md_path, section: str) -> None:
+    """Put ``section`` (Markdown) in the report at ``md_path`` in place of its fault-and-abuse section, or after it."""
+    text = open(md_path, encoding="utf-8").read() if os.path.isfile(md_path) else ""
+    old = faults_section(md_path)
+    if old:
+        text = text.replace(old.strip("\n"), "").rstrip("\n") + "\n"
+    write_text(md_path, text + ("\n" if text else "") + f"{FAULTS_BEGIN}\n{section.strip()}\n{FAULTS_END}\n")
 
 
 def run_key(policy, repeat, repeats):

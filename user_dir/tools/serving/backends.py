@@ -89,9 +89,10 @@ class ClassifierBackend:
         from preprocess.prepare_glue import make_tokenizer
         from preprocess.textio import DataError
         try:
-            self.tokenize = make_tokenizer(argparse.Namespace(**prepared))
+            self.tokenize = make_tokenizer(argparse.Namespace(**prepared), quiet=True)  # loaded once, no log line
         except DataError as e:
             raise ValueError(f"{self.data}/.prepared.json: its tokenizer cannot be rebuilt here: {e}") from None
+        self.tokenize(["warm up"])  # its Moses tables, BPE codes or sentencepiece model: loaded now, once
         self.segmentation = prepared.get("tokenizer")
         self.pair_specials = int(prepared.get("pair_specials", 3))
         positions = self.model.max_positions()

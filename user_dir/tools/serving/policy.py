@@ -36,13 +36,22 @@ p95 kept within its budget while the clients' burst p95 went 2 ms over, the part
 being 10-20 ms at its p95). What no server sees -- the client's own delays, the network, a load balancer
 -- an operator states (``overhead``, fc-serve --client-overhead-ms), as measured on the client's side.
 
+Recovery. Every measurement (reply delays, loop lags, measured / table batch times) counts for ``memory``
+seconds (fc-serve --observation-memory-s) and then ages out: only answered requests add reply delays, so
+without an age a few slow replies on an idle server would shrink the budget below any request and keep it
+there, refusing every request until restart (issue 43: three replies of 260 ms against a 250 ms target).
+The worker thread writes the measurements while the event loop reads them: they are kept under one lock,
+and read as snapshots.
+
 The maths are pure functions of the queue's ages and lengths and the cost table, so they are tested on
 hand-made numbers (tests/test_serve.py).
 """
 import math
+import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .cost_table import CostTable
 
@@ -140,6 +149,25 @@ def reply_delay(delays: Sequence[float], q: float = 0.95) -> float:
     return quantile(delays, q) if delays else 0.0
 
 
+class Recent:
+    """The last ``maxlen`` values observed within the last ``memory`` seconds of ``clock`` (a time-stamped deque).
+    Not locked itself: :class:`AdaptivePolicy` holds its lock around every use."""
+
+    def __init__(self, maxlen: int, memory: float, clock: Callable[[], float]):
+        self.memory, self.clock = memory, clock
+        self._items: deque = deque(maxlen=maxlen)  # (time, value), oldest first
+
+    def append(self, value: float) -> None:
+        self._items.append((self.clock(), value))
+
+    def values(self) -> List[float]:
+        """A snapshot of the values still remembered (older ones dropped)."""
+        oldest = self.clock() - self.memory
+        while self._items and self._items[0][0] < oldest:
+            self._items.popleft()
+        return [v for _, v in self._items]
+
+
 @dataclass
 class AdaptivePolicy:
     table: CostTable
@@ -148,18 +176,35 @@ class AdaptivePolicy:
     window: int = 64  # recent batches of each timed size whose measured / table times scale the predictions
     q: float = 0.95  # the quantile of those ratios the predictions use
     overhead: float = 0.0  # seconds of a request's latency outside the server (client, network), from the operator
+    memory: float = 10.0  # seconds a measurement counts before it ages out (the budget's recovery)
+    clock: Callable[[], float] = time.monotonic
     # timed batch size -> measured / table time of the recent batches nearest that size, the table's time taken at
     # each batch's size and padded length (kept by size: the table's error is not the same for one example as for
     # a full batch -- the fixed cost of a forward, and the length scaling, weigh differently)
-    ratios_seen: Dict[int, deque] = field(default_factory=dict)
-    # recent reply delays (observe_reply): a request's latency is its wait, its batch and then the time its answer
-    # takes to leave the server (the event loop, shared with the parsing of new requests, resumes its handler); the
-    # predictions cover the first two, so they are held to the target less the p95 of the third
-    delays: deque = field(default_factory=lambda: deque(maxlen=256))
-    # recent event-loop lags (observe_lag): how late the loop starts what is ready, a new request's handler too
-    lags: deque = field(default_factory=lambda: deque(maxlen=256))
+    ratios_seen: Dict[int, Recent] = field(default_factory=dict)
 
     name = "adaptive"
+
+    def __post_init__(self):
+        if self.memory <= 0:
+            raise ValueError(f"--observation-memory-s {self.memory}: must be positive")
+        self._lock = threading.Lock()  # the worker writes the measurements, the event loop reads them
+        # recent reply delays (observe_reply): a request's latency is its wait, its batch and then the time its
+        # answer takes to leave the server (the event loop, shared with the parsing of new requests, resumes its
+        # handler); the predictions cover the first two, so they are held to the target less the p95 of the third
+        self.delays = Recent(256, self.memory, self.clock)
+        # recent event-loop lags (observe_lag): how late the loop starts what is ready, a new request's handler too
+        self.lags = Recent(256, self.memory, self.clock)
+
+    def reply_delay_p95(self) -> float:
+        """The p95 of the reply delays of the last ``memory`` seconds (0 when none)."""
+        with self._lock:
+            return reply_delay(self.delays.values())
+
+    def loop_lag_p95(self) -> float:
+        """The p95 of the event-loop lags of the last ``memory`` seconds (0 when none)."""
+        with self._lock:
+            return reply_delay(self.lags.values())
 
     @property
     def largest_ratio(self) -> int:
@@ -175,9 +220,11 @@ class AdaptivePolicy:
         batches nearest that size, else of all recent batches, else 1 (none yet, or ``window`` 0)."""
         if self.window <= 0:
             return 1.0
-        seen = self.ratios_seen.get(self.column(size))
-        if not seen:
-            seen = [r for ratios in self.ratios_seen.values() for r in ratios]
+        column = self.column(size)
+        with self._lock:
+            seen = self.ratios_seen[column].values() if column in self.ratios_seen else []
+            if not seen:
+                seen = [r for ratios in self.ratios_seen.values() for r in ratios.values()]
         return quantile(seen, self.q) if seen else 1.0
 
     @property
@@ -189,7 +236,7 @@ class AdaptivePolicy:
     def budget(self) -> float:
         """Seconds the predicted wait + batch may take: the target less the recent p95 reply delay, the recent
         p95 event-loop lag (what a request waits before its arrival is stamped) and the stated client overhead."""
-        return max(0.0, self.target - reply_delay(self.delays) - reply_delay(self.lags) - self.overhead)
+        return max(0.0, self.target - self.reply_delay_p95() - self.loop_lag_p95() - self.overhead)
 
     def batch_seconds(self, k: int, size: int, length: Optional[float] = None) -> float:
         """Predicted seconds of one batch on this machine now."""
@@ -209,23 +256,37 @@ class AdaptivePolicy:
         return predicted_latency([age] * queued, self.largest_ratio, self.table, self.max_batch, self.scale_at,
                                  lengths, busy, fill=True) <= self.budget
 
+    def fits_alone(self, lengths: Sequence[float]) -> bool:
+        """Whether a request of examples ``lengths`` tokens long could ever be answered within the target: alone
+        on an idle server at the largest k, at the cost table's speed, against the target less the stated client
+        overhead (what no measurement changes: a machine slowed for a while is not "never"). False: refuse it for
+        good (413), not 503 with a Retry-After it can never meet."""
+        return predicted_latency([0.0] * len(lengths), self.largest_ratio, self.table, self.max_batch, 1.0,
+                                 lengths) <= self.target - self.overhead
+
     def observe_reply(self, seconds: float) -> None:
         """A request's answer left the server ``seconds`` after its batch ended."""
-        self.delays.append(max(0.0, seconds))
+        with self._lock:
+            self.delays.append(max(0.0, seconds))
 
     def observe_lag(self, seconds: float) -> None:
         """The event loop woke a sleeping probe ``seconds`` late."""
-        self.lags.append(max(0.0, seconds))
+        with self._lock:
+            self.lags.append(max(0.0, seconds))
 
     def observe(self, k: int, size: int, seconds: float, length: Optional[float] = None) -> None:
         """A batch of ``size`` at ratio ``k``, padded to ``length`` tokens, took ``seconds``."""
         predicted = self.table.batch_seconds(k, size, length)
         if self.window > 0 and predicted > 0 and seconds > 0:
-            self.ratios_seen.setdefault(self.column(size), deque(maxlen=self.window)).append(seconds / predicted)
+            column = self.column(size)
+            with self._lock:
+                if column not in self.ratios_seen:
+                    self.ratios_seen[column] = Recent(self.window, self.memory, self.clock)
+                self.ratios_seen[column].append(seconds / predicted)
 
 
 def parse_policy(spec: str, ratios: Sequence[int], table: CostTable, max_batch: int, target_ms: float,
-                 window: int = 64, q: float = 0.95, overhead_ms: float = 0.0):
+                 window: int = 64, q: float = 0.95, overhead_ms: float = 0.0, memory: float = 10.0):
     """``fixed:K`` (K one of the attached ratios, 0 = backbone) or ``adaptive``; errors name --policy."""
     if spec == "adaptive":
         missing = sorted(set(ratios) - set(table.ratios))
@@ -241,7 +302,8 @@ def parse_policy(spec: str, ratios: Sequence[int], table: CostTable, max_batch: 
         sub = CostTable({k: table.seconds[k] for k in ratios}, table.lengths, table.source, table.details)
         if not 0 <= overhead_ms < target_ms:
             raise ValueError(f"--client-overhead-ms {overhead_ms}: from 0 to less than --target-p95-ms {target_ms}")
-        return AdaptivePolicy(sub, max_batch, target_ms / 1000.0, window, q, overhead=overhead_ms / 1000.0)
+        return AdaptivePolicy(sub, max_batch, target_ms / 1000.0, window, q, overhead=overhead_ms / 1000.0,
+                              memory=memory)
     if spec.startswith("fixed:"):
         try:
             k = int(spec.split(":", 1)[1])
