@@ -141,3 +141,20 @@ def test_the_committed_claims_table_is_what_the_script_writes_from_the_committed
     with open(os.path.join(REPO, "results", "claims.md"), encoding="utf-8") as f:
         committed = f.read()
     assert committed == claims.render(REPO, ["--out", "results/claims.md"])
+
+
+def test_bleu_tokenisation_finds_glued_tokens_and_closes_the_gap(tmp_path, capsys):
+    """scripts/bleu_tokenisation.py: a BPE piece left before the final period comes out glued ('street.'); BLEU (tok)
+    counts it as a miss, 13a splits it; split, BLEU (tok) meets sacreBLEU again."""
+    import bleu_tokenisation
+
+    refs = [f"a man number {i} walks down the street ." for i in range(30)]
+    hyps = [r if i % 3 else r.replace("street .", "street.") for i, r in enumerate(refs)]
+    (tmp_path / "gen.log").write_text("".join(f"T-{i}\t{r}\nH-{i}\t-0.1\t{h}\n" for i, (r, h) in enumerate(zip(refs, hyps))))
+    (tmp_path / "raw.en").write_text("\n".join(f"A man number {i} walks down the street." for i in range(30)) + "\n")
+    bleu_tokenisation.main([str(tmp_path / "gen.log"), "--raw-references", str(tmp_path / "raw.en")])
+    out = capsys.readouterr().out
+    assert "hypothesis tokens 13a splits: 10, e.g. ['street.'" in out
+    assert "sacreBLEU   100.00" in out and "BLEU (tok) with them split: 100.00" in out
+    tok = float(out.split("BLEU (tok)  ")[1].split()[0])
+    assert tok < 95
