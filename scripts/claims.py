@@ -22,8 +22,8 @@ A row whose outputs are nowhere is rendered as not recomputed, with the command 
 (seed, example) intervals of older tables were up to sqrt(3) too narrow and are not shown as the new test.
 
 The p of a row is the claim's own test (the sign-flip p against 0 for "beats", the one-sided bootstrap p
-against the threshold for a drop bound, TOST's p for parity, the one-sided bootstrap p against the ratio
-for retention); Holm's correction runs over the table's re-tested rows. The verdict
+against the threshold for a drop bound, TOST's p for parity; a retention row has none: its interval and every
+seed's ratio decide); Holm's correction runs over the table's re-tested rows with a p. The verdict
 (``significance.claim_verdict``) is mechanical: **reproduced** needs the interval on the claim's side of
 the threshold, every seed's own difference there too, and the Holm p < 0.05; **not reproduced** the same on
 the other side; else **inconclusive**. Each verdict carries its budget ("at 800 updates on a CPU").
