@@ -40,9 +40,6 @@ GLUE_RATE, GLUE_CONCURRENCY = 8.0, 4
 CALL_SECONDS = 540        # what one device command may use (10 minutes less start-up and packing)
 SETUP_SECONDS = 90        # gpu_check.sh --setup-only from carried wheels: 76 s measured
 FAMILIES = ("pet", "ghost", "apc", "variator")
-# on CUDA: fp16 as the papers' GPU recipes, but APC's activation-KD loss overflows float16 at the paper's beta
-# (results/gpu_check_apc_fp16_overflow.md): bfloat16 there
-GPU_PRECISION = {"apc": "bf16"}
 
 
 def glue_train_examples(glue_dir, task):

@@ -31,8 +31,9 @@ that fit its 15 device minutes (``plan``), and the next seeds run in another ses
 ``ingest ARCHIVE...`` unpacks the archives and writes each table to --results (default results/claims) as
 NAME.json/.md/.png, the driver's own files, with a ``campaign`` record added to the JSON (the command, machine,
 GPU, precision, seeds, device minutes). Archives of one table with different seeds (a session per seed) are
-merged where the driver's table allows it (pet: the runs, measurements and paired comparisons over every seed,
-the table rendered by bench_translation.py --render).
+merged: pet's whole table (the runs, measurements and paired comparisons over every seed, rendered by
+bench_translation.py --render); another driver's table keeps its first seed's rows, every paired comparison in
+it re-tested over all the seeds from the per-example outputs each keeps.
 
 On your own GPU machine (no time limit): ``python scripts/campaign/run.py run FAMILY --budget 0`` trains every
 seed in one go, in the venv of scripts/setup_env.sh (setup then only checks the imports); GLUE families take
@@ -55,7 +56,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import families  # noqa: E402
-from benchlib import ROOT, SHARED, bleu_comparison, invocation, write_json, write_text  # noqa: E402
+from benchlib import (ROOT, SHARED, bleu_comparison, invocation, significance_lines, write_json,  # noqa: E402
+                      write_text)
 
 RESUME_EXIT = 3
 KILL_GRACE = 20           # seconds between SIGTERM and SIGKILL of a stage stopped at the budget
@@ -184,7 +186,7 @@ def carried_glue_dir():
 
 def run(args):
     family = args.family
-    precision = args.precision or (families.GPU_PRECISION.get(family, "fp16") if args.device == "cuda" else "fp32")
+    precision = args.precision or ("fp16" if args.device == "cuda" else "fp32")
     if args.device == "cpu" and precision == "fp16":
         raise SystemExit("--precision fp16: fairseq's --fp16 needs CUDA (a CPU takes fp32 or bf16)")
     seeds = sorted({int(s) for s in args.seeds.split(",")})
@@ -212,6 +214,7 @@ def run(args):
     site = os.path.join(ROOT, "work", "gpu_check", "site")
     env["PYTHONPATH"] = os.pathsep.join([ROOT, site] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     python = args.python or sys.executable
+    env["PYTHON"] = python  # gpu_check.sh's set-up installs for the drivers' interpreter
     finished = True
     try:
         stages = []
@@ -358,8 +361,7 @@ def ingest(args):
         elif name == "pet_gpu":
             written += merge_translation(name, parts, results, record)
         else:
-            raise SystemExit(f"ingest: {name}: its seeds come from {len(parts)} archives and merging this driver's "
-                             "tables is not implemented: run its seeds in one campaign")
+            written += merge_comparisons(name, parts, results, record)
     for path in written:
         log(f"wrote {os.path.relpath(path, ROOT)}")
     return 0
@@ -389,6 +391,66 @@ def copy_table(name, root, state, archive, results, record):
         written.append(dst)
     if not any(p.endswith(".json") for p in written):
         raise SystemExit(f"ingest: {archive}: {name} is finished but its table results/{name}.json is missing")
+    return written
+
+
+def merged_comparison(node, twins):
+    """One comparison re-tested over the seeds of ``node`` and its ``twins`` (the same comparison in the other
+    archives' tables): their kept per-example outputs concatenated seed by seed."""
+    from user_dir.common.significance import pack, paired_bleu, paired_glue, unpack, verdict
+
+    if any(t.get("label") != node["label"] or "outputs" not in t for t in twins):
+        raise SystemExit(f"ingest: the archives' tables differ at the comparison '{node['label']}'")
+    outs = [unpack(c["outputs"]) for c in [node, *twins]]
+    a, b = [s for o in outs for s in o["a"]], [s for o in outs for s in o["b"]]
+    if "references" in outs[0]:
+        r = paired_bleu(a, b, outs[0]["references"], tokenize=node.get("tokenize", "13a"), margin=node.get("margin"))
+    else:
+        r = paired_glue(a, b, outs[0]["labels"], node["metric"], margin=node.get("margin"))
+    node.update(r, verdict=verdict(r), outputs=pack(dict(outs[0], a=a, b=b)))
+    return node
+
+
+def merge_tree(node, twins, merged):
+    """Every comparison (a dict with a label and outputs) in ``node``, merged with those at the same place in
+    ``twins``; their labels collected in ``merged``."""
+    if isinstance(node, dict):
+        if "label" in node and "outputs" in node:
+            merged.append(merged_comparison(node, twins))
+            return
+        for k, v in node.items():
+            merge_tree(v, [t[k] for t in twins if isinstance(t, dict) and k in t], merged)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            merge_tree(v, [t[i] for t in twins if isinstance(t, list) and i < len(t)], merged)
+
+
+def merge_comparisons(name, parts, results, record):
+    """A table whose seeds come from several archives, for a driver without a merge of its own: the first seed's
+    table, every paired comparison in it re-tested over the seeds of all archives (the outputs each comparison
+    keeps); the other rows stay the first seed's, and the table says so."""
+    parts = sorted(parts, key=lambda p: p[1]["seeds"])
+    tables = []
+    for root, _, _ in parts:
+        with open(os.path.join(root, "results", name + ".json")) as f:
+            tables.append(json.load(f))
+    merged = []
+    merge_tree(tables[0], tables[1:], merged)
+    if not merged:
+        raise SystemExit(f"ingest: {name}: its tables keep no per-example outputs to merge seeds by")
+    seed = parts[0][1]["seeds"]
+    record = dict(record, merged=f"the comparisons over seeds {record['seeds']}; every other row is seed(s) "
+                                 f"{seed}'s")
+    written = copy_table(name, *parts[0], results, record)
+    table_json = os.path.join(results, name + ".json")
+    tables[0]["campaign"] = record
+    write_json(table_json, tables[0])
+    md = os.path.join(results, name + ".md")
+    with open(md) as f:
+        text = f.read().rstrip("\n")
+    write_text(md, text + "\n\n" + "\n".join(significance_lines(
+        merged, f"Merged by the campaign's ingest over seeds {', '.join(map(str, record['seeds']))} (the rows above "
+                f"are seed(s) {', '.join(map(str, seed))}'s)")))
     return written
 
 
@@ -453,8 +515,8 @@ def get_parser():
     r.add_argument("family", choices=families.FAMILIES)
     r.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="where the students train (default cuda)")
     r.add_argument("--precision", default=None, choices=["fp16", "bf16", "fp32"],
-                   help="training precision (default on CUDA fp16, as the papers' GPU recipes, but bf16 for apc: its "
-                        "activation-KD loss overflows float16, results/gpu_check.md; fp32 on a CPU)")
+                   help="training precision (default fp16 on CUDA, as the papers' GPU recipes; the drivers train APC "
+                        "with cross-entropy, which fp16 runs, not the activation KD that overflows it; fp32 on a CPU)")
     r.add_argument("--seeds", default="1,2,3", help=seeds_help)
     r.add_argument("--tasks", default=",".join(families.GLUE_TASKS), help=tasks_help)
     r.add_argument("--scale", default="full", choices=["full", "tiny"],
