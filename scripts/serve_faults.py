@@ -353,7 +353,7 @@ def summary_ms(values):
     return {"n": len(values), "median": round(ordered[len(ordered) // 2], 1), "max": round(ordered[-1], 1)}
 
 
-def report(result, command, when) -> str:
+def report(result, command, when, notes=()) -> str:
     """The Markdown section of results/serving.md."""
     r = result
     by_group = {}
@@ -364,6 +364,7 @@ def report(result, command, when) -> str:
          f"`FC_SERVE_FAULTS=1` (the fault hook), bounds `"
          + " ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in r["limits"].items()) + "`; client: asyncio + httpx "
          "and raw sockets in another process, loopback. Model: " + json.dumps(r["model"]) + ".", "",
+         *[f"Note: {note}" for note in notes], *([""] if notes else []),
          f"- requests tried: {r['requests']} ({len(r['kinds'])} kinds of hostile or odd request, 3 injected faults, "
          f"{len(r['burst'])} requests cancelled by their client, the good requests that timed each recovery, and a "
          f"burst of {len(r['burst'])} with SIGTERM in the middle) in {r['seconds']:g} s",
@@ -385,6 +386,7 @@ def report(result, command, when) -> str:
           + "; the half sent after it: " + ", ".join(f"{s}: {n}" for s, n in r["burst_after_signal"].items())
           + " (503: refused while shutting down; refused: the port already closed; closed unread: the connection "
           "closed before the server read the request, nothing done).", "",
+          "Each kind of hostile or odd request, the answer expected (never a 5xx) and the one given:", "",
           "| group | kind | expected | answer |", "|---|---|---|---|"]
     for group, recs in by_group.items():
         for rec in recs:
@@ -409,6 +411,7 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join(ROOT, "work", "serve_faults", "serving.md"),
                    help="the report whose fault section this writes (results/serving.md for the committed one)")
     p.add_argument("--json", default=None, help="also the whole result as JSON here")
+    p.add_argument("--note", action="append", default=[], help="a sentence for the report (why these settings)")
     args = p.parse_args(ours)
     if not server_args:
         p.error("give fc-serve's checkpoint and flags after --")
@@ -420,7 +423,7 @@ def main(argv=None):
     if args.json:
         write_json(args.json, result)
     write_faults_section(args.out, report(result, invocation("serve_faults.py", argv),
-                                          time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())))
+                                          time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), args.note))
     print(json.dumps({k: result[k] for k in ("requests", "answered_by_status", "server_errors_not_injected",
                                              "hangs", "lost", "worker_restarts", "unexpected")}, indent=1))
     return result
