@@ -232,7 +232,8 @@ class Driver:
 
     def recipe(self, name, script, env, budget, workdir):
         """One recipe run as a resumable stage; its own stages resume inside it. ``budget``: the variables that set
-        its updates, left out under --smoke (the recipe's SMOKE=1 sets its own tiny budget)."""
+        its updates (and, for PET, its own check measurement: 100 sentences, this driver measures the whole test set),
+        left out under --smoke (the recipe's SMOKE=1 sets its own)."""
         env = dict(env, **({} if self.args.smoke else budget))
         env = dict(env, TEACHER=env.get("TEACHER", self.args.teacher), DATA=self.data, SEED=str(self.args.seed),
                    DEVICE_FLAGS=" ".join(self.device.fairseq()), RUNS="1", SMOKE="1" if self.args.smoke else "0")
@@ -261,7 +262,8 @@ class Driver:
         if method == "pet":
             warmup = n // 5
             self.recipe(name, "pet.sh", dict(env, ENC_DIM=setting[0], DEC_DIM=setting[1]),
-                        {"WARMUP_UPDATES": warmup, "KD_UPDATES": n - warmup}, workdir)
+                        {"WARMUP_UPDATES": warmup, "KD_UPDATES": n - warmup, "MEASURE_EXTRA": "--max-sentences 100"},
+                        workdir)
             return os.path.join(workdir, "kd", "checkpoint_best.pt")
         if method == "variator":
             self.recipe(name, "variator.sh", dict(env, K=setting), {"UPDATES": n}, workdir)
