@@ -6,12 +6,15 @@ fairseq-generate log, and what separates them.
 
 BLEU (tok) is fc-measure's and fairseq-generate's: the BPE-removed output against the binarised references
 (``tokenize=none``); sacreBLEU scores the Moses-detokenised output against the raw references with its 13a
-tokeniser. The script prints both, then the hypothesis tokens that 13a splits (a BPE continuation left
-before punctuation, ``word@@ .``, comes out of ``--remove-bpe`` glued as ``word.``, one token that BLEU
-(tok) counts as a miss and 13a splits into ``word .``), and BLEU (tok) again with those tokens split: when
-that closes the gap, the glued tokens are the whole story.
+tokeniser. The two count tokens differently where detokenising joins them: a degenerate hypothesis that
+repeats ``'s`` a hundred times (``woman 's 's 's ...``) is a hundred unmatched tokens to BLEU (tok), while the
+Moses detokeniser glues the repeats onto the word (``woman's's's...``), one token to 13a. The script prints both
+scores, the tokens detokenising loses (the top ones), the hypotheses repeating a token 5 or more times in a row,
+and both scores without those hypotheses: when the gap closes, they are the story. It also counts the tokens 13a
+splits (a BPE piece left before punctuation comes out of ``--remove-bpe`` glued, ``word.``).
 """
 import argparse
+import collections
 import gzip
 import os
 import sys
@@ -54,17 +57,38 @@ def main(argv=None):
         raw = [line.strip().lower() for line in f]
     raw = [raw[i] for i in ids]
     detok = MosesDetokenizer(lang="en")
-    tok = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", force=True)
-    sacre = sacrebleu.corpus_bleu([detok.detokenize(h.split()) for h in hyps], [raw])
     split13a = Tokenizer13a()
-    glued = [w for h in hyps for w in h.split() if len(split13a(w).split()) > 1 and w not in ("'s", "n't")]
-    resplit = sacrebleu.corpus_bleu([split13a(h) for h in hyps], [refs], tokenize="none", force=True)
+    detokenised = [detok.detokenize(h.split()) for h in hyps]
+
+    def both(keep):
+        return (sacrebleu.corpus_bleu([hyps[i] for i in keep], [[refs[i] for i in keep]], tokenize="none", force=True),
+                sacrebleu.corpus_bleu([detokenised[i] for i in keep], [[raw[i] for i in keep]]))
+
+    tok, sacre = both(range(len(ids)))
     print(f"sentences {len(ids)}")
     print(f"BLEU (tok)  {tok.score:.2f}  ({tok})")
     print(f"sacreBLEU   {sacre.score:.2f}  ({sacre})")
-    print(f"hypothesis tokens 13a splits: {len(glued)}, e.g. {glued[:8]}")
-    print(f"BLEU (tok) with them split: {resplit.score:.2f}  (gap to sacreBLEU {sacre.score - resplit.score:+.2f}, "
-          f"was {sacre.score - tok.score:+.2f})")
+    lost = (collections.Counter(w for h in hyps for w in h.split())
+            - collections.Counter(w for d in detokenised for w in split13a(d).split()))
+    print(f"tokens detokenising loses: {sum(lost.values())}, most: {lost.most_common(5)}")
+    glued = [w for h in hyps for w in h.split() if len(split13a(w).split()) > 1 and w not in ("'s", "n't")]
+    print(f"hypothesis tokens 13a splits: {len(glued)}, e.g. {glued[:5]}")
+    repeats = [i for i, h in enumerate(hyps) if max_run(h.split()) >= 5]
+    print(f"hypotheses repeating a token 5+ times in a row: {len(repeats)} (sentence ids "
+          f"{[ids[i] for i in repeats][:10]})")
+    if repeats:
+        tok_rest, sacre_rest = both([i for i in range(len(ids)) if i not in set(repeats)])
+        print(f"without them: BLEU (tok) {tok_rest.score:.2f}, sacreBLEU {sacre_rest.score:.2f} (gap "
+              f"{sacre_rest.score - tok_rest.score:+.2f}, was {sacre.score - tok.score:+.2f})")
+
+
+def max_run(words):
+    """The longest run of one token repeated in a row."""
+    best = run = 0
+    for i, w in enumerate(words):
+        run = run + 1 if i and w == words[i - 1] else 1
+        best = max(best, run)
+    return best
 
 
 if __name__ == "__main__":

@@ -481,14 +481,16 @@ NOTES = [
     "- Variator: the paper's 53% is of the whole T5 model's FLOPs with plugins in encoder and decoder; ours plug "
     "the encoder's FFNs only, which saves the encoder FLOPs shown (its FFNs' share beside), little of a whole "
     "translation model dominated by beam-search decoding; the measured speed-ups are beside them.",
-    "- Tokenised BLEU vs sacreBLEU (results/claims/apc_mt.md, pruning+FT 128: 35.55 vs 36.16, seed 1 34.83 vs "
-    "35.90; every other system within 0.05): both come from the same fc-measure outputs, scored twice -- BLEU "
-    "(tok) on the tokenised output against the binarised references, which hold `<unk>` for every word outside "
-    "the dictionary, sacreBLEU on the Moses-detokenised output against the raw references with 13a tokenisation. "
-    "A hypothesis that differs from the others only through tokens the two scorers split differently (`<unk>`, "
-    "`@-@`, HTML-escaped apostrophes and quotes, which 13a splits into `&`, `apos`, `;`) moves one score and not "
-    "the other; the hypotheses of that run are not kept, so which of these it was cannot be checked here. The claims "
-    "use sacreBLEU throughout.",
+    "- Tokenised BLEU vs sacreBLEU (results/claims/apc_mt.md, pruning+FT 128: 35.55 vs 36.16, seed 1 34.83 vs 35.90, "
+    "seed 3 35.62 vs 36.26; every other system within 0.05): degenerate hypotheses. Seed 1's model, retrained here "
+    "with bench_apc's own fairseq-train command for that row (seed 1, 300 updates, one thread on this 2-core CPU; "
+    "only `--save-dir` changed), decoded by `fairseq-generate work/data-bin/multi30k.de-en --user-dir user_dir "
+    "--path CHECKPOINT --gen-subset test --beam 5 --batch-size 128 --remove-bpe --cpu`, scores 34.83 and 35.90 "
+    "again, and `python scripts/bleu_tokenisation.py LOG` finds 26 of its 1,000 hypotheses repeating a token 5 or "
+    "more times in a row (`a woman 's 's 's 's ...`): 383 tokens that BLEU (tok) counts as unmatched vanish when the "
+    "Moses detokeniser glues the repeats onto the word (`woman's's's...`, one 13a token; 374 of them `'s`). Without "
+    "those 26 hypotheses both scores are 37.66; the shipped teacher has 5 such hypotheses and a gap of -0.01. The "
+    "claims use sacreBLEU throughout; BLEU (tok) penalises these degenerate outputs more.",
 ]
 
 
