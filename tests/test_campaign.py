@@ -74,7 +74,7 @@ def test_budget_stops_a_stage_then_the_same_command_resumes_and_packs(tiny):
         state = json.load(f)
     assert [c["finished"] for c in state["calls"]] == [False, True]
     assert state["device_seconds"] > 0 and state["machine"]["device"] == "cpu" and state["precision"] == "fp32"
-    with tarfile.open(os.path.join(tiny["out"], "campaign-pet.tar.gz")) as tar:
+    with tarfile.open(os.path.join(tiny["out"], "campaign-pet-s1.tar.gz")) as tar:
         names = tar.getnames()
     assert "campaign-pet/campaign.json" in names and "campaign-pet/stages/pet_gpu/DONE" in names
     assert "campaign-pet/results/pet_gpu.json" in names
@@ -95,8 +95,8 @@ def claim_spec(path):
 
 
 def test_ingest_writes_the_table_claims_reads_with_the_campaign_record(tiny, tmp_path):
-    rc, out = campaign("ingest", os.path.join(tiny["out"], "campaign-pet.tar.gz"), "--results", tmp_path / "claims",
-                       "--unpack", tmp_path / "unpacked")
+    archive = os.path.join(tiny["out"], "campaign-pet-s1.tar.gz")
+    rc, out = campaign("ingest", archive, "--results", tmp_path / "claims", "--unpack", tmp_path / "unpacked")
     assert rc == 0, out[-3000:]
     with open(tmp_path / "claims" / "pet_gpu.json") as f:
         data = json.load(f)
@@ -115,7 +115,7 @@ def test_ingest_writes_the_table_claims_reads_with_the_campaign_record(tiny, tmp
 def test_two_sessions_seeds_merge_into_one_table(tiny, tmp_path):
     """A second session's archive (seed 2: here the first one's outputs relabelled, the word-KD student's
     hypotheses swapped for PET's) merges with the first: rows, runs and the paired test over both seeds."""
-    first = os.path.join(tiny["out"], "campaign-pet.tar.gz")
+    first = os.path.join(tiny["out"], "campaign-pet-s1.tar.gz")
     with tarfile.open(first) as tar:
         tar.extractall(tmp_path / "s2", filter="data")
     root = tmp_path / "s2" / "campaign-pet"
@@ -130,7 +130,8 @@ def test_two_sessions_seeds_merge_into_one_table(tiny, tmp_path):
         run["seed"] = 2
     table["runs"]["word-kd-s2"]["hypotheses_last"] = table["runs"]["pet-s2"]["hypotheses_last"]
     (root / "results" / "pet_gpu.json").write_text(json.dumps(table))
-    second = tmp_path / "campaign-pet-seed2.tar.gz"
+    second = tmp_path / "elsewhere" / "campaign-pet-s1.tar.gz"  # the same name as the first: unpacked apart
+    second.parent.mkdir()
     with tarfile.open(second, "w:gz") as tar:
         tar.add(root, arcname="campaign-pet")
     rc, out = campaign("ingest", first, second, "--results", tmp_path / "claims", "--unpack", tmp_path / "unpacked")

@@ -30,7 +30,7 @@ PET_METHODS = ("pet", "pet-nowarmup", "word-kd", "patient-kd", "can", "seq-kd")
 GLUE_TASKS = ("SST-2", "MRPC", "RTE")        # the tasks with data here (../shared/data/glue); others by --tasks
 GLUE_BATCH = 32                               # GhostBERT Table 8, APC section 4.3
 GHOST_WIDTHS = "12/12,3/12,1/12"
-APC_FINALIZED_EPOCHS = {"MNLI": 1, "SST-2": 8, "MRPC": 163, "RTE": 240}   # APC Table 3 (scripts/recipes/apc_glue_gpu.sh)
+APC_FINALIZED_EPOCHS = {"MNLI": 1, "SST-2": 8, "MRPC": 163, "RTE": 240}  # APC Table 3 (recipes/apc_glue_gpu.sh)
 APC_COMPRESS_UPDATES = 100                   # APC section 4.3
 VARIATOR_PRETRAIN, VARIATOR_ADAPT = 24000, 26000   # Variator's BERT run (scripts/recipes/variator_glue_gpu.sh)
 
@@ -128,7 +128,8 @@ def jobs_of(family, work, glue_work, glue_dir, seeds, scale, tasks):
                 glue_work, "--work", os.path.join(work, "bench-variator"), "--fresh", *seeds_arg,
                 *(["--quick"] if tiny else []), "--out", os.path.join(out, "variator_glue_gpu.md")]
         return [dict(name="variator_glue_gpu", driver="bench_variator.py", args=args,
-                     updates=3 * n * (int(pre) + len(tasks) * int(adapt)), concurrency=GLUE_CONCURRENCY, rate=GLUE_RATE)]
+                     updates=3 * n * (int(pre) + len(tasks) * int(adapt)), concurrency=GLUE_CONCURRENCY,
+                     rate=GLUE_RATE)]
     raise SystemExit(f"unknown family {family!r}: one of {', '.join(FAMILIES)}")
 
 

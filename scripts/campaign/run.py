@@ -4,8 +4,8 @@ budgets with the benchmark drivers, and packs what the claims table needs into o
 machine the same script ingests that archive into results/claims/.
 
     python scripts/campaign/run.py plan pet                 # the grid, its updates, device minutes and calls
-    python3 scripts/campaign/run.py run pet --seeds 1       # on the GPU machine: -> $OUT/campaign-pet.tar.gz
-    python scripts/campaign/run.py ingest work/campaign-pet.tar.gz     # here: -> results/claims/pet_gpu.{json,md,png}
+    python3 scripts/campaign/run.py run pet --seeds 1       # on the GPU machine: -> $OUT/campaign-pet-s1.tar.gz
+    python scripts/campaign/run.py ingest campaign-pet-s1.tar.gz campaign-pet-s2.tar.gz ...   # here: results/claims/
 
 Families (scripts/campaign/families.py gives each budget and its source): pet (PET Tables 7 and 9: PET against
 word-KD, Patient-KD, CAN and sequence-level KD students of its size, and PET without warm-up, on Multi30k),
@@ -242,7 +242,7 @@ def run(args):
         call.update(seconds=round(time.time() - budget.start, 1), finished=finished)
         state["device_seconds"] = round(sum(c.get("seconds", 0) for c in state["calls"]), 1)
         write_json(state_path, state)
-        archive = pack(work, out, family)
+        archive = pack(work, out, family, seeds)
     if not finished:
         log(f"stopped at the time budget ({args.budget} s); packed {archive}; resume with the same command")
         return RESUME_EXIT
@@ -269,11 +269,11 @@ def packed(path, name):
     return os.path.getsize(os.path.join(path, name)) <= MAX_MEMBER
 
 
-def pack(work, out, family):
-    """OUT/campaign-FAMILY.tar.gz: every file of WORK but checkpoints, binarised data and packages (one file
-    back: the lent machine returns at most 8)."""
+def pack(work, out, family, seeds):
+    """OUT/campaign-FAMILY-sSEEDS.tar.gz: every file of WORK but checkpoints, binarised data and packages (one
+    file back: the lent machine returns at most 8; the seeds in its name, so sessions' archives lie side by side)."""
     os.makedirs(out, exist_ok=True)
-    archive = os.path.join(out, f"campaign-{family}.tar.gz")
+    archive = os.path.join(out, f"campaign-{family}-s{'-'.join(map(str, seeds))}.tar.gz")
     left_out = []
     with tarfile.open(archive + ".tmp", "w:gz") as tar:
         for path, dirs, files in os.walk(work):
@@ -340,8 +340,8 @@ def ingest(args):
     dest = os.path.abspath(args.unpack or os.path.join(ROOT, "work", "campaign", "ingest"))
     results = os.path.abspath(args.results)
     by_table = {}
-    for archive in args.archives:
-        root, state = unpack(os.path.abspath(archive), os.path.join(dest, os.path.basename(archive).split(".")[0]))
+    for i, archive in enumerate(args.archives):  # a folder each, whatever the archives are called
+        root, state = unpack(os.path.abspath(archive), os.path.join(dest, f"{i}-{os.path.basename(archive)}"))
         for name in state.get("tables", []):
             if os.path.isfile(os.path.join(root, "stages", name, "DONE")):
                 by_table.setdefault(name, []).append((root, state, archive))
