@@ -653,7 +653,12 @@ def significance_lines(comparisons, title="Comparisons"):
     A - B. A row of an older table (a (seed, example) test, before issue 44) is marked as such."""
     if not comparisons:
         return []
-    lines = [f"{title} ({SIGNIFICANCE_NOTE})", "",
+    note = SIGNIFICANCE_NOTE
+    if any("per_seed" not in c for c in comparisons):
+        note += (" Rows marked as an older test were measured before it (issue 44): their seeds' outputs were "
+                 "concatenated and resampled as independent (seed, example) units, so their intervals are up to "
+                 "sqrt(k) too narrow and their BLEU p is sacreBLEU's one-sided count; rerun the table to re-test them.")
+    lines = [f"{title} ({note})", "",
              "| comparison (A vs B) | metric | seeds | A | B | A - B | 95% interval | p | per-seed A - B | verdict |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in comparisons:

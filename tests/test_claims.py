@@ -164,3 +164,16 @@ def test_bleu_tokenisation_finds_the_degenerate_repeats_behind_the_gap(tmp_path,
     assert "hypotheses repeating a token 5+ times in a row: 3 (sentence ids [7, 17, 27])" in out
     # without the repeats only the glued period separates them
     assert "without them: BLEU (tok) 99.08, sacreBLEU 100.00 (gap +0.92, was +6.48)" in out
+
+
+def test_a_drivers_table_marks_rows_of_the_older_test():
+    """benchlib.significance_lines re-rendering an older table (--report-only): its rows keep their numbers but are
+    marked as the older (seed, example) test, and the note says why, so no old interval passes for the new test."""
+    from benchlib import significance_lines
+
+    new = dict(old_row("C vs D"), per_seed=[0.5, 1.5], per_seed_mean=1.0, per_seed_std=0.71, verdict="A better")
+    lines = significance_lines([dict(old_row(), verdict="A better"), new], "T")
+    assert "Rows marked as an older test" in lines[0] and "sqrt(k) too narrow" in lines[0]
+    assert lines[4].endswith("| - (an older (seed, example) test: intervals too narrow) | A better |")
+    assert lines[5].endswith("| +0.50, +1.50 (mean +1.00 +- 0.71) | A better |")
+    assert "older test" not in significance_lines([new], "T")[0]
