@@ -457,7 +457,8 @@ NOTES = [
     "driver now keeps each comparison's outputs in its JSON (`benchlib.bleu_comparison` / `glue_comparison`).",
     "- Dropped row: 'APC beats a same-size word-KD student' at 300 updates compared APC, which starts from the "
     "teacher's weights, with a student trained from scratch for the same 300 updates, far from converged; at 2,000 "
-    "updates that student (37.86 BLEU, results/apc_300_updates.md, one seed) is above every APC model. A fair test "
+    "updates that student (37.86 BLEU on the first 500 test sentences, results/apc_300_updates.md, one seed) is above "
+    "every APC model there. A fair test "
     "compares both converged, which this 2-core CPU cannot run; the paper's comparison is with DistilBERT, "
     "another setting. The word-KD student's procedure also differs from the APC and pruning rows: word-level KD "
     "(alpha 0.5, T = 1, label smoothing 0.1) from random initialisation with Adam lr 1e-3, inverse_sqrt and "
