@@ -280,7 +280,7 @@ def _row_files(part, name, key, label=""):
 
 def outputs_from_work(c, part, root):
     """A translation comparison's hypotheses and references from the files its table names (under work/), or
-    None where any is missing."""
+    None where any is missing or they are not the ones the table scored (their pooled BLEU is not its A or B)."""
     refs = part.get("references")
     a, b = (_row_files(part, c.get(side), "hypotheses", c["label"]) for side in ("a_name", "b_name"))
     if not (isinstance(refs, str) and a and b) or c.get("metric") not in ("sacreBLEU", "BLEU (tok)"):
@@ -291,8 +291,16 @@ def outputs_from_work(c, part, root):
     if not all(os.path.isfile(p) for p in paths):
         return None
     ha = [read_lines(p) for p in paths[1:1 + len(seeds)]]
-    return {"a": ha, "b": [read_lines(p) for p in paths[1 + len(seeds):]],
-            "references": read_lines(paths[0])[:len(ha[0])]}
+    found = {"a": ha, "b": [read_lines(p) for p in paths[1 + len(seeds):]], "references": read_lines(paths[0])[:len(ha[0])]}
+    # the files must be those the table scored (a newer run writes the same paths): its pooled A and B again
+    from user_dir.common.significance import bleu_from_statistics, bleu_statistics
+
+    for side in ("a", "b"):
+        pooled = bleu_from_statistics(bleu_statistics(found[side], found["references"], c.get("tokenize", "13a"))
+                                      .sum((0, 1)))
+        if abs(float(pooled) - c[side]) > 0.01:
+            return None
+    return found
 
 
 def outputs_of(c, part, spec, root):

@@ -94,8 +94,13 @@ def test_work_hypotheses_are_collected_into_results_and_used_next_time(tmp_path,
             path = work / f"{name}{seed}.txt"
             path.write_text("\n".join(drop(REFS, k + (seed == 3))) + "\n")
             files[name][str(seed)] = f"work/{name}{seed}.txt"
+    import sacrebleu
+
+    pooled = {n: sacrebleu.corpus_bleu([line for seed in (1, 2, 3) for line in drop(REFS, k + (seed == 3))],
+                                       [REFS * 3]).score for n, k in (("ghost", 1), ("pruned", 3))}
     part = {"references": "work/refs.txt",
-            "comparisons": [old_row("A vs B, m = 1/4", a_name="ghost", b_name="pruned")],
+            "comparisons": [old_row("A vs B, m = 1/4", a=pooled["ghost"], b=pooled["pruned"], a_name="ghost",
+                                    b_name="pruned")],
             "rows": [{"m": "2/4", "variant": "ghost", "hypotheses": "work/other-width.txt"}]  # another width's
             + [{"m": "1/4", "variant": n, "hypotheses": f} for n, f in files.items()]}
     write_table(tmp_path, {"translation": part})
@@ -103,6 +108,12 @@ def test_work_hypotheses_are_collected_into_results_and_used_next_time(tmp_path,
     runs = {f"{n}-s{seed}": {"method": n, "seed": seed, "sacrebleu_last": 30.0 + seed * (n == "ghost")}
             for n in ("ghost", "pruned") for seed in (1, 2, 3)}  # one row per seed, as PET's table keeps them
     assert claims.seed_differences({"runs": runs}, part["comparisons"][0])["per_seed"] == [1.0, 2.0, 3.0]
+    stale = json.loads(json.dumps(part))  # a table whose pooled scores are not those files': another run's
+    stale["comparisons"][0]["a"] += 0.5
+    write_table(tmp_path, {"translation": stale})
+    assert "not recomputed" in row_of(claims.render(str(tmp_path), ["--out", "x"]), "X")
+    assert not os.path.exists(tmp_path / "results" / "claims" / "outputs")
+    write_table(tmp_path, {"translation": part})
     first = claims.render(str(tmp_path), ["--out", "x"])
     assert "reproduced at 100 updates on a CPU" in row_of(first, "X")
     assert "collected from work/" in first
