@@ -152,7 +152,8 @@ def export_model(name, path, data, folder):
             return previous["exports"]
     out = {"onnx": os.path.join(folder, "onnx"), "hf": os.path.join(folder, "hf"), "hf_refused": None}
     log(f"{name}: ONNX export")
-    out["onnx_summary"] = export_onnx(path, out["onnx"], data=data)
+    # int8's loss is this benchmark's measurement (every dev example, below), not a reason to stop it
+    out["onnx_summary"] = export_onnx(path, out["onnx"], data=data, int8_warn_only=True)
     log(f"{name}: transformers export")
     try:
         out["hf_summary"] = export_hf(path, out["hf"], data=data)

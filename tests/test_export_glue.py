@@ -6,8 +6,8 @@ module against its reference form."""
 import csv
 import itertools
 import os
+import re
 import shutil
-import sys
 
 import pytest
 import torch
@@ -168,6 +168,9 @@ def test_fine_tuned_minilm_from_raw_text_through_transformers_and_onnx_runtime(g
     assert _logits_agree(m["classifier"], m["data"], m["vocab"], {hf_dir: "hf", onnx_dir: "onnx"}, pairs[:96]) <= 1e-4
     q = summary["int8"]
     assert q["bytes"] < summary["bytes"] / 3 and q["prediction_agreement"] >= 0.9 and q["max_abs_diff"] > 0
+    # int8 scored on every dev pair's gold label beside float32 (its default bound: a drop of at most 1 point)
+    assert (q["examples"], q["metric"], q["max_drop"]) == (277, "accuracy", 1.0) and q["within_bound"]
+    assert q["drop"] == pytest.approx(q["fp32"] - q["int8"]) and abs(q["drop"]) <= 100 * (1 - q["prediction_agreement"])
     assert transformers.AutoTokenizer.from_pretrained(onnx_dir)("a b")["input_ids"] == tok("a b")["input_ids"]
 
 
@@ -293,6 +296,82 @@ def test_refusals_name_the_reason_and_leave_nothing(glue_models, tmp_path, monke
     with pytest.raises(ExportHFError, match=r"differ from fairseq's by .*nothing written"):
         export_hf(str(m["classifier"]), out)
     assert not os.path.exists(out) and not [p for p in os.listdir(tmp_path) if p.startswith(".fc-export")]
+
+
+# ---------------------------------------------------------------- int8: scored against float32, bounded
+def test_int8_loss_scores_both_models_on_gold_labels_and_compares_their_predictions():
+    """Hand-built logits: accuracy or Pearson's r of each model on the gold labels, the drop in points, and how the
+    predictions differ (for regression: measured, never a constant agreement)."""
+    import numpy as np
+
+    from user_dir.tools.export_onnx import int8_loss
+
+    ref = torch.tensor([[2.0, 0.0], [0.0, 1.0], [0.1, 0.0], [0.0, 3.0]])
+    q = torch.tensor([[2.1, 0.0], [0.0, 1.2], [0.0, 0.2], [0.0, 2.0]])  # the third prediction flips
+    loss = int8_loss(ref, q, [0, 1, 0, 0], regression=False)
+    assert (loss["metric"], loss["fp32"], loss["int8"], loss["drop"]) == ("accuracy", 75.0, 50.0, 25.0)
+    assert loss["prediction_agreement"] == 0.75 and loss["examples"] == 4
+    assert loss["max_abs_diff"] == pytest.approx(1.0) and loss["mean_abs_diff"] == pytest.approx(1.6 / 8)
+    ref, q, gold = torch.tensor([[1.0], [2.0], [3.0], [4.0]]), torch.tensor([[1.5], [2.0], [2.5], [4.0]]), [1, 2, 3, 4]
+    loss = int8_loss(ref, q, gold, regression=True)
+    r = 100 * np.corrcoef(q[:, 0].numpy(), gold)[0, 1]
+    assert loss["metric"] == "pearson" and "prediction_agreement" not in loss
+    assert loss["fp32"] == pytest.approx(100.0) and loss["int8"] == pytest.approx(r) and loss["drop"] == pytest.approx(100 - r)
+    assert loss["prediction_pearson"] == pytest.approx(r) and loss["mean_abs_diff"] == pytest.approx(0.25)
+
+
+@needs_shared_data
+def test_int8_losing_more_than_the_bound_is_refused_or_written_with_a_warning(glue_models, tmp_path, monkeypatch,
+                                                                               capsys):
+    """RTE dev relabelled with the float32 model's own predictions (its accuracy 100) and an int8 model that changes
+    every prediction (the real quantized model with its logits negated, as a broken quantizer might make): over
+    --int8-max-drop the CLI exits non-zero naming the numbers and the flags, and writes nothing; --int8-warn-only
+    writes it, with a warning and the measured loss in export.json."""
+    import json
+
+    import onnx
+
+    from user_dir.tools import export_onnx as module
+    from user_dir.tools.export_hf import ExportHFError
+    from user_dir.tools.glue_predict import predict
+
+    m = glue_models
+    _, preds, _, _ = predict(str(m["data"]), str(m["classifier"]), "valid")
+    names = dict(line.rstrip("\n").split("\t") for line in open(m["data"] / "label" / "names.txt", encoding="utf-8"))
+    glue = tmp_path / "glue"
+    (glue / "RTE").mkdir(parents=True)
+    shutil.copy(m["root"] / "glue" / "RTE" / "train.tsv", glue / "RTE" / "train.tsv")
+    with open(os.path.join(SHARED_DATA, "glue", "RTE", "dev.tsv"), encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f]
+    rows[1:] = [row[:-1] + [names[str(p)]] for row, p in zip(rows[1:], preds)]
+    (glue / "RTE" / "dev.tsv").write_text("".join("\t".join(row) + "\n" for row in rows), encoding="utf-8")
+    own = _prepare("RTE", glue, tmp_path / "rte-own-labels", m["vocab"])
+    quantize = module.quantize_int8
+
+    def negated(fp32, int8):
+        quantize(fp32, int8)
+        graph = onnx.load(int8)
+        name = graph.graph.output[0].name
+        for node in graph.graph.node:
+            node.output[:] = [o + "_raw" if o == name else o for o in node.output]
+        graph.graph.node.append(onnx.helper.make_node("Neg", [name + "_raw"], [name]))
+        onnx.save(graph, int8)
+
+    monkeypatch.setattr(module, "quantize_int8", negated)
+    out, argv = tmp_path / "onnx", [str(m["classifier"]), "--data", str(own), "--int8-max-drop", "2.5"]
+    with pytest.raises(SystemExit) as exit_:
+        module.main(argv + ["--out", str(out)])
+    assert re.search(r"^fc-export-onnx: .*: the int8 model's accuracy is 0\.00 against float32's 100\.00 on the first "
+                     r"277 valid examples: 100\.00 points lost, more than --int8-max-drop 2\.5; nothing written "
+                     r"\(--no-int8 .*--int8-warn-only", str(exit_.value.code))
+    assert not out.exists()
+    module.main(argv + ["--out", str(out), "--int8-warn-only"])
+    assert "warning: the int8 model's accuracy is 0.00" in capsys.readouterr().err
+    q = json.load(open(out / "export.json"))["int8"]
+    assert (q["examples"], q["fp32"], q["int8"], q["drop"], q["prediction_agreement"]) == (277, 100.0, 0.0, 100.0, 0.0)
+    assert q["max_drop"] == 2.5 and not q["within_bound"] and (out / "model.int8.onnx").is_file()
+    with pytest.raises(ExportHFError, match="--int8-max-drop -1.0: the points"):
+        module.export_onnx(str(m["classifier"]), str(out), int8_max_drop=-1.0)
 
 
 # ---------------------------------------------------------------- the ghost module's fast form
