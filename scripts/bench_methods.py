@@ -468,6 +468,15 @@ def main(argv=None):
         parser.error(f"--methods: {args.methods} repeats a method")
     if not os.path.isfile(args.teacher):
         parser.error(f"--teacher {args.teacher}: no such checkpoint")
+    from user_dir.tools.checkpoint_flags import FlagsError, task_flags
+    try:
+        task = task_flags(args.teacher)[1]
+    except FlagsError as e:
+        parser.error(f"--teacher: {e}")
+    if task != "translation":
+        parser.error(f"--teacher {args.teacher} was trained with --task {task}: this driver compresses a teacher of "
+                     "--task translation (a GLUE teacher's comparison, with ONNX Runtime rows, is not built here yet; "
+                     "scripts/bench_deploy_glue.py measures GLUE exports)")
     if args.updates < 5:
         parser.error(f"--updates {args.updates}: at least 5 (PET warms up on a fifth; --smoke for a pipeline check)")
     if args.smoke:
