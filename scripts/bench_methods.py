@@ -27,6 +27,10 @@ user_dir/tools/measure.py, every model in a fresh process, in turn within each r
 (or ``--max-sentences``) at beam 5, parameters, weights on disk, throughput at ``--batch-size`` and peak memory;
 then latency at batch 1 on the first ``--latency-sentences`` sentences; ``--threads`` threads per engine.
 
+Device: ``--device cuda`` trains and measures the fairseq rows on the GPU (``--fp16`` there only with ``--ct2`` given no
+type: fc-measure runs CTranslate2 rows, on the CPU, in their converted type). Only translation teachers so far; a
+GLUE teacher is refused (its ONNX Runtime rows are not built here yet).
+
 Outputs (``--out PREFIX``, default work/results/methods): PREFIX.md (the table, the fronts, the recommendation and
 the command behind every point), PREFIX.json, PREFIX.png (quality against throughput, latency and size, the fronts
 drawn, the teacher marked).
@@ -464,6 +468,10 @@ def main(argv=None):
         specs = [parse_spec(s, args.ct2) for s in args.methods]
     except Refused as e:
         parser.error(str(e))
+    if args.fp16 and (args.ct2 or any(r != "fairseq" for s in specs for r in s["runtimes"])):
+        parser.error("--fp16 with CTranslate2 rows: fc-measure runs them in their converted type and refuses --fp16 "
+                     "beside them; give --ct2 with no type and no @ct2-* method (fairseq rows only), or leave "
+                     "--fp16 out")
     if len({s["name"] for s in specs}) != len(specs):
         parser.error(f"--methods: {args.methods} repeats a method")
     if not os.path.isfile(args.teacher):

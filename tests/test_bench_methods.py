@@ -124,3 +124,10 @@ def test_smoke_run_end_to_end(tmp_path):
     text = (tmp_path / "methods.md").read_text()
     assert "## Recommendation" in text and "teacher | fairseq |" in text
     assert proc.stdout.count("point(s) of quality lost: ") == 6
+
+
+def test_fp16_beside_ctranslate2_is_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        bm.main(["--device", "cuda", "--fp16", "--ct2", "--methods", "pet:64x64@ct2-int8"])
+    assert e.value.code == 2
+    assert "--fp16 with CTranslate2 rows" in capsys.readouterr().err
