@@ -418,7 +418,8 @@ def report_text(rows, recommendations, prov, settings, measure_cmds):
     lines += [f"    {c}" for c in settings["data_commands"]]
     lines += ["", "Each model's commands, in order (its training, its conversion):", ""]
     for r in rows:
-        lines += [f"- {r['name']} ({r['runtime']}):", ""] + [f"      {c}" for c in r["commands"]] + [""]
+        commands = r["commands"] or ["(as given)"]
+        lines += [f"- {r['name']} ({r['runtime']}):", ""] + [f"      {c}" for c in commands] + [""]
     return "\n".join(lines) + "\n"
 
 
