@@ -395,8 +395,10 @@ def report_text(rows, recommendations, prov, settings, measure_cmds):
              f"latency in ms per sentence at batch 1 over {settings['latency_sentences']} sentences, "
              f"{settings['threads']} thread(s) per engine; size: the weights on disk (the state dict as torch.save "
              "writes it; CTranslate2: model.bin); peak memory: the measuring process's peak resident set. "
-             "Speed-ups are against the teacher in fairseq. F: on the Pareto front of quality against throughput (s), "
-             "batch-1 latency (l), size (z).", "",
+             "Parameters: the trained fairseq model's, each shared tensor once (a CTranslate2 row: those of the model "
+             "it was converted from; PET's export stores every logical layer, so its size is that of the unshared "
+             "model). Speed-ups are against the teacher in fairseq. F: on the Pareto front of quality against "
+             "throughput (s), batch-1 latency (l), size (z).", "",
              "| model | runtime | sacreBLEU | BLEU (tok) | params | size MB | sent/s | speed-up | latency ms | "
              "latency speed-up | peak MB | F |", "|" + "---|" * 12]
     for r in rows:
