@@ -43,6 +43,7 @@ METHODS = [
     ("deploy", "Deployment", "user_dir/tools/README.md"),
     ("gpu_check", "GPU check", "scripts/README.md"),
     ("serving", "Serving Variator", "user_dir/tools/README.md"),
+    ("methods_", "Which method? Every method side by side (scripts/bench_methods.py)", "scripts/README.md"),
 ]
 # status and a few words on what the table is; only tables (.md): their JSON and plots share it
 STATUS = {
@@ -88,6 +89,8 @@ STATUS = {
     "deploy.md": ("headline", "fairseq and CTranslate2 (float32, int8), teacher and PET"),
     "deploy_glue.md": ("headline", "a GLUE task's teacher and compressed encoders in fairseq, Hugging Face and ONNX"),
     "serving.md": ("headline", "fc-serve under a bursty load: fixed k against the adaptive policy (SST-2)"),
+    "methods_multi30k.md": ("part", "PET and word-KD at a small CPU budget, each in fairseq and CTranslate2 "
+                            "float32/int8, against the teacher: Pareto fronts and the recommendation"),
 }
 HAND_WRITTEN = {"translation_account.md"}  # prose, no command made them
 COMMAND_LINE = re.compile(r"^(?:\*\*)?(Commands?\b|Made by\b|Report made by\b)", re.I)
