@@ -21,4 +21,4 @@ done
   --runs "${RUNS:-3}" --out "$WORK/measure.md" --json "$WORK/measure.json"
 "$PY" scripts/pet_report.py "$WORK" --train-log "$SHIPPED/pet_student_valid.log" --out "$OUT" \
   --command "bash scripts/measure_shipped.sh" \
-  --recipe "the shipped files: $SHIPPED/teacher.pt and $SHIPPED/pet_student.pt, made by WARMUP_EPOCHS=3 KD_EPOCHS=20 SEED=1 bash scripts/pet_multi30k.sh work/pet-full (de->en; 3 epochs of warm-up on the simplified task, then 20 epochs of word-level KD from the warmed-up checkpoint; seed 1; student widths 128/96, 4+4 logical layers from 2+2 physical, pairs (1,3),(2,4), encoder Q<->K, decoder Q_self = Q_ed; the checkpoint of best validation loss; $SHIPPED/README.md)"
+  --recipe "the shipped files: $SHIPPED/teacher.pt and $SHIPPED/pet_student.pt, made by WARMUP_EPOCHS=3 KD_EPOCHS=20 SEED=1 bash scripts/recipes/pet.sh work/pet-full (de->en; 3 epochs of warm-up on the simplified task, then 20 epochs of word-level KD from the warmed-up checkpoint; seed 1; student widths 128/96, 4+4 logical layers from 2+2 physical, pairs (1,3),(2,4), encoder Q<->K, decoder Q_self = Q_ed; the checkpoint of best validation loss; $SHIPPED/README.md)"

@@ -49,11 +49,11 @@ def score_line(run):
 
 @pytest.fixture(scope="module")
 def smoke(shipped_data, tmp_path_factory, request):  # noqa: F811
-    """Every CPU recipe on a SMOKE budget, two at a time: translation on the shipped teacher (the old
-    scripts/pet_multi30k.sh name for PET), and GLUE on the tiny RTE teacher when the GLUE TSVs are present."""
+    """Every CPU recipe on a SMOKE budget, two at a time: translation on the shipped teacher, and GLUE on the
+    tiny RTE teacher when the GLUE TSVs are present."""
     root = tmp_path_factory.mktemp("recipes")
     jobs = {
-        "pet": (os.path.join(REPO, "scripts", "pet_multi30k.sh"), {"DATA": shipped_data}),
+        "pet": (os.path.join(RECIPES, "pet.sh"), {"DATA": shipped_data}),
         "ghostbert": (os.path.join(RECIPES, "ghostbert.sh"), {"DATA": shipped_data}),
         "apc": (os.path.join(RECIPES, "apc.sh"), {"DATA": shipped_data, "FINETUNE_UPDATES": 2}),
         "variator": (os.path.join(RECIPES, "variator.sh"), {"DATA": shipped_data, "BOTTLENECK": 16}),
@@ -84,15 +84,11 @@ def test_recipes_parse_and_print_their_documentation():
         assert subprocess.run(["bash", "-n", script]).returncode == 0, name
         proc = subprocess.run(["bash", script, "--help"], capture_output=True, text=True, env=env(), timeout=60)
         assert proc.returncode == 0 and "Variables" in proc.stdout and "#" not in proc.stdout.splitlines()[0], name
-    for old in ("pet_multi30k.sh", "pet_gpu.sh"):  # the old names users saved: a wrapper naming the new one
-        text = open(os.path.join(REPO, "scripts", old)).read()
-        assert len(text.splitlines()) == 3 and "scripts/recipes/" in text and "exec bash" in text
 
 
-def test_pet_recipe_under_its_old_name_then_resumed_and_refused_with_other_settings(smoke, shipped_data):  # noqa: F811
+def test_pet_recipe_then_resumed_and_refused_with_other_settings(smoke, shipped_data):  # noqa: F811
     run = smoke["pet"]
     line = score_line(run)
-    assert "scripts/pet_multi30k.sh is now scripts/recipes/pet.sh" in run["out"]
     assert re.match(r"score: pet BLEU \(tok\) [\d.]+ \(teacher [\d.]+\) at 8\.74% of the teacher's non-embedding", line)
     kd_log = open(os.path.join(run["work"], "kd.log")).read()
     assert re.search(r"num_updates 3\b", kd_log) and not re.search(r"num_updates 4\b", kd_log)
