@@ -328,7 +328,8 @@ def report(work, tasks, command, model=DEFAULT_MODEL, earlier=None, report_comma
            "sentence-embedding model. " if model == DEFAULT_MODEL else
            f"The checkpoint fine-tuned here is {model} (HF_MODEL), not necessarily of that family. ")
         + "The recipe's default model folds BERT's segment 0 into the "
-        "positions (a pair's second sentence reads segment 0; README, GLUE section) and puts the head on [CLS]; "
+        "positions (a pair's second sentence reads segment 0; user_dir/bert/README.md, \"The options that matter\") "
+        "and puts the head on [CLS]; "
         "`SEGMENTS=2` keeps BERT's real segment embedding, `POOLING=mean` puts the head on the mean of the "
         "hidden states" + (", the pooling all-MiniLM-L6-v2 was trained with." if model == DEFAULT_MODEL else ".")]
     variant_lines = [l for r in rows for l in r["variant_lines"]]

@@ -1,0 +1,144 @@
+"""Every relative link and every ``results/`` reference in the documentation resolves (issue 46).
+
+The pages: README.md and every Markdown file under user_dir/, scripts/, preprocess/ (not the corpora's upstream
+files in preprocess/data/), results/ and checkpoints/.
+Outside fenced code blocks (read with test_readme_numbers' ``units``):
+
+* a link ``[text](path)`` or ``[text](path#anchor)`` that is not http(s) or mailto names a file or folder that
+  exists, relative to the page; an anchor is one of the target page's headings (GitHub's slugs);
+* a ``results/...`` path, in a code span or plain, names a file or folder that exists, relative to the checkout
+  (as commands are run from it) or, for ``../results/...``, to the page. A glob (``results/translation_800_*.md``)
+  or a placeholder (``results/NAME``, ``results/quickstart_<recipe>.md``) matches at least one file; a command's
+  output prefix (``--out results/apc_300_updates``) names at least one file ``results/apc_300_updates.*``.
+
+That every number a page quotes is in the results file it cites is test_readme_numbers'.
+"""
+import glob
+import os
+import re
+
+import pytest
+
+from conftest import REPO
+from test_readme_numbers import units
+
+FOLDERS = ("user_dir", "scripts", "preprocess", "results", "checkpoints")
+LINK = re.compile(r"(?<!!)\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+IMAGE = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)>?\s*\)")
+# results/NAME... not inside a longer path (work/results/x.md is a run's own folder), optionally after ../
+RESULTS_REF = re.compile(r"(?<![\w/.-])((?:\.\./)*results/[\w.*/<>-]*[\w*>])")
+# a placeholder in a documented path: results/NAME, results/quickstart_<recipe>.md
+PLACEHOLDER = re.compile(r"<[^>]*>|(?<![a-z])[A-Z]{2,}(?![a-z])")
+
+
+def doc_pages(repo=REPO):
+    """README.md and the Markdown pages of the documented folders, relative to ``repo``."""
+    found = ["README.md"] if os.path.isfile(os.path.join(repo, "README.md")) else []
+    for top in FOLDERS:
+        for folder, subfolders, files in os.walk(os.path.join(repo, top)):
+            # preprocess/data/ holds the corpora's upstream files, their links the upstream repository's
+            subfolders[:] = sorted(d for d in subfolders if not d.startswith((".", "__")) and d != "data")
+            found += [os.path.relpath(os.path.join(folder, n), repo) for n in sorted(files) if n.endswith(".md")]
+    return found
+
+
+def slug(heading):
+    """GitHub's anchor for a heading: lower case, markup and punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip().lstrip("#").strip())  # a link's text
+    text = re.sub(r"[^\w\- ]", "", text.replace("`", "").lower())
+    return text.replace(" ", "-")
+
+
+def anchors(text):
+    """The anchors of a page's headings (outside code blocks), repeated ones numbered as GitHub does."""
+    seen, fenced, out = {}, False, set()
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line):
+            base = slug(line)
+            out.add(base if base not in seen else f"{base}-{seen[base]}")
+            seen[base] = seen.get(base, 0) + 1
+    out.update(re.findall(r"<a (?:name|id)=\"([^\"]+)\"", text))
+    return out
+
+
+def _exists(path):
+    """A file or folder, a glob matching one, or a command's output prefix (--out results/apc_300_updates
+    writes results/apc_300_updates.md, .json, ...)."""
+    path = PLACEHOLDER.sub("*", path)
+    return bool(glob.glob(path) or glob.glob(glob.escape(path) + ".*")) if "*" not in path else bool(glob.glob(path))
+
+
+def link_problems(text, page, repo=REPO):
+    """One line per relative link or results/ reference of page ``page`` (relative to ``repo``) that does not
+    resolve."""
+    here = os.path.dirname(os.path.join(repo, page))
+    problems, cache = [], {}
+
+    def page_anchors(path):
+        if path not in cache:
+            with open(path, encoding="utf-8") as f:
+                cache[path] = anchors(f.read())
+        return cache[path]
+
+    for line, unit in units(text):
+        where = f"{page}:{line}"
+        for target in LINK.findall(unit) + IMAGE.findall(unit):
+            if re.match(r"[a-z][\w+.-]*:", target, re.I):  # http:, https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            if not path:  # an anchor of this page
+                if anchor.lower() not in anchors(text):
+                    problems.append(f"{where}: link to {target}: no heading #{anchor} in {page}")
+                continue
+            full = os.path.normpath(os.path.join(here, path))
+            if not os.path.exists(full):
+                problems.append(f"{where}: link to {target}: {os.path.relpath(full, repo)} does not exist")
+            elif anchor and full.endswith(".md") and anchor.lower() not in page_anchors(full):
+                problems.append(f"{where}: link to {target}: no heading #{anchor} in {os.path.relpath(full, repo)}")
+        prose = LINK.sub(lambda m: " ", unit)  # a link's target was checked above
+        for ref in RESULTS_REF.findall(prose):
+            ref = ref.rstrip(".")
+            full = os.path.normpath(os.path.join(here if ref.startswith("..") else repo, ref))
+            if not _exists(full):
+                problems.append(f"{where}: {ref} does not exist")
+    return problems
+
+
+@pytest.mark.parametrize("page", doc_pages())
+def test_every_relative_link_and_results_reference_of_a_page_resolves(page):
+    with open(os.path.join(REPO, page), encoding="utf-8") as f:
+        problems = link_problems(f.read(), page)
+    assert not problems, f"{page}: references that do not resolve:\n" + "\n".join(problems)
+
+
+def test_the_pages_include_the_readme_every_method_page_and_the_results():
+    found = set(doc_pages())
+    assert {"README.md", "user_dir/pet/README.md", "user_dir/apc/README.md", "scripts/README.md",
+            "preprocess/README.md", "results/README.md", "results/claims.md"} <= found, found
+
+
+def test_the_check_catches_a_missing_file_a_missing_heading_and_a_missing_results_file(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "a.md").write_text("# A\n\n## The `x` table (3 seeds)\n")
+    (tmp_path / "docs").mkdir()
+    page = ("# Top\n\n## Quick start\n\n"
+            "See [a](../results/a.md), [its table](../results/a.md#the-x-table-3-seeds), [here](#quick-start),\n"
+            "[the web](https://example.org/none.md), `results/a.md`, results/a.md. and results/*.md,\n"
+            "`--out results/a` and `results/<name>.md`, results/NAME.md.\n\n"
+            "```\npython x.py --out results/made_by_the_command.md [b](gone.md)\n```\n")
+    assert link_problems(page, "docs/page.md", str(tmp_path)) == []
+    bad = page + ("\n[b](../results/b.md) and [c](../results/a.md#no-such) and [d](#quick) "
+                  "and `results/b.md` and results/c.png, results/z*.md\n")
+    problems = link_problems(bad, "docs/page.md", str(tmp_path))
+    assert [p.split(": ", 1)[1] for p in problems] == [
+        "link to ../results/b.md: results/b.md does not exist",
+        "link to ../results/a.md#no-such: no heading #no-such in results/a.md",
+        "link to #quick: no heading #quick in docs/page.md",
+        "results/b.md does not exist", "results/c.png does not exist", "results/z*.md does not exist"]
+    assert all(p.startswith("docs/page.md:13:") for p in problems)
+    # a prefix is a whole file name's stem (results/a. not results/), a placeholder matches a file
+    assert [p.split(": ", 1)[1] for p in link_problems("`--out results/b` or `results/ab`, results/<x>.png\n",
+                                                       "docs/page.md", str(tmp_path))] == [
+        "results/b does not exist", "results/ab does not exist", "results/<x>.png does not exist"]
