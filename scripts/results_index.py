@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""results/README.md: every file in results/ (that git tracks) with its method, the command that made it, its date and its status,
+"""results/README.md: every file in results/ and its subfolders (that git tracks) with its method, the command that made it, its date and its status,
 grouped by method so each method's tables and plots are found together.
 
     python scripts/results_index.py                 # writes results/README.md
@@ -7,8 +7,9 @@ grouped by method so each method's tables and plots are found together.
 
 Read from the files themselves: a table's first heading and its 'Command' / 'Commands' / 'Made by' line (or the
 code block after it), a JSON's ``command``, the git date of each file's last commit (``git log``). A JSON or PNG
-belongs to the table whose name it starts with. Only what cannot be derived is kept by hand below: which method
-a name belongs to (``METHODS``) and each table's status (``STATUS``): headline (what the method's page quotes as
+belongs to the table whose name it starts with (a file of an ``outputs/`` folder: the table of the folder above).
+Only what cannot be derived is kept by hand below: which method a name belongs to (``METHODS``) and each table's
+status (``STATUS``, or ``FOLDER_STATUS`` for every table of a subfolder such as claims/): headline (what the method's page quotes as
 its main result), part (a part of a headline table, or an ablation or check beside it) or superseded (replaced by
 a later table, kept for its history). A file the tables below do not know is listed under "Other" as
 "unclassified" (the test in tests/test_readme_numbers.py fails until it is classified).
@@ -92,6 +93,8 @@ STATUS = {
     "methods_multi30k.md": ("part", "PET and word-KD at a small CPU budget, each in fairseq and CTranslate2 "
                             "float32/int8, against the teacher: Pareto fronts and the recommendation"),
 }
+# every table of a subfolder of results/ that STATUS does not name
+FOLDER_STATUS = {"claims": ("part", "a benchmark table behind rows of claims.md (3 seeds, scripts/claims.py reads it)")}
 HAND_WRITTEN = {"translation_account.md"}  # prose, no command made them
 COMMAND_LINE = re.compile(r"^(?:\*\*)?(Commands?\b|Made by\b|Report made by\b)", re.I)
 
@@ -137,17 +140,21 @@ def git_date(path):
 
 def owner(name, tables):
     """The table a JSON or plot belongs to: the longest table stem its name starts with."""
-    stem = os.path.splitext(name)[0]
+    stem = os.path.splitext(name)[0].replace("/outputs/", "/")
     matches = [t for t in tables if stem == t[:-3] or stem.startswith(t[:-3] + "_")]
     return max(matches, key=len) if matches else None
 
 
 def results_files(results=RESULTS):
-    """The files of results/ that git tracks (a file not yet committed is someone's work in progress), or every file
-    where there is no git checkout."""
+    """The files of results/ and its subfolders (claims/, claims/outputs/), as paths relative to results/, that git
+    tracks (a file not yet committed is someone's work in progress), or every file where there is no git checkout."""
     proc = subprocess.run(["git", "ls-files", "--", "."], capture_output=True, text=True, cwd=results)
-    names = proc.stdout.split() if proc.returncode == 0 else os.listdir(results)
-    return sorted(n for n in names if "/" not in n and n != "README.md" and not n.startswith("."))
+    if proc.returncode == 0:
+        names = proc.stdout.split()
+    else:
+        names = [os.path.relpath(os.path.join(folder, n), results) for folder, _, files in os.walk(results)
+                 for n in files]
+    return sorted(n for n in names if n != "README.md" and not any(part.startswith(".") for part in n.split("/")))
 
 
 def entries(results=RESULTS):
@@ -157,7 +164,8 @@ def entries(results=RESULTS):
     for name in tables:
         text = open(os.path.join(results, name), encoding="utf-8").read()
         command, more = ("(written by hand)", 0) if name in HAND_WRITTEN else command_of_table(text)
-        status, what = STATUS.get(name, ("unclassified", "add it to STATUS in scripts/results_index.py"))
+        status, what = STATUS.get(name) or FOLDER_STATUS.get(os.path.dirname(name).split("/")[0]) or (
+            "unclassified", "add it to STATUS in scripts/results_index.py")
         method, page = method_of(name)
         files = [n for n in names if n != name and not n.endswith(".md") and owner(n, tables) == name]
         if command is None:

@@ -26,7 +26,8 @@ FOLDERS = ("user_dir", "scripts", "preprocess", "results", "checkpoints")
 LINK = re.compile(r"(?<!!)\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 IMAGE = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)>?\s*\)")
 # results/NAME... not inside a longer path (work/results/x.md is a run's own folder), optionally after ../
-RESULTS_REF = re.compile(r"(?<![\w/.-])((?:\.\./)*results/[\w.*/<>-]*[\w*>])")
+# (group 1: a command's --out before it)
+RESULTS_REF = re.compile(r"(--out\s+)?(?<![\w/.-])((?:\.\./)*results/[\w.*/<>-]*[\w*>])")
 # a placeholder in a documented path: results/NAME, results/quickstart_<recipe>.md
 PLACEHOLDER = re.compile(r"<[^>]*>|(?<![a-z])[A-Z]{2,}(?![a-z])")
 
@@ -63,11 +64,16 @@ def anchors(text):
     return out
 
 
-def _exists(path):
+def _exists(path, output=False):
     """A file or folder, a glob matching one, or a command's output prefix (--out results/apc_300_updates
-    writes results/apc_300_updates.md, .json, ...)."""
+    writes results/apc_300_updates.md, .json, ...); an ``--out`` path may also be a file's intermediate
+    (--out results/teacher_multi30k.md.table, renamed to results/teacher_multi30k.md)."""
     path = PLACEHOLDER.sub("*", path)
-    return bool(glob.glob(path) or glob.glob(glob.escape(path) + ".*")) if "*" not in path else bool(glob.glob(path))
+    if "*" in path:
+        return bool(glob.glob(path))
+    if os.path.exists(path) or glob.glob(glob.escape(path) + ".*"):
+        return True
+    return output and any(path.startswith(f + ".") for f in glob.glob(glob.escape(path.split(".")[0]) + ".*"))
 
 
 def link_problems(text, page, repo=REPO):
@@ -98,10 +104,10 @@ def link_problems(text, page, repo=REPO):
             elif anchor and full.endswith(".md") and anchor.lower() not in page_anchors(full):
                 problems.append(f"{where}: link to {target}: no heading #{anchor} in {os.path.relpath(full, repo)}")
         prose = LINK.sub(lambda m: " ", unit)  # a link's target was checked above
-        for ref in RESULTS_REF.findall(prose):
+        for out, ref in RESULTS_REF.findall(prose):
             ref = ref.rstrip(".")
             full = os.path.normpath(os.path.join(here if ref.startswith("..") else repo, ref))
-            if not _exists(full):
+            if not _exists(full, output=bool(out)):
                 problems.append(f"{where}: {ref} does not exist")
     return problems
 
@@ -126,7 +132,7 @@ def test_the_check_catches_a_missing_file_a_missing_heading_and_a_missing_result
     page = ("# Top\n\n## Quick start\n\n"
             "See [a](../results/a.md), [its table](../results/a.md#the-x-table-3-seeds), [here](#quick-start),\n"
             "[the web](https://example.org/none.md), `results/a.md`, results/a.md. and results/*.md,\n"
-            "`--out results/a` and `results/<name>.md`, results/NAME.md.\n\n"
+            "`--out results/a` and `results/<name>.md`, results/NAME.md, `--out results/a.md.table`.\n\n"
             "```\npython x.py --out results/made_by_the_command.md [b](gone.md)\n```\n")
     assert link_problems(page, "docs/page.md", str(tmp_path)) == []
     bad = page + ("\n[b](../results/b.md) and [c](../results/a.md#no-such) and [d](#quick) "
@@ -139,6 +145,8 @@ def test_the_check_catches_a_missing_file_a_missing_heading_and_a_missing_result
         "results/b.md does not exist", "results/c.png does not exist", "results/z*.md does not exist"]
     assert all(p.startswith("docs/page.md:13:") for p in problems)
     # a prefix is a whole file name's stem (results/a. not results/), a placeholder matches a file
-    assert [p.split(": ", 1)[1] for p in link_problems("`--out results/b` or `results/ab`, results/<x>.png\n",
+    assert [p.split(": ", 1)[1] for p in link_problems("`--out results/b` or `results/ab`, results/<x>.png, "
+                                                       "results/a.md.table, `--out results/b.md.table`\n",
                                                        "docs/page.md", str(tmp_path))] == [
-        "results/b does not exist", "results/ab does not exist", "results/<x>.png does not exist"]
+        "results/b does not exist", "results/ab does not exist", "results/<x>.png does not exist",
+        "results/a.md.table does not exist", "results/b.md.table does not exist"]
