@@ -6,7 +6,8 @@ Outside fenced code blocks (read with test_readme_numbers' ``units``):
 
 * a link ``[text](path)`` or ``[text](path#anchor)`` that is not http(s) or mailto names a file or folder that
   exists, relative to the page; an anchor is one of the target page's headings (GitHub's slugs);
-* a ``results/...`` path, in a code span or plain, names a file or folder that exists, relative to the checkout
+* a ``results/...`` path (or ``scripts/``, ``user_dir/``, ``preprocess/``, ``tests/``, ``checkpoints/``: an old
+  script name), in a code span or plain, names a file or folder that exists, relative to the checkout
   (as commands are run from it) or, for ``../results/...``, to the page. A glob (``results/translation_800_*.md``)
   or a placeholder (``results/NAME``, ``results/quickstart_<recipe>.md``) matches at least one file; a command's
   output prefix (``--out results/apc_300_updates``) names at least one file ``results/apc_300_updates.*``.
@@ -26,8 +27,9 @@ FOLDERS = ("user_dir", "scripts", "preprocess", "results", "checkpoints")
 LINK = re.compile(r"(?<!!)\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 IMAGE = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)>?\s*\)")
 # results/NAME... not inside a longer path (work/results/x.md is a run's own folder), optionally after ../
-# (group 1: a command's --out before it)
-RESULTS_REF = re.compile(r"(--out\s+)?(?<![\w/.-])((?:\.\./)*results/[\w.*/<>-]*[\w*>])")
+# (group 1: a command's --out before it); the same for a path into the other folders of the checkout
+PATH_REF = re.compile(r"(--out\s+)?(?<![\w/.-])((?:\.\./)*(?:results|scripts|user_dir|preprocess|tests|checkpoints)/"
+                         r"[\w.*/<>-]*[\w*>])")
 # a placeholder in a documented path: results/NAME, results/quickstart_<recipe>.md
 PLACEHOLDER = re.compile(r"<[^>]*>|(?<![a-z])[A-Z]{2,}(?![a-z])")
 
@@ -104,7 +106,7 @@ def link_problems(text, page, repo=REPO):
             elif anchor and full.endswith(".md") and anchor.lower() not in page_anchors(full):
                 problems.append(f"{where}: link to {target}: no heading #{anchor} in {os.path.relpath(full, repo)}")
         prose = LINK.sub(lambda m: " ", unit)  # a link's target was checked above
-        for out, ref in RESULTS_REF.findall(prose):
+        for out, ref in PATH_REF.findall(prose):
             ref = ref.rstrip(".")
             full = os.path.normpath(os.path.join(here if ref.startswith("..") else repo, ref))
             if not _exists(full, output=bool(out)):
@@ -136,13 +138,14 @@ def test_the_check_catches_a_missing_file_a_missing_heading_and_a_missing_result
             "```\npython x.py --out results/made_by_the_command.md [b](gone.md)\n```\n")
     assert link_problems(page, "docs/page.md", str(tmp_path)) == []
     bad = page + ("\n[b](../results/b.md) and [c](../results/a.md#no-such) and [d](#quick) "
-                  "and `results/b.md` and results/c.png, results/z*.md\n")
+                  "and `results/b.md` and results/c.png, results/z*.md, `bash scripts/old_name.sh`\n")
     problems = link_problems(bad, "docs/page.md", str(tmp_path))
     assert [p.split(": ", 1)[1] for p in problems] == [
         "link to ../results/b.md: results/b.md does not exist",
         "link to ../results/a.md#no-such: no heading #no-such in results/a.md",
         "link to #quick: no heading #quick in docs/page.md",
-        "results/b.md does not exist", "results/c.png does not exist", "results/z*.md does not exist"]
+        "results/b.md does not exist", "results/c.png does not exist", "results/z*.md does not exist",
+        "scripts/old_name.sh does not exist"]
     assert all(p.startswith("docs/page.md:13:") for p in problems)
     # a prefix is a whole file name's stem (results/a. not results/), a placeholder matches a file
     assert [p.split(": ", 1)[1] for p in link_problems("`--out results/b` or `results/ab`, results/<x>.png, "
