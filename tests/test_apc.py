@@ -996,8 +996,15 @@ def test_bench_apc_glue_runs_every_stage_on_a_tiny_teacher(tmp_path, tiny_glue_t
             hits = sum(p == g for p, g in zip(preds["predictions"], gold))
             assert accuracy["values"][seed] == pytest.approx(100 * hits / 277)
             assert f"s{seed} {accuracy['values'][seed]:.2f}" in out.with_suffix(".md").read_text()
-    (comparison,) = part["comparisons"]
-    assert comparison["label"] == "APC-50-ff analogue, Finalized vs neuron pruning" and comparison["seeds"] == 2
+    # the claim's two comparisons (results/claims.md): parity with neuron pruning, retention against the teacher
+    assert [c["label"] for c in part["comparisons"]] == ["APC-50-ff analogue, Finalized vs neuron pruning",
+                                                         "APC-50-ff analogue, Finalized vs the teacher",
+                                                         "neuron pruning vs the teacher"]
+    comparison, against_teacher, _ = part["comparisons"]
+    assert comparison["seeds"] == against_teacher["seeds"] == 2
+    teacher_accuracy = rows["teacher"]["scores"]["accuracy"]  # the teacher's one score (no seeds)
+    assert against_teacher["b"] == pytest.approx(teacher_accuracy.get("mean") if isinstance(teacher_accuracy, dict)
+                                                 else teacher_accuracy)
     assert comparison["a"] == pytest.approx(rows["APC-50-ff analogue, Finalized"]["scores"]["accuracy"]["mean"])
     report = out.with_suffix(".md").read_text()
     assert "| APC-50-ff analogue, Finalized | neuron-pruning init, 6 updates Compr. only (CE), finalized, 6 updates" \
