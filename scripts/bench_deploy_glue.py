@@ -548,7 +548,6 @@ def main(argv=None):
             result = json.load(f)
     else:
         os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-        sys.modules.setdefault("torchaudio", None)  # fairseq-fixed's torchaudio cannot load beside torch 2.13
         result = measure_ghost_costs(args, out + ".json") if args.ghost_costs_only else measure(args)
     written = write_report(out + ".md", report(result), out + ".json", result, plot(result), out + ".png")
     log(f"wrote {', '.join(written)}")

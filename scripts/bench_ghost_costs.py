@@ -433,7 +433,6 @@ def main(argv=None):
     args = get_parser().parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    sys.modules.setdefault("torchaudio", None)  # fairseq-fixed's torchaudio cannot load beside torch 2.13
     out = args.out or default_out("ghost_costs")
     out = out[:-3] if out.endswith(".md") else out
     if args.report_only:
