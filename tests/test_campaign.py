@@ -1,6 +1,6 @@
-"""scripts/campaign/run.py on the CPU: a tiny-budget PET campaign (the drivers' --quick settings, PET and word-KD,
+"""scripts/bench/campaign/run.py on the CPU: a tiny-budget PET campaign (the drivers' --quick settings, PET and word-KD,
 one seed) is stopped by its time budget, resumed by the same command, packed into one archive without
-checkpoints, and ingested into the JSON that scripts/claims.py reads; two seeds' archives merge into one table.
+checkpoints, and ingested into the JSON that scripts/bench/claims.py reads; two seeds' archives merge into one table.
 
 The Multi30k data-bin the driver prepares (BPE learned on 29,000 pairs: a minute) is kept across test runs in
 work/test-campaign/, as conftest keeps the test teacher's."""
@@ -15,12 +15,12 @@ import tarfile
 import pytest
 from conftest import REPO, clean_env
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-sys.path.insert(0, os.path.join(REPO, "scripts", "campaign"))
+sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
+sys.path.insert(0, os.path.join(REPO, "scripts", "bench", "campaign"))
 import claims  # noqa: E402
 import families  # noqa: E402
 
-RUNNER = os.path.join(REPO, "scripts", "campaign", "run.py")
+RUNNER = os.path.join(REPO, "scripts", "bench", "campaign", "run.py")
 KEPT = os.path.join(REPO, "work", "test-campaign")
 
 
@@ -108,7 +108,7 @@ def test_ingest_writes_the_table_claims_reads_with_the_campaign_record(tiny, tmp
     # claims.py finds the comparison and re-tests it from the outputs the table keeps
     row = claims.claim_row(claim_spec("claims/pet_gpu.json"), str(tmp_path))
     assert row["c"]["a_name"] == "pet" and row["c"]["b_name"] == "word-kd"
-    assert row["commands"][0].startswith("python scripts/bench_translation.py")
+    assert row["commands"][0].startswith("python scripts/bench/bench_translation.py")
     assert row["source"] == "the table's JSON" and row["r"]["seeds"] == 1
 
 
@@ -196,11 +196,11 @@ def fake_archive(tmp_path, name, seed, predictions, labels_file, label="GhostBER
     labels = [int(x) for x in open(labels_file).read().split()]
     c = glue_comparison(label, "ghost", "pruned", [files[0]], [files[1]], labels, "accuracy")
     (root / "results" / f"{name}.json").write_text(json.dumps({"parts": {"RTE": {"comparisons": [c]}},
-                                                                "bench_command": "python scripts/bench_ghost.py"}))
+                                                                "bench_command": "python scripts/bench/bench_ghost.py"}))
     (root / "results" / f"{name}.md").write_text("# GhostBERT\n")
     machine = {"device": "cuda", "gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "cuda": "13.0"}
     (root / "campaign.json").write_text(json.dumps({
-        "seeds": [seed], "tables": [name], "command": f"python3 scripts/campaign/run.py run ghost --seeds {seed}",
+        "seeds": [seed], "tables": [name], "command": f"python3 scripts/bench/campaign/run.py run ghost --seeds {seed}",
         "machine": machine, "precision": "fp16", "device": "cuda", "scale": "full", "work": "/w", "calls": [{}],
         "device_seconds": 600.0}))
     archive = tmp_path / f"campaign-ghost-seed{seed}.tar.gz"

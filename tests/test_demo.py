@@ -18,7 +18,7 @@ SHIPPED_TEACHER = os.path.join(SHIPPED, "teacher.pt")
 
 
 def _ship_module():
-    spec = importlib.util.spec_from_file_location("ship_checkpoint", os.path.join(REPO, "scripts", "ship_checkpoint.py"))
+    spec = importlib.util.spec_from_file_location("ship_checkpoint", os.path.join(REPO, "scripts", "maint", "ship_checkpoint.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

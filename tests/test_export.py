@@ -12,7 +12,7 @@ from conftest import REPO, TINY_TRANSFORMER, TRAIN_FLAGS, USER_DIR, clean_env, r
 from test_pet_architecture import closed_form_non_embedding
 
 import user_dir  # noqa: F401
-from user_dir.tools.export import ExportError, export, plugin_references
+from user_dir.deploy.export import ExportError, export, plugin_references
 
 TINY_PET = ["--arch", "pet_transformer_iwslt", "--encoder-embed-dim", "32", "--decoder-embed-dim", "24",
             "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--share-decoder-input-output-embed"]
@@ -80,7 +80,7 @@ def exported(multi30k_slice, tmp_path_factory):
         work = tmp_path_factory.mktemp(f"export-{name}")
         student, plain = _train(multi30k_slice, work, flags), str(work / "plain.pt")
         if name == "paper":  # the console script's path once; the others in-process (a start-up less)
-            log = run_cli("user_dir.tools.export", student, "--out", plain).stderr
+            log = run_cli("user_dir.deploy.export", student, "--out", plain).stderr
             counts = re.search(r"non-embedding ([\d,]+) -> ([\d,]+)", log).groups()
             counts = tuple(int(n.replace(",", "")) for n in counts)
         else:
@@ -174,11 +174,11 @@ def test_non_exportable_students_are_refused_with_the_reason(exported, tmp_path)
     variator = _rewritten(exported["plain"]["student"], tmp_path / "variator.pt", task___name="variator_translation")
     with pytest.raises(ExportError, match=r"task variator_translation: Variator's compression plugins"):
         export(variator, str(tmp_path / "x.pt"))
-    for arch, reason in (("apc_transformer", r"run `python -m user_dir.tools.apc_finalize"),
+    for arch, reason in (("apc_transformer", r"run `python -m user_dir.apc.tools.finalize"),
                          ("ghost_transformer_iwslt_de_en", r"GhostBERT encoder keeps M of N_H heads")):
         with pytest.raises(ExportError, match=reason):
             export(_rewritten(student, tmp_path / f"{arch}.pt", model__arch=arch), str(tmp_path / "x.pt"))
-    proc = run_cli("user_dir.tools.export", can, "--out", tmp_path / "x.pt", check=False)
+    proc = run_cli("user_dir.deploy.export", can, "--out", tmp_path / "x.pt", check=False)
     assert proc.returncode != 0 and "fc-export:" in proc.stderr and "CAN" in proc.stderr
     assert not os.path.exists(tmp_path / "x.pt")
 
@@ -188,7 +188,7 @@ def test_non_exportable_students_are_refused_with_the_reason(exported, tmp_path)
 # ----------------------------------------------------------------------------------------------
 def test_ctranslate2_greedy_decoding_matches_fairseq_token_for_token(exported, small_test, tmp_path):
     pytest.importorskip("ctranslate2")
-    from user_dir.tools import ct2_engine
+    from user_dir.deploy import ct2_engine
 
     plain = exported["paper"]["plain"]
     out = ct2_engine.convert(plain, small_test, str(tmp_path / "ct2"), "float32")
@@ -205,7 +205,7 @@ def test_ctranslate2_greedy_decoding_matches_fairseq_token_for_token(exported, s
 
 def test_ctranslate2_refusals_name_the_reason(exported, small_test, tmp_path):
     pytest.importorskip("ctranslate2")
-    from user_dir.tools import ct2_engine
+    from user_dir.deploy import ct2_engine
 
     heads = _rewritten(exported["paper"]["plain"], tmp_path / "heads.pt", model__decoder_attention_heads=4)
     with pytest.raises(ct2_engine.CT2Error, match=r"(?s)converter refuses .*--encoder-attention-heads and --decoder-attention-heads"):
@@ -218,7 +218,8 @@ def test_measure_puts_both_engines_in_one_table(exported, small_test, tmp_path):
     """fc-measure --engine: a CTranslate2 directory sits beside its fairseq checkpoint, scored alike
     (float32 weights decode the same sentences, so the BLEU is equal), parameters not counted."""
     pytest.importorskip("ctranslate2")
-    from user_dir.tools import ct2_engine, measure
+    from user_dir.deploy import ct2_engine
+    from user_dir.tools import measure
 
     plain = exported["paper"]["plain"]
     ct2 = ct2_engine.convert(plain, small_test, str(tmp_path / "ct2"), "float32")

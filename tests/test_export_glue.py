@@ -1,4 +1,4 @@
-"""GLUE encoders leave fairseq (issue 35): user_dir/tools/export_hf.py (transformers' BertForSequenceClassification +
+"""GLUE encoders leave fairseq (issue 35): user_dir/deploy/export_hf.py (transformers' BertForSequenceClassification +
 BertTokenizer) and export_onnx.py (ONNX Runtime), from raw text to logits, on the real MiniLM imported and fine-tuned
 a few updates on real RTE, pruned to 3/12 (pruned only and GhostBERT) and APC-finalized with per-layer FFN widths;
 single sentences (CoLA's shape) and regression (STS-B's); the refusals and their messages; GhostBERT's fast ghost
@@ -44,8 +44,9 @@ def glue_models(tmp_path_factory):
     tested); the APC-50-ff analogue initialised from it and finalized (per-layer FFN widths 1536, 128, ...)."""
     if not os.path.isdir(SHARED_DATA):
         pytest.skip(f"needs the shared corpora at {SHARED_DATA}")
-    from user_dir.tools import apc_finalize, apc_init, ghost_prune
-    from user_dir.tools.import_hf_bert import import_hf_bert
+    from user_dir.apc.tools import finalize as apc_finalize, init as apc_init
+    from user_dir.ghost.tools import prune as ghost_prune
+    from user_dir.bert.tools.import_hf import import_hf_bert
 
     root = tmp_path_factory.mktemp("export_glue")
     vocab = root / "minilm"
@@ -90,7 +91,7 @@ def _fairseq(path, data):
 
 
 def _to_fairseq(vocab):
-    from user_dir.tools.import_hf_bert import dictionary_order
+    from user_dir.bert.tools.import_hf import dictionary_order
 
     words = [line.rstrip("\n") for line in open(os.path.join(vocab, "vocab.txt"), encoding="utf-8")]
     return torch.tensor([i for i, _ in sorted(enumerate(dictionary_order(words)), key=lambda p: p[1])])
@@ -100,7 +101,7 @@ def _logits_agree(path, data, vocab, folders, texts, atol=1e-4):
     """fairseq's logits and each exported model's (``folders``: {folder: "hf" or "onnx"}) on ``texts`` (raw sentences
     or pairs) tokenised by the exported tokenizer, in padded batches of 32: within ``atol``, the same predictions.
     Returns the largest difference."""
-    from user_dir.tools.export_onnx import run_session, session
+    from user_dir.deploy.export_onnx import run_session, session
 
     tok = transformers.AutoTokenizer.from_pretrained(str(next(iter(folders))))
     model, task = _fairseq(path, data)
@@ -130,11 +131,11 @@ def _logits_agree(path, data, vocab, folders, texts, atol=1e-4):
 def test_fine_tuned_minilm_from_raw_text_through_transformers_and_onnx_runtime(glue_models, tmp_path):
     """Every real RTE dev pair: the exported tokenizer's ids are prepare_glue.py's (longest-first truncation at 64
     included); transformers' and ONNX Runtime's logits equal fairseq's within 1e-4 with the same predictions (on 96
-    of them here; on every dev example of SST-2, MRPC and RTE in scripts/bench_deploy_glue.py)."""
+    of them here; on every dev example of SST-2, MRPC and RTE in scripts/bench/bench_deploy_glue.py)."""
     from fairseq.data import Dictionary, data_utils
 
-    from user_dir.tools.export_hf import export_hf
-    from user_dir.tools.export_onnx import export_onnx
+    from user_dir.deploy.export_hf import export_hf
+    from user_dir.deploy.export_onnx import export_onnx
 
     m = glue_models
     hf_dir, onnx_dir = tmp_path / "hf", tmp_path / "onnx"
@@ -176,8 +177,8 @@ def test_fine_tuned_minilm_from_raw_text_through_transformers_and_onnx_runtime(g
 
 @needs_shared_data
 def test_pruned_ghost_and_apc_finalized_models_export_or_are_refused_with_the_way_out(glue_models, tmp_path):
-    from user_dir.tools.export_hf import ExportHFError, export_hf
-    from user_dir.tools.export_onnx import export_onnx
+    from user_dir.deploy.export_hf import ExportHFError, export_hf
+    from user_dir.deploy.export_onnx import export_onnx
 
     m, pairs = glue_models, _rte_dev()[:48]
     # pruned only (3 of 12 heads, 384 of 1536 neurons): transformers 5 has no head pruning
@@ -219,7 +220,7 @@ def test_single_sentence_and_regression_shapes(glue_models, tmp_path):
     import user_dir  # noqa: F401
     from fairseq import checkpoint_utils
 
-    from user_dir.tools.export_hf import export_hf
+    from user_dir.deploy.export_hf import export_hf
 
     m = glue_models
     glue = tmp_path / "glue"
@@ -253,8 +254,8 @@ def test_refusals_name_the_reason_and_leave_nothing(glue_models, tmp_path, monke
     import user_dir  # noqa: F401
     from fairseq import checkpoint_utils
 
-    from user_dir.tools import export_hf as module
-    from user_dir.tools.export_hf import ExportHFError, export_hf
+    from user_dir.deploy import export_hf as module
+    from user_dir.deploy.export_hf import ExportHFError, export_hf
 
     m = glue_models
 
@@ -304,7 +305,7 @@ def test_int8_loss_scores_both_models_on_gold_labels_and_compares_their_predicti
     predictions differ (for regression: measured, never a constant agreement)."""
     import numpy as np
 
-    from user_dir.tools.export_onnx import int8_loss
+    from user_dir.deploy.export_onnx import int8_loss
 
     ref = torch.tensor([[2.0, 0.0], [0.0, 1.0], [0.1, 0.0], [0.0, 3.0]])
     q = torch.tensor([[2.1, 0.0], [0.0, 1.2], [0.0, 0.2], [0.0, 2.0]])  # the third prediction flips
@@ -331,8 +332,8 @@ def test_int8_losing_more_than_the_bound_is_refused_or_written_with_a_warning(gl
 
     import onnx
 
-    from user_dir.tools import export_onnx as module
-    from user_dir.tools.export_hf import ExportHFError
+    from user_dir.deploy import export_onnx as module
+    from user_dir.deploy.export_hf import ExportHFError
     from user_dir.tools.glue_predict import predict
 
     m = glue_models

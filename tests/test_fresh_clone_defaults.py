@@ -22,7 +22,7 @@ TRAINING_DRIVERS = ["bench_translation", "bench_apc", "bench_apc_glue", "bench_g
 # and stops at its argument parser's return: prints {driver: the parsed namespace} as JSON.
 PROBE = r"""
 import argparse, importlib, json, sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/bench")
 argv = json.loads(sys.argv[1])
 
 class Parsed(Exception):
@@ -103,24 +103,24 @@ def test_what_does_not_ship_stops_at_once_naming_the_path_and_the_switch(no_shar
         assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
 
     script = [sys.executable]
-    fails(script + ["scripts/bench_iwslt14.py", "--quick", "--work", str(tmp_path / "iwslt")],
+    fails(script + ["scripts/bench/bench_iwslt14.py", "--quick", "--work", str(tmp_path / "iwslt")],
           os.path.join(shared, "data", "iwslt14.de-en", "bpe", "valid.de"), "FAIRSEQ_COMPRESS_SHARED", "--iwslt-dir")
     assert not (tmp_path / "iwslt").exists()  # nothing made before the check
     glue = str(tmp_path / "glue")
-    fails(script + ["scripts/bench_ghost.py", "--quick", "--glue-task", "RTE", "--glue-work", glue],
+    fails(script + ["scripts/bench/bench_ghost.py", "--quick", "--glue-task", "RTE", "--glue-work", glue],
           os.path.join(glue, "RTE", "checkpoints", "checkpoint_best.pt"), "glue_teachers.sh")
-    fails(script + ["scripts/bench_apc_glue.py", "--quick", "--glue-task", "RTE", "--glue-work", glue],
+    fails(script + ["scripts/bench/bench_apc_glue.py", "--quick", "--glue-task", "RTE", "--glue-work", glue],
           os.path.join(glue, "RTE", "checkpoints", "checkpoint_best.pt"), "glue_teachers.sh")
-    fails(script + ["scripts/bench_variator.py", "--quick", "--parts", "glue", "--glue-work", glue],
+    fails(script + ["scripts/bench/bench_variator.py", "--quick", "--parts", "glue", "--glue-work", glue],
           os.path.join(glue, "minilm-p128"), "glue_teachers.sh")
-    fails(["bash", "scripts/glue_teachers.sh"], os.path.join(shared, "data", "glue"), "FAIRSEQ_COMPRESS_SHARED")
+    fails(["bash", "scripts/recipes/glue_teachers.sh"], os.path.join(shared, "data", "glue"), "FAIRSEQ_COMPRESS_SHARED")
 
 
 @needs_teacher
 def test_the_data_bin_built_on_demand_is_the_shipped_teachers(tmp_path):
     """benchlib.multi30k_data_bin, the one builder of the drivers' default --data: the embedded Multi30k with the
     shipped codes and dictionary, byte for byte the data-bin the test teacher uses (conftest), built once."""
-    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
     import benchlib
 
     dest = str(tmp_path / "data-bin")

@@ -497,7 +497,7 @@ def test_a_teacher_of_another_shape_is_refused(tiny):
 def test_prune_distill_resume_finetune_and_generate_through_the_stock_clis(tiny, tmp_path):
     data, teacher = tiny["data"], tiny["path"]
     init = tmp_path / "init.pt"
-    run_cli("user_dir.tools.ghost_prune", data, "--path", teacher, "--width-mult", "1/2", "--out", init,
+    run_cli("user_dir.ghost.tools.prune", data, "--path", teacher, "--width-mult", "1/2", "--out", init,
             "--max-batches", "4", "--cpu")
     flags = open(str(init) + ".flags").read().split()
     assert flags[:2] == ["--arch", "ghost_transformer"] and "--ghost-heads" in flags
@@ -528,7 +528,7 @@ def test_prune_distill_resume_finetune_and_generate_through_the_stock_clis(tiny,
 def test_new_positions_save_train_and_generate_through_the_stock_clis(tiny, tmp_path, positions, extra):
     data, teacher = tiny["data"], tiny["path"]
     init = tmp_path / "init.pt"
-    run_cli("user_dir.tools.ghost_prune", data, "--path", teacher, "--width-mult", "1/2", "--out", init,
+    run_cli("user_dir.ghost.tools.prune", data, "--path", teacher, "--width-mult", "1/2", "--out", init,
             "--ghost-positions", positions, *extra, "--max-batches", "2", "--cpu")
     flags = open(str(init) + ".flags").read().split()
     assert "--ghost-positions" in flags and all(f in flags for f in extra)
@@ -556,7 +556,7 @@ def test_hf_bert_encoder_prunes_to_the_masked_original_and_distils(tmp_path, tin
 
     data, teacher, common = tiny_glue_teacher["data"], tiny_glue_teacher["teacher"], tiny_glue_teacher["common"]
     init = tmp_path / "init.pt"
-    run_cli("user_dir.tools.ghost_prune", data, "--path", teacher, "--width-mult", "2/4", "--ghost-positions", "none",
+    run_cli("user_dir.ghost.tools.prune", data, "--path", teacher, "--width-mult", "2/4", "--ghost-positions", "none",
             "--out", init, "--batch-size", "16", "--cpu")
     flags = open(str(init) + ".flags").read().split()
     assert flags[:2] == ["--arch", "ghost_hf_bert"]
@@ -593,7 +593,7 @@ def test_hf_bert_attention_positions_distil_and_do_not_depend_on_padding(tmp_pat
 
     data, teacher, common = tiny_glue_teacher["data"], tiny_glue_teacher["teacher"], tiny_glue_teacher["common"]
     init = tmp_path / "init.pt"
-    run_cli("user_dir.tools.ghost_prune", data, "--path", teacher, "--width-mult", "1/4", "--ghost-positions",
+    run_cli("user_dir.ghost.tools.prune", data, "--path", teacher, "--width-mult", "1/4", "--ghost-positions",
             positions, "--out", init, "--batch-size", "16", "--cpu")
     flags = open(str(init) + ".flags").read().split()
     assert flags[flags.index("--ghost-positions") + 1] == positions
@@ -681,7 +681,7 @@ def test_dropping_encoder_layers_is_refused_naming_the_flag(tiny):
         tiny["task"].build_model(args)
 
 
-# ---- scripts/bench_ghost.py: the GLUE part beside the translation part ------------------------------
+# ---- scripts/bench/bench_ghost.py: the GLUE part beside the translation part ------------------------------
 def test_bench_ghost_glue_part_keeps_the_translation_part_and_labels_its_rows(tmp_path, monkeypatch):
     """A GLUE run of the benchmark keeps the translation part of a translation-only JSON (the layout before
     GLUE rows, rendered as before), names its teacher and puts the paper's Table 1/10 numbers beside its rows;
@@ -694,11 +694,11 @@ def test_bench_ghost_glue_part_keeps_the_translation_part_and_labels_its_rows(tm
     import sys
 
     from conftest import REPO
-    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
     bench, benchlib = importlib.import_module("bench_ghost"), importlib.import_module("benchlib")
     cost = {"params": 1000, "encoder_params": 800, "ghost_params": 0, "encoder_flops_128": 4e6, "speedup": 1.0,
             "speedup_range": [1.0, 1.0]}
-    translation = {"command": "python scripts/bench_ghost.py", "machine": "m", "date": "d", "seed": 1,
+    translation = {"command": "python scripts/bench/bench_ghost.py", "machine": "m", "date": "d", "seed": 1,
                    "teacher": "t.pt", "distill_updates": 2, "finetune_updates": 1, "lr": 5e-4, "threads": 1,
                    "runs": 1, "repeats": 1, "time_batch": 2, "load": 0.5,
                    "rows": [dict(cost, m="4/4", variant="teacher", bleu=36.29),
@@ -733,7 +733,7 @@ def test_bench_ghost_glue_part_keeps_the_translation_part_and_labels_its_rows(tm
                 "--seeds", "1,2"])
     data = json.loads((tmp_path / "ghostbert.json").read_text())
     assert data["version"] == 2 and data["translation"] == translation and list(data["glue"]) == ["RTE"]
-    assert data["glue"]["RTE"]["command"].startswith("python scripts/bench_ghost.py --glue-task RTE")
+    assert data["glue"]["RTE"]["command"].startswith("python scripts/bench/bench_ghost.py --glue-task RTE")
     report = (tmp_path / "ghostbert.md").read_text()
     assert "| pruned only | 2/4 |" in report and "| 30.00 | 35.50 |" in report  # the translation rows, kept
     assert "run lr5e-5, lr 5e-05, 780 updates, dev acc 60.00" in report and "seeds 1, 2;" in report
@@ -750,7 +750,7 @@ def test_bench_ghost_glue_part_keeps_the_translation_part_and_labels_its_rows(tm
     assert "| 1.1M (27.5%) |" in report  # FLOPs against the GLUE teacher's
     with pytest.raises(SystemExit, match="--glue-task XYZ"):
         bench.glue_setup(argparse.Namespace(glue_work=str(tmp_path)), "XYZ")
-    with pytest.raises(SystemExit, match=r"--glue-task MRPC: no teacher .*TASKS=MRPC bash scripts/glue_teachers.sh"):
+    with pytest.raises(SystemExit, match=r"--glue-task MRPC: no teacher .*TASKS=MRPC bash scripts/recipes/glue_teachers.sh"):
         bench.glue_setup(argparse.Namespace(glue_work=str(tmp_path)), "MRPC")
 
 

@@ -89,7 +89,7 @@ def test_in_training_validation_scores_the_weights_of_its_update(tmp_path):
     fairseq-validate's 1.33164, 0.73608 (this test run against the old ghost_module.py)."""
     data = os.path.join(TEACHER_DIR, "data-bin")
     init = tmp_path / "init.pt"
-    run_cli("user_dir.tools.ghost_prune", data, "--path", TEACHER, "--width-mult", "1/4", "--ghost-positions",
+    run_cli("user_dir.ghost.tools.prune", data, "--path", TEACHER, "--width-mult", "1/4", "--ghost-positions",
             "o,ffn1,ffn2", "--out", init, "--max-batches", "1", "--cpu")
     save = tmp_path / "distill"
     out = run_cli("fairseq_cli.train", data, "--user-dir", USER_DIR, *open(str(init) + ".flags").read().split(),

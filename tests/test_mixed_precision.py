@@ -187,7 +187,7 @@ def test_apc_activation_kd_trains_and_finalizes_in_bfloat16(tmp_path, caplog):
     float32); then the bf16 model folds (finalize_) into the same dense weights as apc_finalize computes."""
     from fairseq import checkpoint_utils
 
-    from user_dir.tools.apc_finalize import finalize_state_dict
+    from user_dir.apc.tools.finalize import finalize_state_dict
 
     run = train_bf16(caplog, tmp_path, DATA, "--user-dir", USER_DIR, "--arch", "apc_transformer", *TEACHER_ARCH,
                      "--apc-encoder-ffn-dims", "128", "--apc-decoder-ffn-dims", "0:128", "--apc-encoder-attn-dims",

@@ -113,7 +113,7 @@ def test_shared_weights_stay_shared_through_training_save_and_load(multi30k_slic
 
 
 def test_every_model_of_the_translation_benchmark_builds(multi30k_slice):
-    """scripts/bench_translation.py's grid (scripts/translation_students.py) names only valid students: every method and PET ablation
+    """scripts/bench/bench_translation.py's grid (scripts/bench/translation_students.py) names only valid students: every method and PET ablation
     builds (its warm-up criterion's flags parse), and Table 2's No-pair student is the 4+4-layer
     model with nothing shared, twice the layer parameters of the plain 2+2 student PET shares down to."""
     import importlib
@@ -123,7 +123,7 @@ def test_every_model_of_the_translation_benchmark_builds(multi30k_slice):
 
     from conftest import REPO
 
-    sys.path.insert(0, os.path.join(REPO, "scripts"))  # as running a script does
+    sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))  # as running a script does
     bench = importlib.import_module("translation_students")  # the benchmark's student grid
     non_embedding = {}
     for name, (_, _, arch, stages) in bench.methods(128, 96, 96, 6).items():

@@ -171,17 +171,17 @@ def test_every_number_a_page_quotes_is_in_the_results_file_it_cites(page):
 
 
 def test_results_index_lists_every_results_file():
-    """results/README.md (scripts/results_index.py) names every committed file in results/ and its subfolders
+    """results/README.md (scripts/maint/results_index.py) names every committed file in results/ and its subfolders
     (claims/), each with a status."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("results_index", os.path.join(REPO, "scripts", "results_index.py"))
+    spec = importlib.util.spec_from_file_location("results_index", os.path.join(REPO, "scripts", "maint", "results_index.py"))
     results_index = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(results_index)
     with open(os.path.join(RESULTS, "README.md"), encoding="utf-8") as f:
         index = f.read()
     listed = set(re.findall(r"\[([\w./-]+)\]\(\1\)", index))
     files = set(results_index.results_files(RESULTS))
-    assert files - listed == set(), f"not in results/README.md (run python scripts/results_index.py): {files - listed}"
+    assert files - listed == set(), f"not in results/README.md (run python scripts/maint/results_index.py): {files - listed}"
     assert listed - files == set(), f"results/README.md lists files that are gone: {listed - files}"
     rows = re.findall(r"^\| \[([\w./-]+\.md)\]\([^)]*\) \| (\w+) \|", index, re.M)
     assert {n for n in files if n.endswith(".md")} == {n for n, _ in rows}

@@ -244,7 +244,7 @@ GLUE_RECIPES = {  # task: (classes, checkpoint metric, batch, CPU epochs, GPU ep
 
 
 def glue_teachers_dry_run(tmp_path, **variables):
-    proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "glue_teachers.sh")], capture_output=True, text=True,
+    proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "recipes", "glue_teachers.sh")], capture_output=True, text=True,
                           timeout=120, cwd=REPO, env=env(DRY_RUN=1, WORK=tmp_path / "glue",
                                                          OUT=tmp_path / "glue.md", **variables))
     return proc.returncode, proc.stdout + proc.stderr

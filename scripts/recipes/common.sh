@@ -9,7 +9,7 @@
 #   glue_or_translation          MODE=glue (GLUE_TASK set: TASK_FLAGS from the teacher's own task, fc-flags --task, and
 #                                its METRIC) or translation (DATA by shipped_translation_data when not given)
 #   score_measure JSON NAME      the score line from fc-measure's JSON (the student NAME against the teacher)
-#   bert_teachers                (the GPU reproductions) TEACHERS: a folder of GLUE teachers as scripts/glue_teachers.sh
+#   bert_teachers                (the GPU reproductions) TEACHERS: a folder of GLUE teachers as scripts/recipes/glue_teachers.sh
 #                                leaves them, fine-tuned here from HF_MODEL unless given
 # Switches every recipe takes: SMOKE=1 (a tiny budget: an end-to-end check, numbers meaningless), DRY_RUN=1
 # (print the commands, run nothing; flags of checkpoints not yet written print as $(fc-flags PATH)),
@@ -157,8 +157,8 @@ bert_teachers() {
   [ -n "${HF_MODEL:-}" ] || die "HF_MODEL=path/to/bert-base-uncased (a Hugging Face BERT directory), or TEACHERS=a folder of fine-tuned teachers"
   [ -n "${GLUE_DIR:-}" ] || die "GLUE_DIR=path/to/glue (the GLUE TSVs: RTE/train.tsv, ...)"
   TEACHERS="$WORK/teachers"
-  say "teachers: $HF_MODEL imported and fine-tuned on $TASKS with scripts/glue_teachers.sh (512 positions, fp16, lr $TEACHER_LRS)"
+  say "teachers: $HF_MODEL imported and fine-tuned on $TASKS with scripts/recipes/glue_teachers.sh (512 positions, fp16, lr $TEACHER_LRS)"
   local cmd=(env HF_MODEL="$HF_MODEL" GLUE_DIR="$GLUE_DIR" GPU=1 TASKS="$TASKS" LRS="$TEACHER_LRS"
-             SEGMENTS="${SEGMENTS:-0}" WORK="$TEACHERS" bash "$ROOT/scripts/glue_teachers.sh")
+             SEGMENTS="${SEGMENTS:-0}" WORK="$TEACHERS" bash "$ROOT/scripts/recipes/glue_teachers.sh")
   if [ "$DRY_RUN" = 1 ]; then show "${cmd[@]}"; echo; else "${cmd[@]}"; fi
 }

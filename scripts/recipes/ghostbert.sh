@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GhostBERT (Huang et al.; user_dir/ghost/README.md): prune a teacher's encoder heads and FFN neurons by
 # importance to width multiplier m, add softmax-normalised depthwise-convolution ghost modules, distil, fine-tune.
-# A translation teacher (the encoder is pruned) or a GLUE encoder (hf_bert, e.g. from scripts/glue_teachers.sh):
-#   1. prune     python -m user_dir.tools.ghost_prune: head/neuron importance on the dev set, rewiring, slicing,
+# A translation teacher (the encoder is pruned) or a GLUE encoder (hf_bert, e.g. from scripts/recipes/glue_teachers.sh):
+#   1. prune     python -m user_dir.ghost.tools.prune: head/neuron importance on the dev set, rewiring, slicing,
 #                ghost modules -> an ordinary checkpoint (section 2.3 "Pruning")
 #   2. distill   fairseq-train --criterion ghost_distill: embedding + post-MHA + post-FFN MSE from the frozen
 #                teacher (eq. 6; Table 8: lambda = 0, 1, 1)
@@ -28,7 +28,7 @@
 #   SEED [1], VALIDATIONS [GLUE 4: dev evaluations in the fine-tuning stage; the best is measured], EXTRA
 #   (more fairseq-train flags), DEVICE_FLAGS [--cpu; --fp16 on a GPU], RUNS [1: timed measurement runs]
 # The optimiser is Table 8's for both stages (GLUE): Adam (0.9, 0.999), eps 1e-6, no warm-up, linear decay to 0,
-# weight decay 0, clipping 1, dropout and attention dropout 0.1; translation: scripts/bench_ghost.py's (Adam (0.9,
+# weight decay 0, clipping 1, dropout and attention dropout 0.1; translation: scripts/bench/bench_ghost.py's (Adam (0.9,
 # 0.98), no warm-up, linear decay to 0, clipping 1, dropout 0.1, weight decay 0, max-tokens batches). scripts/recipes/ghostbert_glue_gpu.sh runs the paper's Tables 1/3 on BERT-base.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -76,7 +76,7 @@ COMMON=(--user-dir "$ROOT/user_dir" --log-format simple --log-interval 10 --no-e
 INIT="$WORK/prune/init.pt"
 
 say "1/4 prune: importance on the dev set, keep m = $WIDTH of the heads and FFN folds, ${VARIANT_FLAGS[*]}"
-stage prune "$PY" -m user_dir.tools.ghost_prune "$DATA" --path "$TEACHER" --width-mult "$WIDTH" "${VARIANT_FLAGS[@]}" \
+stage prune "$PY" -m user_dir.ghost.tools.prune "$DATA" --path "$TEACHER" --width-mult "$WIDTH" "${VARIANT_FLAGS[@]}" \
   ${GHOST_FLAGS:-} --out "$INIT" --subset valid --seed "$SEED" "${PRUNE_EXTRA[@]}" "${TOOL_DEVICE[@]}"
 flags_of ARCH "$INIT"
 TASK=(); [ "$MODE" = glue ] && TASK=("${TASK_FLAGS[@]}")

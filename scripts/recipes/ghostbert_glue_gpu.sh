@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GhostBERT's GLUE results at the paper's scale on a GPU (Huang et al., Table 1: GhostBERT at every width
 # multiplier m; Table 3 / Table 10: pruned only with the same procedure), from a Hugging Face BERT-base directory:
-#   1. teachers  BERT-base imported (user_dir/tools/import_hf_bert.py) and fine-tuned on each task by
-#                scripts/glue_teachers.sh GPU=1 (512 positions, fp16; lr TEACHER_LRS, the best dev run kept),
+#   1. teachers  BERT-base imported (user_dir/bert/tools/import_hf.py) and fine-tuned on each task by
+#                scripts/recipes/glue_teachers.sh GPU=1 (512 positions, fp16; lr TEACHER_LRS, the best dev run kept),
 #                or TEACHERS=a folder laid out as glue_teachers.sh leaves one (e.g. RoBERTa-base teachers)
 #   2. per task, m and variant: scripts/recipes/ghostbert.sh (prune, distill, fine-tune, measure) with Table 8:
 #                batch 32, lr 2e-5, Adam (0.9, 0.999), no warm-up, linear decay, weight decay 0, clipping 1,
@@ -15,7 +15,7 @@
 #   DRY_RUN=1 HF_MODEL=... GLUE_DIR=... bash scripts/recipes/ghostbert_glue_gpu.sh work/x    (print the commands)
 #
 # Variables (defaults in brackets): TASKS [RTE MRPC SST-2: the tasks with data here; any GLUE task, each with
-# its recipe in scripts/glue_teachers.sh], WIDTHS [12/12 9/12 6/12 3/12 1/12: Table 1's rows], VARIANTS [ghost], TEACHER_LRS
+# its recipe in scripts/recipes/glue_teachers.sh], WIDTHS [12/12 9/12 6/12 3/12 1/12: Table 1's rows], VARIANTS [ghost], TEACHER_LRS
 # [2e-5], LR [2e-5], BATCH [32], DISTILL_EPOCHS / FINETUNE_EPOCHS [Table 8], VALIDATIONS [3], SEED [1],
 # DEVICE_FLAGS [--fp16], GHOST_FLAGS (ablations: Tables 4-6, 9).
 set -euo pipefail

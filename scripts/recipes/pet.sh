@@ -25,7 +25,7 @@
 #                     warm-up (PET Table 9). WARMUP_UPDATES / KD_UPDATES bound them by updates instead (the demo).
 #   SEED [1], LR [1e-3], MAX_TOKENS [2048], EXTRA (more fairseq-train flags), DEVICE_FLAGS [--cpu]
 #   RUNS [3]: timed runs of the measurement; MEASURE_EXTRA: more fc-measure flags; MEASURE_ALSO="name=path ...":
-#   more checkpoints in the same table; REPORT [WORK_DIR/pet.md]: where scripts/pet_report.py's report goes.
+#   more checkpoints in the same table; REPORT [WORK_DIR/pet.md]: where scripts/bench/pet_report.py's report goes.
 # The paper's GPU recipe (IWSLT'14 / WMT'17, --fp16) is scripts/recipes/pet_gpu.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -84,7 +84,7 @@ stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$WORK/k
 STAGES="WARMUP_EPOCHS=$WARMUP_EPOCHS KD_EPOCHS=$KD_EPOCHS"; LENGTHS="$WARMUP_EPOCHS epochs|$KD_EPOCHS epochs"
 [ -n "${WARMUP_UPDATES:-}" ] && STAGES="$STAGES WARMUP_UPDATES=$WARMUP_UPDATES" && LENGTHS="$WARMUP_UPDATES updates|${LENGTHS#*|}"
 [ -n "${KD_UPDATES:-}" ] && STAGES="$STAGES KD_UPDATES=$KD_UPDATES" && LENGTHS="${LENGTHS%|*}|$KD_UPDATES updates"
-"$PY" "$ROOT/scripts/pet_report.py" "$WORK" --out "${REPORT:-$WORK/pet.md}" \
+"$PY" "$ROOT/scripts/bench/pet_report.py" "$WORK" --out "${REPORT:-$WORK/pet.md}" \
   --command "$STAGES SEED=$SEED${EXTRA:+ EXTRA='$EXTRA'} bash scripts/recipes/pet.sh ${1:-}" \
   --recipe "$SRC->$TGT; ${LENGTHS%|*} of warm-up on the simplified task, then ${LENGTHS#*|} of word-level KD from the warmed-up checkpoint; seed $SEED; student widths $ENC_DIM/$DEC_DIM, 4+4 logical layers from 2+2 physical, pairs (1,3),(2,4), encoder Q<->K, decoder Q_self = Q_ed; scored at the checkpoint of best validation loss"
 score_measure "$WORK/measure.json" pet

@@ -14,7 +14,7 @@
 #   SMOKE=1 DEVICE_FLAGS=--cpu TEACHER=... DATA=... bash scripts/recipes/pet_gpu.sh work/x   # the same stages on a
 #                                                  CPU in a minute: 2 + 3 updates, 2 validation batches, 20 sentences
 #
-# The teacher comes from scripts/train_teacher_iwslt14.sh (or any fairseq checkpoint trained on DATA; the data
+# The teacher comes from scripts/recipes/train_teacher_iwslt14.sh (or any fairseq checkpoint trained on DATA; the data
 # from python -m preprocess.prepare_translation). Student dims follow the arch: (320, 240) when the target is
 # English, (240, 320) when the source is. Variables: ARCH [pet_transformer_iwslt], SEED [1], WARMUP_EPOCHS [3],
 # MAX_EPOCHS [50: the KD stage's bound; --patience 3 usually stops it sooner], LR_WARMUP_FRACTION [0.08],

@@ -9,7 +9,7 @@
 #   2. plugin    fairseq-train --task variator_translation / variator_sentence_prediction --variator-backbone
 #                TEACHER --criterion variator_distill (eq. 1), the backbone's architecture flags read from it
 #                with fc-flags; GLUE: adaptation from the pre-trained plugin, the best dev checkpoint kept
-#   3. export    python -m user_dir.tools.variator_plugins export -> WORK/plugin-kK.pt (a few hundred KB)
+#   3. export    python -m user_dir.variator.tools.plugins export -> WORK/plugin-kK.pt (a few hundred KB)
 #   4. score     the backbone alone and with the plugin: BLEU on test (fairseq-generate, beam 5) / the GLUE
 #                metric on dev (glue_predict); 5. cost: encoder FLOPs and speed at length 128 (encoder_cost)
 # then the score line. Finished stages are skipped (WORK/STAGE/DONE), interrupted training resumes, a stage
@@ -67,7 +67,7 @@ elif [ "$MODE" = glue ] && [ -n "${PRETRAIN_BACKBONE:-}" ]; then
   stage pretrain fairseq-train "$PRETRAIN_DATA" "${TASK[@]}" "${PRETRAIN_ARCH[@]}" "${PLUGIN[@]}" "${COMMON[@]}" \
     "${OPTIM[@]}" --lr "$PRETRAIN_LR" --batch-size "${PRETRAIN_BATCH:-$BATCH}" --variator-backbone "$PRETRAIN_BACKBONE" \
     --max-update "$PRETRAIN_UPDATES" --disable-validation --save-dir "$WORK/pretrain"
-  stage pretrain-export "$PY" -m user_dir.tools.variator_plugins export "$WORK/pretrain/checkpoint_last.pt" \
+  stage pretrain-export "$PY" -m user_dir.variator.tools.plugins export "$WORK/pretrain/checkpoint_last.pt" \
     --out "$WORK/pretrained-k$K.pt"
   START=(--variator-plugins "$WORK/pretrained-k$K.pt")
 else
@@ -86,7 +86,7 @@ say "2/5 plugin k = $K on the frozen backbone (--criterion variator_distill), $U
 stage plugin fairseq-train "$DATA" "${TASK[@]}" "${ARCH[@]}" "${PLUGIN[@]}" "${COMMON[@]}" "${OPTIM[@]}" \
   --variator-backbone "$TEACHER" "${START[@]}" "${SELECT[@]}" --max-update "$UPDATES" --save-dir "$WORK/plugin"
 say "3/5 export the plugin (its tensors, configuration and the backbone's signature)"
-stage export "$PY" -m user_dir.tools.variator_plugins export "$WORK/plugin/$CHOSEN" --out "$WORK/plugin-k$K.pt"
+stage export "$PY" -m user_dir.variator.tools.plugins export "$WORK/plugin/$CHOSEN" --out "$WORK/plugin-k$K.pt"
 
 say "4/5 the backbone alone and with the plugin"
 for RATIO in 0 "$K"; do
@@ -101,7 +101,7 @@ for RATIO in 0 "$K"; do
 done
 COST_RUNS=3; [ "$SMOKE" = 1 ] && COST_RUNS=1
 say "5/5 encoder FLOPs and speed at length 128, backbone vs plugin"
-stage cost "$PY" -m user_dir.tools.encoder_cost "$DATA" --path "$TEACHER" --plugins "$WORK/plugin-k$K.pt" \
+stage cost "$PY" -m user_dir.variator.tools.cost "$DATA" --path "$TEACHER" --plugins "$WORK/plugin-k$K.pt" \
   --length 128 --batch-size 4 --runs "$COST_RUNS" --repeats "$COST_RUNS" --json "$WORK/cost.json"
 [ "$DRY_RUN" = 1 ] && exit 0
 "$PY" - "$WORK" "$K" "${GLUE_TASK:-}" <<'PY'

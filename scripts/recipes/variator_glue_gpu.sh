@@ -2,8 +2,8 @@
 # Variator's GLUE setting at the paper's scale on a GPU (Xiao et al., Table 1 with k = 4 plugins around every
 # encoder FFN, r = 64; run on a BERT-base encoder as the paper's Appendix Table 8 does, or RoBERTa-base with
 # TEACHERS), from a Hugging Face BERT-base directory:
-#   1. teachers  BERT-base imported (user_dir/tools/import_hf_bert.py) and fine-tuned on each task by
-#                scripts/glue_teachers.sh GPU=1 (512 positions, fp16; lr TEACHER_LRS, the best dev run kept),
+#   1. teachers  BERT-base imported (user_dir/bert/tools/import_hf.py) and fine-tuned on each task by
+#                scripts/recipes/glue_teachers.sh GPU=1 (512 positions, fp16; lr TEACHER_LRS, the best dev run kept),
 #                or TEACHERS=a folder laid out as glue_teachers.sh leaves one
 #   2. per task: scripts/recipes/variator.sh: plugin pre-training on the pre-trained encoder (lr 1e-3, batch 256,
 #                PRETRAIN_UPDATES, the paper's BERT run: 24k) on PRETRAIN_DATA, once (in the first task's folder;
@@ -14,7 +14,7 @@
 # Each task's run lives in WORK/TASK/ and ends with its score line; finished stages are skipped.
 # PRETRAIN_DATA: unlabelled text as a sentence_prediction data-bin of the model's WordPieces (the paper: Wikipedia
 # in 128-token paragraphs; python -m preprocess.prepare_glue's layout); default: SST-2's training sentences from
-# the teachers' folder, as scripts/bench_variator.py does (SST-2 among the TASKS, or prepared there before).
+# the teachers' folder, as scripts/bench/bench_variator.py does (SST-2 among the TASKS, or prepared there before).
 #
 #   HF_MODEL=models/bert-base-uncased GLUE_DIR=data/glue bash scripts/recipes/variator_glue_gpu.sh work/variator-gpu
 #   DRY_RUN=1 HF_MODEL=... GLUE_DIR=... bash scripts/recipes/variator_glue_gpu.sh work/x      (print the commands)

@@ -19,7 +19,7 @@ Training modes (Table 3 of the paper, "fine-tuning strategies"):
   frozen ("Compr. only"; Weight Squeezing's setting, and the paper's compression stage);
 * ``--apc-train-original``: all parameters train ("All Params");
 * ``--apc-finalized``: the FFNs are plain dense layers of the compressed widths (the folded model,
-  "Finalized"). When every layer of a side shares one size, ``python -m user_dir.tools.apc_finalize``
+  "Finalized"). When every layer of a side shares one size, ``python -m user_dir.apc.tools.finalize``
   writes a stock ``transformer`` checkpoint instead, which needs no ``--user-dir``; this flag is for
   per-layer sizes that a stock architecture cannot express.
 """

@@ -1,5 +1,5 @@
 """``--arch hf_bert`` / ``hf_minilm_l6``: fairseq's RoBERTa model carrying BERT-family weights
-imported from a Hugging Face checkpoint (user_dir/tools/import_hf_bert.py).
+imported from a Hugging Face checkpoint (user_dir/bert/tools/import_hf.py).
 
 A BERT encoder *is* fairseq's RoBERTa encoder (post-LayerNorm layers, learned positions, a
 LayerNorm on the embeddings, unscaled embeddings, exact GELU) except for three things, handled by

@@ -14,7 +14,7 @@ model is an ordinary fairseq checkpoint: ``fairseq-train``, ``-generate``, ``-va
 ``-interactive`` build it from the checkpoint's own arguments. ``--encoder-attention-heads`` and
 ``--encoder-ffn-embed-dim`` stay the unpruned model's (the head width is ``embed_dim /
 encoder_attention_heads``). The pruned initial checkpoint comes from ``python -m
-user_dir.tools.ghost_prune`` (importance.py, rewiring.py).
+user_dir.ghost.tools.prune`` (importance.py, rewiring.py).
 
 Every layer keeps the same M heads and the same FFN width, as in the paper (M = floor(N_H m) per
 layer, M of N_H folds of FFN neurons). ``--ghost-positions none`` is the "pruned only" model of

@@ -11,7 +11,7 @@ accumulated as a sum of absolute values over batches (DynaBERT sums |grad| batch
 Choices the paper leaves open, and ours:
 * The loss is the task loss of the fine-tuned model (cross-entropy of the translation's target
   tokens, summed over tokens; cross-entropy of the sentence label for GLUE), computed in eval mode
-  (no dropout), as DynaBERT does; ``python -m user_dir.tools.ghost_prune --subset`` chooses the
+  (no dropout), as DynaBERT does; ``python -m user_dir.ghost.tools.prune --subset`` chooses the
   data (DynaBERT: the dev set).
 * Neuron importance is the gradient w.r.t. a neuron mask. This equals DynaBERT's fc2-column term
   sum_j W2_ji dL/dW2_ji exactly; DynaBERT also adds a fc1-row-and-bias term, which we leave out (the

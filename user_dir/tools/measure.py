@@ -17,7 +17,7 @@ Each measurement runs in a fresh worker process, so one model's memory does not 
 
 Two engines (``--engine``, one per ``--path`` or one for all; default ``auto``): a checkpoint file is
 measured in fairseq, a CTranslate2 model directory (``model.bin``, made by ``fc-ct2 convert``) in
-CTranslate2 (``user_dir/tools/ct2_engine.py``: the same batches, beam settings and scoring, decoding in
+CTranslate2 (``user_dir/deploy/ct2_engine.py``: the same batches, beam settings and scoring, decoding in
 a process that imports only ``ctranslate2``), so both engines sit in one table. A CTranslate2 model has
 no parameter count here (its weights are a converted file): those cells read ``-``.
 
@@ -258,7 +258,7 @@ def resolve_engines(paths: List[str], engines: List[str]) -> List[str]:
 
 def _run_worker(spec: dict) -> dict:
     if spec.get("engine") == "ctranslate2":  # ct2_engine decodes in its own fresh process
-        from user_dir.tools.ct2_engine import CT2Error, measure
+        from user_dir.deploy.ct2_engine import CT2Error, measure
 
         try:
             return dict(measure(spec), params=None, non_embedding_params=None)

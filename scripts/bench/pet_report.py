@@ -1,0 +1,75 @@
+#!/usr/bin/env python
+"""The report of one ``scripts/recipes/pet.sh`` run: teacher vs PET from its measurement, the
+paper's numbers beside them, and the KD stage's validation NLL per epoch (read from its log, so a
+reader sees whether the student had converged). recipes/pet.sh calls it last:
+
+    python scripts/bench/pet_report.py WORK_DIR --command "bash scripts/recipes/pet.sh WORK_DIR" --out WORK_DIR/pet.md
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+
+from translation_students import PAPER, PAPER_TEACHER_BLEU
+
+VALID = re.compile(r"\| valid \| epoch (\d+) \| valid on 'valid' subset .*?\| nll_loss ([0-9.]+)")
+
+
+def valid_nll_per_epoch(log_path):
+    """{epoch: validation NLL} from a fairseq-train log; a resumed run's repeated epoch keeps its last line."""
+    nll = {}
+    if os.path.isfile(log_path):
+        with open(log_path) as f:
+            for match in VALID.finditer(f.read()):
+                nll[int(match.group(1))] = float(match.group(2))
+    return dict(sorted(nll.items()))
+
+
+def report(work, command, recipe, train_log=None):
+    with open(os.path.join(work, "measure.json")) as f:
+        rows = {r["name"]: r for r in json.load(f)["rows"]}
+    with open(os.path.join(work, "measure.md")) as f:
+        measure_md = f.read()
+    t, s = rows["teacher"], rows["pet"]
+    paper_compression, paper_bleu = PAPER["pet"]
+    train_log = train_log or os.path.join(work, "kd.log")
+    nll = valid_nll_per_epoch(train_log)
+    trend = ", ".join(f"{v:.2f}" for v in nll.values()) or f"(no {train_log})"
+    return "\n".join([
+        "# PET on the CPU: `scripts/recipes/pet.sh` (Multi30k DE->EN)", "",
+        f"Made by `{command}` ({recipe}). Test: test_2016_flickr, beam 5.", "",
+        "| | teacher | PET | PET's paper (IWSLT'14, Table 7) |", "|---|---|---|---|",
+        f"| BLEU (tok) | {t['bleu_tok']:.2f} | {s['bleu_tok']:.2f} | {PAPER_TEACHER_BLEU} -> {paper_bleu} |",
+        f"| BLEU drop | - | {t['bleu_tok'] - s['bleu_tok']:.2f} | "
+        f"{float(PAPER_TEACHER_BLEU) - float(paper_bleu.split()[0]):.2f} |",
+        f"| non-embedding parameters | {t['non_embedding_params']:,} | {s['non_embedding_params']:,} "
+        f"({s['compression_rate']:.2f}%) | {paper_compression}% |",
+        f"| sentences/s (measured in turn) | {t['sentences_per_s']:.1f} | {s['sentences_per_s']:.1f} "
+        f"({s['speedup']:.2f}x) | - |", "",
+        f"Validation NLL after each KD epoch ({os.path.relpath(train_log)}): {trend}.", "",
+        "## The measurement command's table", "", measure_md])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("work", help="the WORK_DIR of scripts/recipes/pet.sh (measure.json, measure.md, kd.log)")
+    p.add_argument("--command", required=True, help="the command that made the run, quoted in the report")
+    p.add_argument("--recipe", default="", help="one line on the recipe's settings, quoted in the report")
+    p.add_argument("--train-log", default=None, help="the KD stage's fairseq-train log (default: WORK/kd.log)")
+    p.add_argument("--out", required=True, help="Markdown file to write (the measurement's JSON is copied beside it)")
+    args = p.parse_args(argv)
+    if not os.path.isfile(os.path.join(args.work, "measure.json")):
+        raise SystemExit(f"pet_report: {args.work}/measure.json missing (run scripts/recipes/pet.sh {args.work} first)")
+    text = report(args.work, args.command, args.recipe, args.train_log)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(text)
+    # the measurement's rows beside the report (OUT.json), for plots and later comparisons
+    shutil.copyfile(os.path.join(args.work, "measure.json"), os.path.splitext(args.out)[0] + ".json")
+    print(f"[pet_report] wrote {args.out} and {os.path.splitext(args.out)[0]}.json", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

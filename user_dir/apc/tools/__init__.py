@@ -1,0 +1,1 @@
+"""apc command-line tools (python -m user_dir.apc.tools.NAME)."""

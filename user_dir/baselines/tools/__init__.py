@@ -1,0 +1,1 @@
+"""baselines command-line tools (python -m user_dir.baselines.tools.NAME)."""

@@ -1,0 +1,1 @@
+"""bert command-line tools (python -m user_dir.bert.tools.NAME)."""

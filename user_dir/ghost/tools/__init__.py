@@ -1,0 +1,1 @@
+"""ghost command-line tools (python -m user_dir.ghost.tools.NAME)."""

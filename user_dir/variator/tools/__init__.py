@@ -1,0 +1,1 @@
+"""variator command-line tools (python -m user_dir.variator.tools.NAME)."""
