@@ -14,7 +14,7 @@ All nine tasks (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI) from their
 
 Sentences are segmented by ``--tokenizer``: ``moses`` (sacremoses; ``--lowercase``), ``bpe``
 (Moses, then subword-nmt ``--bpe-codes``), ``sentencepiece`` (``--spm-model``) or ``wordpiece`` (BERT's,
-``--wordpiece-vocab``, for checkpoints imported by user_dir.tools.import_hf_bert; Hugging Face's
+``--wordpiece-vocab``, for checkpoints imported by user_dir.bert.tools.import_hf; Hugging Face's
 ``tokenizers``), and binarised with
 ``--dict`` (e.g. a pretrained model's dictionary) or a dictionary built on the training inputs.
 
@@ -252,7 +252,7 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--spm-model", default=None, help="sentencepiece model for --tokenizer sentencepiece")
     p.add_argument("--wordpiece-vocab", default=None,
                    help="vocab.txt, or a folder with vocab.txt and tokenizer_config.json (its do_lower_case decides "
-                        "lowercasing), for --tokenizer wordpiece; pair with --dict from user_dir.tools.import_hf_bert")
+                        "lowercasing), for --tokenizer wordpiece; pair with --dict from user_dir.bert.tools.import_hf")
     p.add_argument("--max-length", type=int, default=512,
                    help="the most tokens the model reads per example, its special tokens included: a longer single "
                         "sentence is cut at the end to max-length - 2 ([CLS] a [SEP]), a longer pair longest first "

@@ -10,7 +10,7 @@ its ``tokenizer_config.json``:
   anywhere in the text, inside words too, as transformers does.
 
 ``WordPiece.fairseq_pieces`` writes pieces as fairseq dictionary symbols: the special tokens become
-``<s> </s> <pad> <unk> <mask>``, the names user_dir/tools/import_hf_bert.py gives them in the
+``<s> </s> <pad> <unk> <mask>``, the names user_dir/bert/tools/import_hf.py gives them in the
 imported model's dictionary, so ``fairseq-preprocess --srcdict dict.txt`` gives BERT's ids.
 """
 import json
