@@ -2,8 +2,8 @@
 """One table from several tables of ``scripts/bench/bench_translation.py``: the runs of a grid trained
 and measured in parts (other seeds, other sessions, other machines) summarised together.
 
-    python scripts/bench/merge_translation_tables.py results/translation_800_pet.md \\
-        results/translation_800_seed1.md results/translation_800_seeds23.md --out results/translation.md
+    python scripts/bench/merge_translation_tables.py results/archive/translation_800_pet.md \\
+        results/archive/translation_800_seed1.md results/archive/translation_800_seeds23.md --out results/translation.md
 
 It reads each table's per-run rows (BLEU, sacreBLEU, sentences/s and the teacher measured in the
 same run; unrounded from the table's raw measurement ``<table>.json`` where it is kept, checked

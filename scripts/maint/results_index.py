@@ -55,16 +55,16 @@ STATUS = {
     "demo.md": ("part", "the demo's short PET run (200 + 600 updates)"),
     "iwslt14.md": ("part", "a pipeline check on the paper's IWSLT'14 test set (7k training pairs)"),
     "translation.md": ("headline", "the 800-update benchmark, 3 seeds per method, merged from its parts"),
-    "translation_800_pet.md": ("part", "PET and PET without warm-up, merged into translation.md"),
-    "translation_800_seed1.md": ("part", "word-KD, Patient-KD, CAN seed 1, merged into translation.md"),
-    "translation_800_seeds23.md": ("part", "word-KD, Patient-KD, CAN seeds 2-3, merged into translation.md"),
-    "translation_800_seqkd.md": ("part", "sequence-level KD, merged into translation.md"),
-    "translation_800_pet_intel.md": ("superseded", "PET's 800-update seeds on an Intel machine; translation.md "
+    "archive/translation_800_pet.md": ("part", "PET and PET without warm-up, merged into translation.md"),
+    "archive/translation_800_seed1.md": ("part", "word-KD, Patient-KD, CAN seed 1, merged into translation.md"),
+    "archive/translation_800_seeds23.md": ("part", "word-KD, Patient-KD, CAN seeds 2-3, merged into translation.md"),
+    "archive/translation_800_seqkd.md": ("part", "sequence-level KD, merged into translation.md"),
+    "archive/translation_800_pet_intel.md": ("superseded", "PET's 800-update seeds on an Intel machine; translation.md "
                                      "takes them from translation_800_pet.md"),
     "translation_800_one_machine.md": ("part", "seeds 1-2 retrained and measured on one machine: a check of "
                                        "translation.md"),
-    "translation_800_seed1_all.md": ("part", "merged into translation_800_one_machine.md"),
-    "translation_800_seed2_all.md": ("part", "merged into translation_800_one_machine.md"),
+    "archive/translation_800_seed1_all.md": ("part", "merged into translation_800_one_machine.md"),
+    "archive/translation_800_seed2_all.md": ("part", "merged into translation_800_one_machine.md"),
     "translation_ablations.md": ("part", "PET's ablations (Tables 2, 3, 4/8, 10), one seed"),
     "translation_ablations_2.md": ("part", "PET's ablations, second set, one seed"),
     "translation_5658_seed1.md": ("part", "word-KD at PET's full budget (5,658 updates), one seed"),
@@ -84,7 +84,7 @@ STATUS = {
     "apc_search_multi30k.md": ("part", "the Optuna size search (section 4.1)"),
     "glue.md": ("headline", "MiniLM-L6 fine-tuned on SST-2, MRPC, RTE"),
     "gpu_check.md": ("headline", "every method with float32, --fp16, --bf16 and fc-train-bf16 on an H100"),
-    "gpu_check_apc_fp16_overflow.md": ("superseded", "the first H100 run: APC's fp16 loss-scale overflow, before "
+    "archive/gpu_check_apc_fp16_overflow.md": ("superseded", "the first H100 run: APC's fp16 loss-scale overflow, before "
                                        "its refusal (and before the seconds column worked)"),
     "teacher_multi30k.md": ("headline", "the CPU-scale Multi30k teacher against the reference"),
     "deploy.md": ("headline", "fairseq and CTranslate2 (float32, int8), teacher and PET"),
