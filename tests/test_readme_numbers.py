@@ -376,3 +376,116 @@ def test_the_claim_check_catches_a_verdict_without_budget_a_foreign_interval_and
     for text, expected in bad.items():
         problems = claim_problems(text, str(tmp_path))
         assert problems and expected in problems[0], (text, problems)
+
+
+# ---- the README's decision table quotes results/claims.md's rows exactly (issue 46) ---------------------------
+# A quote in the table's "expected change" cell: '[claim](results/claims.md): COMPARISON, METRIC VALUE, VERDICT',
+# VALUE the head of the claims row's A - B cell (its number and interval, or the ratio), VERDICT the row's verdict
+# as the table says it with its budget: 'reproduced at 400 updates per plugin on a CPU', or for a row not re-tested
+# 'not recomputed with the cluster test at BUDGET'.
+CLAIM_QUOTE = re.compile(r"^claim: (?P<comparison>.+), (?P<metric>\S+) (?P<value>[+-]?\d+(?:\.\d+)?"
+                         r"(?: \[[+-]?\d+(?:\.\d+)?, [+-]?\d+(?:\.\d+)?\])?), (?P<verdict>.+ on a CPU)$")
+# the README's method names (the table's first column) -> results/claims.md's method column
+DECISION_METHODS = {"PET": "PET", "PET's competitors": "PET", "Variator": "Variator", "GhostBERT": "GhostBERT",
+                    "APC": "APC"}
+
+
+def claims_verdict(row):
+    """A claims row's verdict as a page quotes it, with its budget."""
+    verdict, budget = row[-2], row[4]
+    if verdict.startswith("not recomputed"):
+        return f"{verdict.split(' (')[0].split(';')[0]} at {budget}"
+    return verdict
+
+
+def decision_table(text):
+    """(line number, method, expected-change cell) of each row of the first table whose header has an
+    'expected change' column."""
+    lines, rows = text.splitlines(), []
+    for i, line in enumerate(lines):
+        if line.startswith("| method |") and "expected change" in line:
+            header = [c.strip() for c in line.strip().strip("|").split("|")]
+            column = next(j for j, c in enumerate(header) if c.startswith("expected change"))
+            for number, row in enumerate(lines[i + 2:], i + 3):
+                if not row.startswith("|"):
+                    break
+                cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip())[1:-1]]
+                rows.append((number, cells[0], cells[column]))
+            break
+    return rows
+
+
+def decision_table_problems(text, results_dir, name="README.md"):
+    """One line per problem of the decision table: a method row quoting no claim, a quote not in the form above,
+    or one no row of results/claims.md of that method holds (its comparison, metric, A - B head, verdict with
+    budget; for a ratio row, whose comparison and metric are '-': a part of its claim and 'ratio')."""
+    rows, _ = claims_rows(results_dir)
+    table = decision_table(text)
+    if not table:
+        return [f"{name}: no decision table (a '| method | ... | expected change ... |' header)"]
+    problems = []
+    for line, method, cell in table:
+        where = f"{name}:{line} ({method})"
+        family = DECISION_METHODS.get(re.sub(r"\s*\(.*", "", method))
+        if family is None:
+            problems.append(f"{where}: not a method of results/claims.md")
+            continue
+        parts = [re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", p).replace("**", "").strip() for p in cell.split("<br>")]
+        quotes = [p for p in parts if p.startswith("claim:")]
+        if not quotes:
+            problems.append(f"{where}: quotes no row of results/claims.md ('[claim](results/claims.md): ...')")
+        if not all("[claim](results/claims.md):" in p for p in cell.split("<br>") if re.sub(
+                r"\[([^\]]*)\]\([^)]*\)", r"\1", p).strip().startswith("claim:")):
+            problems.append(f"{where}: a quote does not link results/claims.md")
+        for quote in quotes:
+            m = CLAIM_QUOTE.match(quote)
+            if not m:
+                problems.append(f"{where}: '{quote}' is not 'claim: COMPARISON, METRIC VALUE, VERDICT at BUDGET'")
+                continue
+
+            def holds(r):
+                comparison_ok = (m["comparison"] == r[6] if r[6] != "-" else m["comparison"] in r[1])
+                metric_ok = m["metric"] == (r[7] if r[7] != "-" else "ratio")
+                return (r[0] == family and comparison_ok and metric_ok and r[11].split(" (")[0] == m["value"]
+                        and claims_verdict(r) == m["verdict"])
+            if not any(holds(r) for r in rows or []):
+                near = [f"{r[6]}, {r[7]} {r[11].split(' (')[0]}, {claims_verdict(r)}" for r in rows or []
+                        if r[0] == family]
+                problems.append(f"{where}: '{quote}' is no row of results/claims.md; its {family} rows say: "
+                                + " | ".join(near))
+    return problems
+
+
+def test_the_readme_decision_table_quotes_the_claims_table():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        problems = decision_table_problems(f.read(), RESULTS)
+    assert not problems, "README.md's decision table against results/claims.md:\n" + "\n".join(problems)
+
+
+def test_the_decision_table_check_catches_a_drifted_number_budget_verdict_and_a_missing_quote(tmp_path, monkeypatch):
+    monkeypatch.setitem(DECISION_METHODS, "A", "A")
+    (tmp_path / "claims.md").write_text(
+        "| method | ... |\n"
+        "| A | beats B | paper | A - B > 0 | 300 updates on a CPU | sel | A vs B | f1 | 3 | 1.00 | 0.50 | "
+        "+0.50 [+0.10, +0.90] | ... | 0.01 | 0.02 | - | reproduced at 300 updates on a CPU | `x.md` |\n"
+        "| A | keeps 97% of its teacher | paper | A / teacher > 0.96 | 480 updates on a CPU | sel | - | - | - | - | - | "
+        "1.012 (ratio; no interval) | - | - | - | - | not recomputed with the cluster test (outputs not kept); "
+        "rerun: `x` | `y.md` |\n")
+    head = "| method | compresses | expected change | page |\n| --- | --- | --- | --- |\n"
+    good = ("| A | both | 1.00 against 0.50<br>[claim](results/claims.md): A vs B, f1 +0.50 [+0.10, +0.90], reproduced "
+            "at 300 updates on a CPU<br>[claim](results/claims.md): keeps 97%, ratio 1.012, not recomputed with the "
+            "cluster test at 480 updates on a CPU | p |\n")
+    assert decision_table_problems(head + good, str(tmp_path)) == []
+    bad = {good.replace("+0.50 [", "+0.51 ["): "is no row",
+           good.replace("[+0.10, +0.90]", "[+0.10, +0.95]"): "is no row",
+           good.replace("reproduced at 300", "reproduced at 800"): "is no row",
+           good.replace("not recomputed with the cluster test at 480", "not recomputed at 480"): "is no row",
+           good.replace("A vs B, f1", "A vs C, f1"): "is no row",
+           good.replace("ratio 1.012", "ratio 1.02"): "is no row",
+           good.replace("f1 +0.50 [+0.10, +0.90], reproduced", "f1 +0.50 [+0.10, +0.90] reproduced"): "is not 'claim:",
+           "| A | both | 1.00 against 0.50 | p |\n": "quotes no row",
+           good.replace("| A |", "| B |"): "not a method"}
+    for text, expected in bad.items():
+        problems = decision_table_problems(head + text, str(tmp_path))
+        assert problems and expected in problems[0], (text, problems)
+    assert "no decision table" in decision_table_problems("| model | x |\n", str(tmp_path))[0]
