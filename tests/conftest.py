@@ -10,17 +10,21 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
+import benchlib  # noqa: E402  (what the benchmark drivers share: the teacher's data-bin among them)
+
 USER_DIR = os.path.join(REPO, "user_dir")
 SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(REPO), "shared"))
 SHARED_DATA = os.path.join(SHARED, "data")
 # The original reference teacher and its data-bin beside the project (the tests about the original file only).
 REFERENCE_TEACHER_DIR = os.path.join(SHARED, "teachers", "multi30k.de-en")
 REFERENCE_TEACHER = os.path.join(REFERENCE_TEACHER_DIR, "teacher.pt")
-# The teacher of every other test: the one shipped in checkpoints/ (the reference's weights, bit for bit), with
-# a data-bin made from the embedded Multi30k by preprocess.prepare_multi30k with the shipped codes and
-# dictionary (byte-identical to the reference's data-bin), assembled once per clone under
-# work/test-teacher when this file is imported (below) -- so a fresh clone runs these tests too.
-SHIPPED_TEACHER_DIR = os.path.join(REPO, "checkpoints", "multi30k.de-en")
+# The teacher of every other test: the one shipped in checkpoints/ (the reference's weights, bit for bit), beside
+# the data-bin the benchmark drivers use (scripts/bench/benchlib.py's multi30k_data_bin: the embedded Multi30k
+# through preprocess.prepare_multi30k with the shipped codes and dictionary, byte-identical to the reference's
+# data-bin, built once per clone under work/data-bin), linked together under work/test-teacher when this file is
+# imported (below) -- so a fresh clone runs these tests too.
+SHIPPED_TEACHER_DIR = benchlib.SHIPPED_TEACHER_DIR
 TEACHER_DIR = os.path.join(REPO, "work", "test-teacher", "multi30k.de-en")
 TEACHER = os.path.join(TEACHER_DIR, "teacher.pt")
 
@@ -32,27 +36,18 @@ needs_reference_teacher = pytest.mark.skipif(
 
 
 def _assemble_test_teacher():
-    """TEACHER_DIR: links to the shipped teacher, codes and dictionaries, and its data-bin made from the embedded
-    Multi30k (about 20 s, once per clone)."""
-    import fcntl
-    data = os.path.join(TEACHER_DIR, "data-bin")
+    """TEACHER_DIR: links to the shipped teacher, codes and dictionaries, and to its data-bin (built on demand by
+    benchlib.multi30k_data_bin, about 20 s once per clone; its lock makes pytest-xdist's workers, which import
+    this file at the same time, wait for the first)."""
+    links = {name: os.path.join(SHIPPED_TEACHER_DIR, name) for name in ("teacher.pt", "code", "dict.de.txt",
+                                                                       "dict.en.txt")}
+    links["data-bin"] = benchlib.multi30k_data_bin()
     os.makedirs(TEACHER_DIR, exist_ok=True)
-    with open(TEACHER_DIR + ".lock", "w") as lock:  # pytest-xdist's workers import this file at the same time
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.path.isfile(os.path.join(data, "DONE")):
-            _assemble_locked(data)
-
-
-def _assemble_locked(data):
-    for name in ("teacher.pt", "code", "dict.de.txt", "dict.en.txt"):
-        link = os.path.join(TEACHER_DIR, name)
-        if not os.path.lexists(link):
-            os.symlink(os.path.join(SHIPPED_TEACHER_DIR, name), link)
-    subprocess.run([sys.executable, "-m", "preprocess.prepare_multi30k", "--dest", data,
-                    "--bpe-codes", os.path.join(SHIPPED_TEACHER_DIR, "code"),
-                    "--srcdict", os.path.join(SHIPPED_TEACHER_DIR, "dict.de.txt")],
-                   check=True, cwd=REPO, env=clean_env(), capture_output=True, text=True)
-    open(os.path.join(data, "DONE"), "w").close()
+    for name, target in links.items():
+        try:
+            os.symlink(os.path.relpath(target, TEACHER_DIR), os.path.join(TEACHER_DIR, name))  # a moved clone too
+        except FileExistsError:  # made by another worker, or by an earlier run (a data-bin folder of its own)
+            pass
 
 
 # a Transformer small enough to train a few updates in seconds on 2 CPU cores
@@ -83,8 +78,8 @@ def clean_env():
 try:
     _assemble_test_teacher()
     _TEACHER_PROBLEM = None
-except (OSError, subprocess.CalledProcessError) as e:
-    _TEACHER_PROBLEM = f"{e}: {getattr(e, 'stderr', '') or ''}"[-500:]
+except (OSError, SystemExit) as e:  # benchlib stops a failed command naming its log
+    _TEACHER_PROBLEM = str(e)[-500:]
 needs_teacher = pytest.mark.skipif(
     _TEACHER_PROBLEM is not None, reason=f"the test teacher at {TEACHER} could not be assembled: {_TEACHER_PROBLEM}")
 
