@@ -153,3 +153,71 @@ def test_the_check_catches_a_missing_file_a_missing_heading_and_a_missing_result
                                                        "docs/page.md", str(tmp_path))] == [
         "results/b does not exist", "results/ab does not exist", "results/<x>.png does not exist",
         "results/a.md.table does not exist", "results/b.md.table does not exist"]
+
+
+# ---- the method pages share one skeleton, each short, each linking the glossary (issue 46) -------------------
+METHOD_PAGES = ["user_dir/pet/README.md", "user_dir/variator/README.md", "user_dir/ghost/README.md",
+                "user_dir/apc/README.md", "user_dir/baselines/README.md", "user_dir/bert/README.md"]
+SKELETON = ["What it does", "Quickstart", "Your own model", "Options", "Results", "Limits", "Citation"]
+MAX_PAGE_BYTES = 10_000
+GLOSSARY = "user_dir/GLOSSARY.md"
+
+
+def skeleton_problems(text, limit=MAX_PAGE_BYTES):
+    """What keeps a method page from the skeleton: over ``limit`` bytes, or its ``## `` headings (outside code
+    blocks) not exactly SKELETON in order, or no link to the glossary, or no link to its NOTES.md."""
+    problems = []
+    if len(text.encode("utf-8")) > limit:
+        problems.append(f"{len(text.encode('utf-8'))} bytes, over {limit}")
+    headings, fenced = [], False
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("## "):
+            headings.append(line[3:].strip())
+    if headings != SKELETON:
+        problems.append(f"headings {headings}, not {SKELETON}")
+    targets = [t.partition("#")[0] for _, unit in units(text) for t in LINK.findall(unit)]
+    if "../GLOSSARY.md" not in targets:
+        problems.append("no link to ../GLOSSARY.md")
+    if "NOTES.md" not in targets:
+        problems.append("no link to NOTES.md")
+    return problems
+
+
+@pytest.mark.parametrize("page", METHOD_PAGES)
+def test_every_method_page_is_short_has_the_skeleton_and_links_the_glossary_and_its_notes(page):
+    with open(os.path.join(REPO, page), encoding="utf-8") as f:
+        problems = skeleton_problems(f.read())
+    assert not problems, f"{page}: " + "; ".join(problems)
+    assert os.path.isfile(os.path.join(REPO, os.path.dirname(page), "NOTES.md")), f"{page}: its NOTES.md is missing"
+
+
+def test_the_glossary_exists_and_defines_the_papers_symbols_and_the_package_terms():
+    with open(os.path.join(REPO, GLOSSARY), encoding="utf-8") as f:
+        text = f.read()
+    defined = anchors(text)
+    assert {"k", "r", "m", "cmp", "compr-only", "finalized", "apc-50-ff", "warm-up-classes", "word-level-kd",
+            "sequence-level-kd", "pruned-only", "ghost-module", "plugin", "bleu", "budget", "cluster-test", "holm",
+            "tost-margin"} <= defined, defined
+
+
+def test_every_results_reference_of_a_method_page_is_a_link():
+    """A method page names a results file only as a Markdown link (outside code blocks), never in a code span."""
+    span = re.compile(r"`[^`]*(?<![\w/.-])(?:\.\./)*results/[\w./-]*\.(?:md|json|png)[^`]*`")
+    for page in METHOD_PAGES:
+        with open(os.path.join(REPO, page), encoding="utf-8") as f:
+            found = [unit for _, unit in units(f.read()) if span.search(LINK.sub(" ", unit))]
+        assert not found, f"{page}: results files named in code spans, not links: {found}"
+
+
+def test_the_skeleton_check_catches_a_long_page_a_missing_or_reordered_heading_and_a_missing_glossary_link():
+    good = ("# X\n\n[the glossary](../GLOSSARY.md), [NOTES.md](NOTES.md)\n\n"
+            + "".join(f"## {h}\n\ntext\n\n" for h in SKELETON) + "```\n## not a heading\n```\n")
+    assert skeleton_problems(good) == []
+    assert skeleton_problems(good, limit=100)[0].endswith("over 100")
+    swapped = good.replace("## Options", "## TMP").replace("## Results", "## Options").replace("## TMP", "## Results")
+    assert "not [" in skeleton_problems(swapped)[0]
+    assert "not [" in skeleton_problems(good.replace("## Limits\n", "## Refused flags\n"))[0]
+    assert skeleton_problems(good.replace("(../GLOSSARY.md)", "(GLOSSARY.md)")) == ["no link to ../GLOSSARY.md"]
+    assert skeleton_problems(good.replace("(NOTES.md)", "(notes.md)")) == ["no link to NOTES.md"]
