@@ -154,7 +154,8 @@ def test_the_pages_checked_include_readme_and_every_method_page():
     found = set(pages())
     assert {"README.md", "user_dir/pet/README.md", "user_dir/baselines/README.md", "user_dir/variator/README.md",
             "user_dir/ghost/README.md", "user_dir/apc/README.md", "user_dir/bert/README.md",
-            "user_dir/tools/README.md", "scripts/README.md"} <= found, found
+            "user_dir/tools/README.md", "user_dir/deploy/README.md", "user_dir/serving/README.md",
+            "scripts/README.md"} <= found, found
 
 
 # pages known to quote a number their unit's results file does not hold, with the fix (strict: the test fails
