@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import TEACHER, TINY_TRANSFORMER, TRAIN_FLAGS, USER_DIR, needs_teacher, run_cli
+from conftest import REPO, TEACHER, TINY_TRANSFORMER, TRAIN_FLAGS, USER_DIR, needs_teacher, run_cli
 from test_distributed_equality import assert_same_weights, train_on_two_ranks
 
 
@@ -91,6 +91,23 @@ def test_measure_table_for_teacher_and_a_small_model(tmp_path):
     raw = json.loads(js.read_text())
     assert raw["command"].startswith("python -m user_dir.tools.measure ") and raw["command"] in table
     assert f"Machine: {raw['machine']}" in table and f"Date: {raw['date']}." in table
+    # the paths were given absolute: those inside the checkout are written relative to it, the others as given --
+    # the table, the JSON and the command they record hold no absolute path of this machine's checkout
+    assert teacher["path"] == os.path.relpath(TEACHER, REPO) == os.path.join("work", "test-teacher", "multi30k.de-en",
+                                                                             "teacher.pt")
+    assert tiny["path"] == str(small / "checkpoint_last.pt")
+    assert f"of `{os.path.relpath(data, REPO)}`," in table
+    assert f" {os.path.relpath(data, REPO)} --path {teacher['path']} {tiny['path']} " in raw["command"]
+    assert REPO + os.sep not in table and REPO + os.sep not in js.read_text()
+
+
+def test_measure_shows_paths_inside_the_checkout_relative_to_it_and_others_as_given():
+    from user_dir.tools.measure import shown_path
+    assert shown_path(os.path.join(REPO, "work", "x.pt")) == os.path.join("work", "x.pt")
+    assert shown_path(REPO) == "."
+    for given in ("work/x.pt", "../shared/teacher.pt", "/elsewhere/x.pt", REPO + "-other/x.pt",
+                  os.path.join(os.path.dirname(REPO), "shared", "teacher.pt")):
+        assert shown_path(given) == given
 
 
 def test_measure_rejects_bad_arguments(multi30k_slice, tmp_path):

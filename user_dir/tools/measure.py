@@ -39,6 +39,20 @@ import tempfile
 import time
 from typing import List, Optional
 
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository's root
+
+
+def shown_path(path) -> str:
+    """A path as the table, the JSON and the command they record show it: relative to the repository's root when it
+    lies inside it (the drivers run their commands from there), otherwise as given -- never this machine's
+    absolute folder of the checkout."""
+    path = str(path)
+    if os.path.isabs(path):
+        relative = os.path.relpath(path, CHECKOUT)
+        if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+            return relative
+    return path
+
 
 # ----------------------------------------------------------------------------------------------
 # worker: one model, one run
@@ -336,7 +350,8 @@ def main(argv=None) -> List[dict]:
                 raise SystemExit("--glue-task is required for sentence-prediction checkpoints")
             quality = glue_score(args.glue_task, first["outputs"], first["references"])
         rows.append({
-            "name": name, "path": args.path[names.index(name)], "engine": engines[names.index(name)], **quality,
+            "name": name, "path": shown_path(args.path[names.index(name)]), "engine": engines[names.index(name)],
+            **quality,
             "params": first["params"], "non_embedding_params": first["non_embedding_params"],
             "weights_mb": first["weights_bytes"] / 2**20, "checkpoint_mb": first["checkpoint_bytes"] / 2**20,
             "sentences": first["sentences"],
@@ -367,7 +382,7 @@ def main(argv=None) -> List[dict]:
 
 
 def _command() -> str:
-    return "python -m user_dir.tools.measure " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    return "python -m user_dir.tools.measure " + " ".join(shlex.quote(shown_path(a)) for a in sys.argv[1:])
 
 
 def format_table(rows: List[dict], args, reference: str) -> str:
@@ -394,7 +409,7 @@ def format_table(rows: List[dict], args, reference: str) -> str:
     what = f"beam {args.beam}" if translation else "forward pass"
     notes = [
         "",
-        f"Subset `{args.gen_subset}` of `{args.data}`, {rows[0]['sentences']} sentences, {what}, batch "
+        f"Subset `{args.gen_subset}` of `{shown_path(args.data)}`, {rows[0]['sentences']} sentences, {what}, batch "
         f"{args.batch_size} sentences; speed is the median of {args.runs} runs (one warm-up batch excluded), "
         f"models measured in turn within each run; peak MB is the {rows[0]['memory_kind']}.",
         "Parameters count each shared tensor once; non-embedding excludes token/position embeddings and the "
@@ -407,9 +422,9 @@ def format_table(rows: List[dict], args, reference: str) -> str:
                      "not counted (-).")
     if translation:
         notes.append("BLEU (tok): sacrebleu `tokenize=none` on the tokenised, BPE-removed output (fairseq-generate's "
-                     "BLEU4) against " + (f"`{args.tokenized_reference}`" if args.tokenized_reference else
+                     "BLEU4) against " + (f"`{shown_path(args.tokenized_reference)}`" if args.tokenized_reference else
                                           "the binarised references") + "; sacreBLEU: Moses-detokenised output against "
-                     + (f"`{args.raw_reference}`." if args.raw_reference else "the detokenised references."))
+                     + (f"`{shown_path(args.raw_reference)}`." if args.raw_reference else "the detokenised references."))
     if not all(r["outputs_identical_across_runs"] for r in rows):
         notes.append("WARNING: some model's outputs differed between runs.")
     threads = sorted({r.get("threads") for r in rows if r.get("threads")})
