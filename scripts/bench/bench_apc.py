@@ -69,12 +69,12 @@ PY = sys.executable
 log = logger("bench_apc")
 
 
-def run(cmd, logfile, threads, alone=False):
+def run_shown(cmd, logfile, threads, alone=False):
     log("$ " + " ".join(str(c) for c in cmd))
     run_logged(cmd, logfile, threads, alone)
 
 
-def train_flags(args):
+def apc_train_flags(args):
     return ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(args.lr),
             "--lr-scheduler", "polynomial_decay", "--total-num-update", str(args.updates), "--end-learning-rate", "0",
             "--max-update", str(args.updates), "--max-tokens", "2048", "--dropout", "0.1",
@@ -94,21 +94,23 @@ def init_stage(args, work, init, size, attn=None, embed=None):
             ("--decoder-attn-dims", attn), ("--cross-attn-dims", attn), ("--encoder-embed-dims", embed),
             ("--decoder-embed-dims", embed)]
     if not os.path.exists(out):
-        run([PY, "-m", "user_dir.apc.tools.init", args.teacher, "--data", args.data,
-             *[x for flag, value in dims if value for x in (flag, value)], "--init", init, "--seed", args.seed,
-             "--out", out], os.path.join(work, "log.txt"), args.threads)
+        run_shown([PY, "-m", "user_dir.apc.tools.init", args.teacher, "--data", args.data,
+                   *[x for flag, value in dims if value for x in (flag, value)], "--init", init, "--seed", args.seed,
+                   "--out", out], os.path.join(work, "log.txt"), args.threads)
     with open(os.path.splitext(out)[0] + ".json") as f:
         return out, json.load(f)
 
 
 def finalize(args, work, src, out):
     if not os.path.exists(out):
-        run([PY, "-m", "user_dir.apc.tools.finalize", src, "--out", out], os.path.join(work, "log.txt"), args.threads)
+        run_shown([PY, "-m", "user_dir.apc.tools.finalize", src, "--out", out], os.path.join(work, "log.txt"),
+                  args.threads)
     return out
 
 
 def train(args, work, name, init_ckpt, flags, recipe=None):
-    """fairseq-train ``flags`` + ``recipe`` (default: :func:`train_flags`) from ``init_ckpt`` (None: from scratch)."""
+    """fairseq-train ``flags`` + ``recipe`` (default: :func:`apc_train_flags`) from ``init_ckpt`` (None: from
+    scratch)."""
     save_dir = os.path.join(work, name)
     last = os.path.join(save_dir, "checkpoint_last.pt")
     done = os.path.join(save_dir, "DONE")
@@ -117,7 +119,7 @@ def train(args, work, name, init_ckpt, flags, recipe=None):
         time.sleep(30)
     start = ["--finetune-from-model", init_ckpt] if init_ckpt else []
     cmd = [*Device(args).train(), args.data, "--user-dir", "user_dir", *flags,
-           *(recipe if recipe is not None else train_flags(args)), *start, "--save-dir", save_dir]
+           *(recipe if recipe is not None else apc_train_flags(args)), *start, "--save-dir", save_dir]
     if not os.path.exists(done):
         os.makedirs(save_dir, exist_ok=True)
         with open(running, "w") as f:
@@ -194,7 +196,7 @@ def word_kd_flags(args, updates: int):
                              "loss"), "--log-format", "simple", "--log-interval", "50", "--no-progress-bar"]
 
 
-def measure(args, work, tag, models):
+def measure_models(args, work, tag, models):
     """fc-measure on the teacher and ``models`` [(name, checkpoint, best-of-N checkpoint or None)] in one run;
     cached by the names. Every model's hypotheses kept (its measured checkpoint, the primary score) and its
     best-of-N checkpoint's sacreBLEU: ``{"measure": fc-measure's JSON, "outputs": {name: {...}}}``."""
@@ -202,11 +204,11 @@ def measure(args, work, tag, models):
     out_json = os.path.join(work, f"measure_{tag}.json")
     names = ["teacher"] + [m[0] for m in models]
     if not (os.path.exists(out_json) and [r["name"] for r in json.load(open(out_json))["rows"]] == names):
-        run([PY, "-m", "user_dir.tools.measure", args.data, "--path", args.teacher, *[m[1] for m in models],
-             "--names", *names, "--runs", args.runs, *Device(args).measure(), "--threads", args.threads,
-             *(["--max-sentences", args.max_sentences] if args.max_sentences else []),
-             "--out", os.path.join(work, f"measure_{tag}.md"), "--json", out_json], os.path.join(work, "log.txt"),
-            args.threads, alone=True)  # timed: nothing else of this run at the same time (--jobs)
+        run_shown([PY, "-m", "user_dir.tools.measure", args.data, "--path", args.teacher, *[m[1] for m in models],
+                   "--names", *names, "--runs", args.runs, *Device(args).measure(), "--threads", args.threads,
+                   *(["--max-sentences", args.max_sentences] if args.max_sentences else []),
+                   "--out", os.path.join(work, f"measure_{tag}.md"), "--json", out_json], os.path.join(work, "log.txt"),
+                  args.threads, alone=True)  # timed: nothing else of this run at the same time (--jobs)
     references = multi30k_references(os.path.join(args.work, "test.raw.en"))
     outputs = {}
     for name, checkpoint, best in models:
@@ -270,7 +272,7 @@ def main(argv=None):
     args.seeds = seeds_of(p, args)
     check_device(p, args)
     if args.report_only:
-        report(args, json.load(open(args.out + ".json")))
+        write_apc_report(args, json.load(open(args.out + ".json")))
         return
     args.data = args.data or multi30k_data_bin()
     args.plan = validation_plan(args.updates, args.updates, args.validations)
@@ -285,13 +287,13 @@ def main(argv=None):
               "device": repr(Device(args)),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     for part in by_seed[args.seeds[0]]:
-        result[part] = over_seeds({seed: parts[part] for seed, parts in by_seed.items()})
+        result[part] = part_over_seeds({seed: parts[part] for seed, parts in by_seed.items()})
     result["references"] = multi30k_references(os.path.join(args.work, "test.raw.en"))  # of every hypotheses file
     result["comparisons"] = comparisons(result, args.seeds, result["references"])
-    report(args, result)
+    write_apc_report(args, result)
 
 
-def over_seeds(by_seed):
+def part_over_seeds(by_seed):
     """One part from its seeds' parts: each model's measured row with its numbers as summaries over the seeds,
     every seed's hypotheses, the best-of-N sacreBLEU as a summary, every seed's measurement."""
     first = next(iter(by_seed.values()))
@@ -358,7 +360,7 @@ def run_seed(args, command):
         name, control, what = control_run(args, work, fc_flags(ckpt))
         models.append((name, control, best_of(control, args.validations)))
         meta[name] = {"cmp_f": 1024, "what": what}
-        result["sizes"] = {**measure(args, work, "sizes", models), "meta": meta, "updates": args.updates,
+        result["sizes"] = {**measure_models(args, work, "sizes", models), "meta": meta, "updates": args.updates,
                            "command": result["command"]}
     if "inits" in args.parts:
         size = args.compare_size
@@ -388,7 +390,7 @@ def run_seed(args, command):
         models.append(("neuron pruning + FT", ft, best_of(ft, args.validations)))
         result["inits"] = {"cmp_f": int(size), "reconstruction_error_valid": recon, "updates": args.updates,
                            "finalized_strategy": "compression stage, fold, fine-tune (Table 3)",
-                           "command": result["command"], **measure(args, work, "inits", models)}
+                           "command": result["command"], **measure_models(args, work, "inits", models)}
     if "embed" in args.parts:
         models, meta = [], {}
         for e in args.embed_sizes.split(","):
@@ -407,7 +409,7 @@ def run_seed(args, command):
         name, control, what = control_run(args, work, fc_flags(ckpt))
         models.append((name, control, best_of(control, args.validations)))
         meta[name] = {"cmp_e": 256, "what": what}
-        result["embed"] = {**measure(args, work, "embed", models), "meta": meta, "updates": args.updates,
+        result["embed"] = {**measure_models(args, work, "embed", models), "meta": meta, "updates": args.updates,
                            "command": result["command"]}
     if "searched" in args.parts:
         dims = best_searched(args.search_out)
@@ -415,8 +417,9 @@ def run_seed(args, command):
         flags += ["--cross-attn-dims", dims["decoder_attn"]] if "decoder_attn" in dims else []  # as the search ties them
         init = os.path.join(work, "init_searched.pt")
         if not os.path.exists(init):
-            run([PY, "-m", "user_dir.apc.tools.init", args.teacher, "--data", args.data, *flags, "--init",
-                 args.search_init, "--seed", args.seed, "--out", init], os.path.join(work, "log.txt"), args.threads)
+            run_shown([PY, "-m", "user_dir.apc.tools.init", args.teacher, "--data", args.data, *flags, "--init",
+                       args.search_init, "--seed", args.seed, "--out", init],
+                       os.path.join(work, "log.txt"), args.threads)
         last = train(args, work, "apc-searched", init, fc_flags(init))
         spec = "; ".join(f"{k} {v}" for k, v in sorted(dims.items()))
         name, control, what = control_run(args, work, fc_flags(init))
@@ -426,7 +429,7 @@ def run_seed(args, command):
                                         f"`{os.path.relpath(args.search_out, ROOT)}`, {args.search_init} init, "
                                         "compression only"},
                 name: {"sizes": "the teacher's", "what": what}}
-        result["searched"] = {**measure(args, work, "searched", models), "meta": meta,
+        result["searched"] = {**measure_models(args, work, "searched", models), "meta": meta,
                               "updates": args.updates, "command": result["command"]}
     if "word-kd" in args.parts:
         models, meta = [], {}
@@ -439,7 +442,7 @@ def run_seed(args, command):
                 models.append((name, last, best_of(last, args.kd_validations)))
                 meta[name] = {"cmp_f": int(size), "what": f"stock transformer of FFN width {size} (the teacher's other "
                               f"sizes) trained from scratch with word-level KD, {n} updates"}
-        result["word-kd"] = {**measure(args, work, "word-kd", models), "meta": meta,
+        result["word-kd"] = {**measure_models(args, work, "word-kd", models), "meta": meta,
                              "kd_updates": args.kd_updates, "command": result["command"]}
     return {part: record for part, record in result.items() if part != "command"}
 
@@ -465,7 +468,7 @@ def model_table(rows, meta, size: str, teacher_size: int, outputs=None) -> list:
     return lines + [""]
 
 
-def report(args, result):
+def write_apc_report(args, result):
     from user_dir.tools.measure import machine_description
     old = {}
     if os.path.exists(args.out + ".json"):

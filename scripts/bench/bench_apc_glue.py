@@ -218,7 +218,7 @@ def _diff(x):
             if is_summary(x) else f"{x:+.2f}")
 
 
-def write_report(data, out):
+def write_apc_glue_report(data, out):
     lines = ["# APC on GLUE: an APC-50-ff analogue of the MiniLM-L6 teachers vs neuron pruning", "",
              f"Made by `python scripts/bench/bench_apc_glue.py` (raw numbers: `{os.path.basename(out)}.json`); each task's "
              "part names the command, machine and date that measured it. The paper's compression stage pre-trains the compressed "
@@ -338,7 +338,7 @@ def main(argv=None):
     plan_of(args)  # the validation points are checked before anything trains
     data = json.load(open(args.out + ".json")) if os.path.isfile(args.out + ".json") else {"glue": {}}
     if args.report_only:
-        write_report(data, args.out)
+        write_apc_glue_report(data, args.out)
         return
     header = dict(provenance("bench_apc_glue.py", argv, args.threads, args.seeds), runs=args.runs,
                   repeats=args.repeats, time_batch=args.time_batch)
@@ -349,7 +349,7 @@ def main(argv=None):
     if args.train_only:
         return
     write_json(args.out + ".json", data)
-    write_report(data, args.out)
+    write_apc_glue_report(data, args.out)
     log(f"wrote {args.out}.md")
 
 

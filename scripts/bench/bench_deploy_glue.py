@@ -48,7 +48,7 @@ import sys
 import time
 
 from benchlib import ROOT, default_out, logger, provenance, provenance_text, run, sha256_of, write_report
-from bench_ghost_costs import add_timing_arguments, forms_text, ghost_costs, table, timed_rounds
+from bench_ghost_costs import add_timing_arguments, forms_text, ghost_costs, costs_table, timed_rounds
 from glue_bench import first_glue_setup, rel
 
 log = logger("bench_deploy_glue")
@@ -299,7 +299,7 @@ def parameters(runners):
 
 
 # ---- the run ------------------------------------------------------------------------------------------------
-def measure(args):
+def measure_deployments(args):
     import torch
 
     torch.set_num_threads(args.threads)
@@ -413,7 +413,7 @@ def training_text(t):
     return text
 
 
-def report(result):
+def deploy_report(result):
     p = result["provenance"]
     lines = [f"# Compressed GLUE encoders deployed: fairseq, transformers, ONNX Runtime ({result['task']})", "",
              provenance_text(p), "",
@@ -485,7 +485,7 @@ def report(result):
               "its --device cuda run on a GPU: results/ghost_costs_gpu.md). " + forms_text(costs)
               + (" ONNX Runtime: the pruned-only and GhostBERT classifiers exported by fc-export-onnx (the ghost "
                  "module in its traced out-of-place form, ghost_module.shifted_ghost_graph)." if costs.get("onnx")
-                 else ""), "", *table(costs), ""]
+                 else ""), "", *costs_table(costs), ""]
     return "\n".join(lines)
 
 
@@ -548,8 +548,8 @@ def main(argv=None):
             result = json.load(f)
     else:
         os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-        result = measure_ghost_costs(args, out + ".json") if args.ghost_costs_only else measure(args)
-    written = write_report(out + ".md", report(result), out + ".json", result, plot(result), out + ".png")
+        result = measure_ghost_costs(args, out + ".json") if args.ghost_costs_only else measure_deployments(args)
+    written = write_report(out + ".md", deploy_report(result), out + ".json", result, plot(result), out + ".png")
     log(f"wrote {', '.join(written)}")
 
 

@@ -164,7 +164,7 @@ log = logger("bench_ghost")
 PY = sys.executable
 
 
-def train_flags(args, updates, seed):
+def ghost_train_flags(args, updates, seed):
     return ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(args.lr), "--lr-scheduler",
             "polynomial_decay", "--total-num-update", str(updates), "--warmup-updates", "0", "--end-learning-rate",
             "0", "--clip-norm", "1", "--dropout", "0.1", "--weight-decay", "0", "--max-tokens", "2048",
@@ -213,11 +213,11 @@ def train_variant(args, m, variant, seed):
     arch = fc_flags(init)
     common = [*Device(args).train(), args.data, "--user-dir", "user_dir", *arch]
     plan = translation_plan(args)
-    stage(distill, [common + train_flags(args, args.distill_updates, seed)
+    stage(distill, [common + ghost_train_flags(args, args.distill_updates, seed)
                     + ["--criterion", "ghost_distill", "--teacher-path", args.teacher, "--finetune-from-model", init,
                        *selection_flags(plan, 0, args.distill_updates), "--save-dir",
                        os.path.join(distill, "checkpoints")]], args.threads)
-    stage(final, [common + train_flags(args, args.finetune_updates, seed)
+    stage(final, [common + ghost_train_flags(args, args.finetune_updates, seed)
                   + ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--finetune-from-model",
                      os.path.join(distill, "checkpoints", "checkpoint_last.pt"),
                      *selection_flags(plan, args.distill_updates, args.finetune_updates, "loss"),
@@ -246,7 +246,7 @@ def train_control(args, seed):
     plan = validation_plan(args.finetune_updates, args.finetune_updates, args.validations, "--validations")
     final = os.path.join(work, "finetune")
     stage(final, [[*Device(args).train(), args.data, "--user-dir", "user_dir", *arch,
-                   *train_flags(args, args.finetune_updates, seed), "--criterion", "label_smoothed_cross_entropy",
+                   *ghost_train_flags(args, args.finetune_updates, seed), "--criterion", "label_smoothed_cross_entropy",
                    "--label-smoothing", "0.1", "--finetune-from-model", args.teacher,
                    *selection_flags(plan, 0, args.finetune_updates, "loss"),
                    "--save-dir", os.path.join(final, "checkpoints")]], args.threads)
@@ -562,7 +562,7 @@ def glue_section(task, p):
     return lines
 
 
-def write_report(data, out):
+def write_ghost_report(data, out):
     parts = [("translation", data["translation"])] if data.get("translation") else []
     parts += sorted((data.get("glue") or {}).items())
     lines = ["# GhostBERT: pruned encoders with and without ghost modules", "",
@@ -699,7 +699,7 @@ def main(argv=None):
     if args.report_only:
         if not os.path.isfile(args.out + ".json"):
             sys.exit(f"bench_ghost: --report-only: no {args.out}.json to write the table from")
-        write_report(data, args.out)
+        write_ghost_report(data, args.out)
         return
     tasks = [t for t in args.glue_task.split(",") if t]
     if not tasks or args.control_only:  # translation
@@ -731,7 +731,7 @@ def main(argv=None):
             return
     data["bert_base_ghost_costs"] = ghost_costs_at_bert_base()
     write_json(args.out + ".json", data)
-    write_report(data, args.out)
+    write_ghost_report(data, args.out)
     log(f"wrote {args.out}.md")
 
 

@@ -280,7 +280,7 @@ def describe_device(device):
 
 
 # ---- the report ----------------------------------------------------------------------------------------------
-def table(costs):
+def costs_table(costs):
     """The Markdown table of :func:`ghost_costs`' result (also scripts/bench/bench_deploy_glue.py's section)."""
     rows, batch = costs["rows"], f"{costs['time_batch']} x 128"
     whole = costs.get("whole_compile", "none") != "none"
@@ -325,7 +325,7 @@ def forms_text(costs):
             "the median over rounds [min-max]; goal: at most 1.10 at every m.")
 
 
-def verdict(costs):
+def costs_verdict(costs):
     """Whether the goal (at most 1.10 at every m, at the batch shape) is met, by which form."""
     forms = list(FORMS[:2]) + ([("both compiled whole", "ghost, whole")]
                                if costs.get("whole_compile", "none") != "none" else [])
@@ -350,7 +350,7 @@ def scaling(costs):
                 f"cost time out of proportion to its FLOPs" if max(growth) < costs["time_batch"] / 4 else "") + ".")
 
 
-def report(result):
+def costs_report(result):
     lines = ["# GhostBERT's ghost modules against pruned only: encoder time, paired", "",
              provenance_text(result["provenance"]), "",
              f"Task {result['task']} (its dev tokens). Load average (1, 5, 15 min) at the start "
@@ -359,10 +359,11 @@ def report(result):
     for costs in result["costs"]:
         diffs = [v for row in costs["rows"] for k, v in row.items() if k.endswith("max abs diff")]
         scale = max(row[f"{shape}: max abs output"] for row in costs["rows"] for shape in ("batch", "single"))
-        lines += [f"## {costs['dtype']} on {costs['device']}", "", f"Models: {costs['source']}.", "", *table(costs),
-                  "", scaling(costs), "",
+        lines += [f"## {costs['dtype']} on {costs['device']}", "", f"Models: {costs['source']}.", "",
+                  *costs_table(costs), "", scaling(costs), "",
                   f"The compiled forms' outputs against the eager form's: largest absolute difference over the timed "
-                  f"batches {max(diffs):.1e} (the outputs' largest magnitude {scale:.1f}).", "", verdict(costs), ""]
+                  f"batches {max(diffs):.1e} (the outputs' largest magnitude {scale:.1f}).", "",
+                  costs_verdict(costs), ""]
     return "\n".join(lines)
 
 
@@ -438,7 +439,7 @@ def main(argv=None):
     if args.report_only:
         with open(out + ".json") as f:
             result = json.load(f)
-        log(f"wrote {', '.join(write_report(out + '.md', report(result), None, None, plot(result), out + '.png'))}")
+        log(f"wrote {', '.join(write_report(out + '.md', costs_report(result), None, None, plot(result), out + '.png'))}")
         return
     import torch
 
@@ -473,7 +474,7 @@ def main(argv=None):
         costs.append(ghost_costs(argparse.Namespace(**{**vars(args), "dtype": dtype}), setup, args.work, args.shapes))
     result = {"provenance": provenance("bench_ghost_costs.py", args.argv, args.threads, [args.seed]),
               "task": args.glue_task, "costs": costs, "load": [list(start), list(os.getloadavg())]}
-    written = write_report(out + ".md", report(result), out + ".json", result, plot(result), out + ".png")
+    written = write_report(out + ".md", costs_report(result), out + ".json", result, plot(result), out + ".png")
     log(f"wrote {', '.join(written)}")
 
 

@@ -185,7 +185,7 @@ def server_timing(header: str) -> dict:
 
 
 # ---- the numbers ------------------------------------------------------------------------------------------------
-def summarise(records, gold, burst, duration, reference=None):
+def serving_summary(records, gold, burst, duration, reference=None):
     """Latency per request; throughput, k and accuracy per example (a request carries several)."""
     answered = [r for r in records if r["status"] == 200]
     refused = sum(r["status"] == 503 for r in records)
@@ -225,6 +225,9 @@ def summarise(records, gold, burst, duration, reference=None):
                                [names[gold[i]] for i, _, _ in both], "accuracy")
             out["shared_test"] = {key: test[key] for key in ("diff", "low", "high", "p")}
     return out
+
+
+summarise = serving_summary  # tests/test_serve.py's name for it
 
 
 def series(records, arrivals, per_request, duration, step=1.0):
@@ -312,7 +315,7 @@ def plot(result, path):
 
 
 # ---- the report ----------------------------------------------------------------------------------------------------
-def fmt(v, digits=0):
+def thousands(v, digits=0):
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}"
 
 
@@ -321,14 +324,14 @@ def cost_rows(table):
     lines = ["| k | " + " | ".join(f"batch {b}" for b in sizes) + " |", "|---|" + "---|" * len(sizes)]
     lengths = table.get("lengths") or {}
     if lengths:
-        lines.append("| padded length | " + " | ".join(fmt(lengths.get(str(b)), 0) for b in sizes) + " |")
+        lines.append("| padded length | " + " | ".join(thousands(lengths.get(str(b)), 0) for b in sizes) + " |")
     for k, row in sorted(table["seconds"].items(), key=lambda kv: int(kv[0])):
-        cells = [fmt(row[str(b)] * 1000, 1) if str(b) in row else "-" for b in sizes]
+        cells = [thousands(row[str(b)] * 1000, 1) if str(b) in row else "-" for b in sizes]
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     return lines
 
 
-def report(result, md_path, png_name):
+def write_serving_report(result, md_path, png_name):
     r, pol = result, result["policies"]
     L = [f"# Serving Variator: fc-serve under a burst ({r['task']} dev sentences)", "",
          f"Made by `{r['command']}` on {r['date']}; {r['machine']}; server: {r['threads']} torch thread(s), one "
@@ -366,8 +369,8 @@ def report(result, md_path, png_name):
             t = s["shared_test"]
             shared += f"; {t['diff']:+.2f} points [{t['low']:+.2f}, {t['high']:+.2f}], p {t['p']:.3f}"
         shares = ", ".join(f"k={k}: {100 * v:.0f}%" for k, v in s["k_share"].items())
-        L.append(f"| {name} | {fmt(s['p50_ms'])} | {fmt(s['p95_ms'])} | {fmt(s['p99_ms'])} | "
-                 f"{fmt(s['burst_p95_ms'])} | {s['answered']:,} | {s['refused']:,} | {s['failed']:,} | "
+        L.append(f"| {name} | {thousands(s['p50_ms'])} | {thousands(s['p95_ms'])} | {thousands(s['p99_ms'])} | "
+                 f"{thousands(s['burst_p95_ms'])} | {s['answered']:,} | {s['refused']:,} | {s['failed']:,} | "
                  f"{s['throughput']:.1f} | {s['accuracy']:.2f} | {shared} | {shares} |")
     L += ["", "Latency: of a request, from its scheduled send time to its answer, answered requests only; burst "
               "p95: requests scheduled inside the burst. Throughput: answered sentences over the trace's duration. "
@@ -388,7 +391,7 @@ def report(result, md_path, png_name):
         for name, run in pol.items():
             split = run["summary"].get("burst_split_ms")
             if split:
-                L.append(f"| {name} | " + " | ".join(f"{fmt(split[n]['p50'])} / {fmt(split[n]['p95'])}"
+                L.append(f"| {name} | " + " | ".join(f"{thousands(split[n]['p50'])} / {thousands(split[n]['p95'])}"
                                                      for n in names) + " |")
         L.append("")
     L += ["The server's side of the trace (its /metrics after the trace; the start-up timing is not in them): "
@@ -411,8 +414,8 @@ def report(result, md_path, png_name):
             predicted = 1000 * table.batch_seconds(int(k), round(row["mean_batch_size"]), row.get("mean_padded"))
             budget = f"{1000 * side['budget']:.0f}" if "budget" in side and name.startswith("adaptive") else "-"
             L.append(f"| {name} | {k} | {row['batches']:,.0f} | {row['mean_batch_size']:.1f} | "
-                     f"{fmt(row.get('mean_padded'), 1)} | {row['mean_batch_ms']:.0f} | {predicted:.0f} | {scale} | "
-                     f"{budget} |")
+                     f"{thousands(row.get('mean_padded'), 1)} | {row['mean_batch_ms']:.0f} | {predicted:.0f} | "
+                     f"{scale} | {budget} |")
     L += ["", "## Against the goal", ""] + [f"- {line}" for line in r["verdict"]] + [""]
     L += [f"![offered load, k chosen and latency over time]({png_name})", "", "## Cost tables measured at start-up", "",
           "Milliseconds per batch of real dev sentences (the first ones of the dev file, the server's --cost-texts), "
@@ -455,12 +458,12 @@ def run_key(policy, repeat, repeats):
     return policy if repeats == 1 else f"{policy} #{repeat}"
 
 
-def verdict(result):
+def serving_verdict(result):
     pol, target = result["policies"], result["target_p95_ms"]
     lines = []
     for name, run in pol.items():
         s = run["summary"]
-        lines.append(f"{name}: burst p95 {fmt(s['burst_p95_ms'])} ms, trace p95 {fmt(s['p95_ms'])} ms "
+        lines.append(f"{name}: burst p95 {thousands(s['burst_p95_ms'])} ms, trace p95 {thousands(s['p95_ms'])} ms "
                      f"({'within' if s['p95_ms'] <= target else 'over'} the {target:.0f} ms target); "
                      f"{s['refused']:,} refused of {s['requests']:,}")
     goals = {}  # adaptive policy -> [(latency goal met, accuracy goal met)] over its repeats
@@ -597,9 +600,9 @@ def main(argv=None):
             sys.exit(f"bench_serving: --report-only: no {stem}.json (run the benchmark with this --out first)")
         with open(stem + ".json", encoding="utf-8") as f:
             result = json.load(f)
-        result["verdict"] = verdict(result)
+        result["verdict"] = serving_verdict(result)
         plot(result, stem + ".png")
-        report(result, stem + ".md", os.path.basename(stem + ".png"))
+        write_serving_report(result, stem + ".md", os.path.basename(stem + ".png"))
         log(f"rewrote {stem}.md and .png from {stem}.json")
         return
     args.checkpoint = args.checkpoint or os.path.join(ROOT, "work", "glue", args.task, "checkpoints",
@@ -736,16 +739,16 @@ def main(argv=None):
                                               f"total over {key}'s answered requests")
             log(f"client overhead (p95 outside the server, {key}): {result['client_overhead_ms']:.1f} ms")
         run["series"] = series(records, schedule, args.texts_per_request, result["duration"])
-        s = summarise(records, gold_names, result["burst_window"], result["duration"])
+        s = serving_summary(records, gold_names, result["burst_window"], result["duration"])
         log(f"{key}: p50 {s['p50_ms']:.0f} p95 {s['p95_ms']:.0f} p99 {s['p99_ms']:.0f} ms, burst p95 "
             f"{s['burst_p95_ms']:.0f} ms; answered {s['answered']}, refused {s['refused']}, failed {s['failed']}; "
             f"accuracy {s['accuracy']:.2f}; k share {s['k_share']}")
     for run in result["policies"].values():  # beside fixed:0's answers of the same repeat, once all have run
         reference = result["policies"].get(run_key("fixed:0", run["repeat"], args.repeats), {}).get("records")
-        run["summary"] = summarise(run["records"], gold_names, result["burst_window"], result["duration"],
-                                   reference if run["policy"] != "fixed:0" else None)
+        run["summary"] = serving_summary(run["records"], gold_names, result["burst_window"], result["duration"],
+                                         reference if run["policy"] != "fixed:0" else None)
     result["load_after"] = loadavg()
-    result["verdict"] = verdict(result)
+    result["verdict"] = serving_verdict(result)
     png = stem + ".png"
     plot(result, png)
     with open(os.path.join(work, "records.json"), "w") as f:  # every request, for whoever wants to look again
@@ -754,7 +757,7 @@ def main(argv=None):
     for run in slim["policies"].values():
         run.pop("records", None)
     write_json(stem + ".json", slim)
-    report(result, stem + ".md", os.path.basename(png))
+    write_serving_report(result, stem + ".md", os.path.basename(png))
     log(f"wrote {stem}.md, .json, .png")
     for line in result["verdict"]:
         log(line)

@@ -219,7 +219,7 @@ def main(argv=None):
     parser = get_parser()
     args = parser.parse_args(argv)
     if args.render:
-        return render(args, argv if argv is not None else sys.argv[1:])
+        return render_from_json(args, argv if argv is not None else sys.argv[1:])
     command = invocation("bench_translation.py", argv)
     explicit_seeds = args.seeds is not None or args.seed is not None
     args.seeds = seeds_of(parser, args)
@@ -360,7 +360,7 @@ def write_table(measured, out, grid, args, command):
 BUDGET_DIR = re.compile(r"^u(\d+)-w(\d+)-e(\d+)-d(\d+)$")
 
 
-def settings_of(measured, path):
+def measurement_settings(measured, path):
     """The benchmark settings of a raw measurement: as recorded (``settings``), or, for a measurement
     kept before they were recorded, read off its measurement command (checkpoints under
     ``<work>/u<updates>-w<warm-up>-e<enc>-d<dec>/``, ``--runs``, ``--out``)."""
@@ -388,7 +388,7 @@ def settings_of(measured, path):
                 measure_md=value("--out"))
 
 
-def render(args, argv):
+def render_from_json(args, argv):
     """--render: the table of a kept raw measurement, training and measuring nothing."""
     if not os.path.isfile(args.render):
         raise SystemExit(f"--render {args.render}: no such file")
@@ -396,7 +396,7 @@ def render(args, argv):
         measured = json.load(f)
     if not measured.get("rows") or not any(r["name"] == "teacher" for r in measured["rows"]):
         raise SystemExit(f"--render {args.render}: no measured rows with a teacher (is it a benchmark table's JSON?)")
-    settings = settings_of(measured, args.render)
+    settings = measurement_settings(measured, args.render)
     for key, value in settings.items():
         setattr(args, key, value)
     out = args.out or os.path.splitext(args.render)[0] + ".md"

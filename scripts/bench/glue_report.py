@@ -254,7 +254,7 @@ def measured_rows(work, tasks):
     return rows
 
 
-def report(work, tasks, command, model=DEFAULT_MODEL, earlier=None, report_command=None, counts=None):
+def teachers_report(work, tasks, command, model=DEFAULT_MODEL, earlier=None, report_command=None, counts=None):
     """(Markdown, JSON data) of the report: the tasks measured in ``work`` and, from ``earlier`` (a report's
     data, see :func:`read_earlier`), the rows of the other tasks and the history of replaced rows.
     ``counts`` ({task: {split: [longer than 128, examples]}}, :func:`longer_than`) says how many examples a
@@ -368,7 +368,7 @@ def main(argv=None):
         tasks = [r["task"] for r in (earlier or {"rows": []})["rows"] if r["task"] not in args.tasks] + args.tasks
         counts = {task: longer_than(task, args.glue_dir, args.wordpiece_vocab, 128) for task in tasks}
     report_command = "python scripts/bench/glue_report.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    text, data = report(args.work, args.tasks, args.command, args.model, earlier, report_command, counts)
+    text, data = teachers_report(args.work, args.tasks, args.command, args.model, earlier, report_command, counts)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)

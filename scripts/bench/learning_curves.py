@@ -36,7 +36,7 @@ def valid_curve(log_path, offset=0):
     return dict(sorted(curve.items()))
 
 
-def table(curves):
+def curves_table(curves):
     """Rows at every update count that any run validated at; '-' where a run has no value there."""
     labels = list(curves)
     updates = sorted({u for c in curves.values() for u in c})
@@ -87,7 +87,7 @@ def main(argv=None):
         if value and value != p.get_default(flag))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     png = plot(curves, os.path.splitext(args.out)[0] + ".png")
-    lines = [f"# {args.title}", ""] + ([args.note, ""] if args.note else []) + table(curves) + [
+    lines = [f"# {args.title}", ""] + ([args.note, ""] if args.note else []) + curves_table(curves) + [
         "", "Logs: " + "; ".join(f"{label}: `{log}` (+{offset} updates)" for label, log, offset in args.run) + ".",
         "", "Command:", "```", command + f" --out {args.out}", "```"]
     raw = os.path.splitext(args.out)[0] + ".json"

@@ -36,7 +36,7 @@ def cells(line):
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
-def number(text):
+def cell_number(text):
     return float(text.split("+-")[0].replace(",", "").rstrip("%x"))
 
 
@@ -70,11 +70,12 @@ def read_table(path):
             continue
         if header[:3] == ["method", "seeds", "BLEU (tok)"]:
             col = dict(zip(header, row))
-            sizes.setdefault(row[0], dict(params=int(number(col["non-emb params"])),
-                                          compression=number(col["compression"]), weights_mb=number(col["weights MB"])))
+            sizes.setdefault(row[0], dict(params=int(cell_number(col["non-emb params"])),
+                                          compression=cell_number(col["compression"]),
+                                          weights_mb=cell_number(col["weights MB"])))
         elif header[:4] == ["run", "BLEU (tok)", "sacreBLEU", "sent/s"]:
-            runs.append(dict(name=row[0], bleu_tok=number(row[1]), sacrebleu=number(row[2]),
-                             sentences_per_s=number(row[3])))
+            runs.append(dict(name=row[0], bleu_tok=cell_number(row[1]), sacrebleu=cell_number(row[2]),
+                             sentences_per_s=cell_number(row[3])))
     raw = os.path.splitext(path)[0] + ".json"
     if os.path.isfile(raw):
         runs = raw_runs(raw, runs)
@@ -139,7 +140,18 @@ def merge(paths):
     return by_method, tables
 
 
-def summarise(by_method, tables, command):
+def source_cell(path):
+    """A merged run's table as its cell: a results/ table linked from results/ (where the merged table goes,
+    e.g. ``[archive/x.md](archive/x.md)``), any other by its name."""
+    results = os.path.join(ROOT, "results")
+    path = os.path.abspath(path)
+    if path.startswith(results + os.sep):
+        link = os.path.relpath(path, results)
+        return f"[{link}]({link})"
+    return f"`{os.path.basename(path)}`"
+
+
+def merged_summary(by_method, tables, command):
     order = list(by_method)  # first appearance in the tables, in the order given
     descriptions = {}
     for t in reversed(tables):  # each method described as the first table holding it describes it
@@ -177,7 +189,7 @@ def summarise(by_method, tables, command):
                         speed=speedup, compression=size["compression"])
         paper = students.PAPER.get(m)
         paper = f"{paper[0] + '%, ' if paper[0] else ''}{paper[1]}" if paper else ""
-        sources = ", ".join(dict.fromkeys(f"`{os.path.basename(r['table'])}`" for r in runs))
+        sources = ", ".join(dict.fromkeys(source_cell(r["table"]) for r in runs))
         lines.append(f"| {m} | {len(runs)} | {shown(bleu)} | {shown([r['sacrebleu'] for r in runs])} | "
                      f"{size['params']:,} | {size['compression']:.2f}% | {size['weights_mb']:.1f} | {speedup:.2f}x | "
                      f"{sources} | {paper} |")
@@ -188,13 +200,16 @@ def summarise(by_method, tables, command):
     for m in order:
         for r in by_method[m]:
             lines.append(f"| {r['name']} | {r['bleu_tok']:.2f} | {r['sacrebleu']:.2f} | {r['sentences_per_s']:.1f} | "
-                         f"{r['teacher_speed']:.1f} | {r['speedup']:.2f}x | `{os.path.basename(r['table'])}` |")
+                         f"{r['teacher_speed']:.1f} | {r['speedup']:.2f}x | {source_cell(r['table'])} |")
     lines += ["", "Tables merged (each with the command that trains and measures its runs; per-run values from "
               "the table's raw measurement where it is kept, else as the table rounds them):", ""]
     lines += [f"- `{rel(t['path'])}` ({'raw: `' + os.path.basename(t['raw']) + '`' if t['raw'] else 'rounded: its raw measurement was not kept'}): "
               f"{t['machine']}" for t in tables]
     lines += ["", f"Date: {time.strftime('%Y-%m-%d')}.", "", "Command:", "```", command, "```", ""]
     return "\n".join(lines), stats, dict(teacher, sentences_per_s=1.0)
+
+
+summarise = merged_summary  # tests/test_baselines.py's name for it
 
 
 def get_parser():
@@ -212,7 +227,7 @@ def main(argv=None):
     command = "python scripts/bench/merge_translation_tables.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     by_method, tables = merge(args.tables)
-    text, stats, teacher = summarise(by_method, tables, command)
+    text, stats, teacher = merged_summary(by_method, tables, command)
     prefix = os.path.splitext(args.out)[0]
     plots = students.plot(stats, teacher, prefix, speed_label="speed-up over the teacher (beam 5, CPU, same run)")
     if plots:

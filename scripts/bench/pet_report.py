@@ -27,7 +27,7 @@ def valid_nll_per_epoch(log_path):
     return dict(sorted(nll.items()))
 
 
-def report(work, command, recipe, train_log=None):
+def pet_report_text(work, command, recipe, train_log=None):
     with open(os.path.join(work, "measure.json")) as f:
         rows = {r["name"]: r for r in json.load(f)["rows"]}
     with open(os.path.join(work, "measure.md")) as f:
@@ -62,7 +62,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if not os.path.isfile(os.path.join(args.work, "measure.json")):
         raise SystemExit(f"pet_report: {args.work}/measure.json missing (run scripts/recipes/pet.sh {args.work} first)")
-    text = report(args.work, args.command, args.recipe, args.train_log)
+    text = pet_report_text(args.work, args.command, args.recipe, args.train_log)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)

@@ -275,7 +275,7 @@ async def burst_with_shutdown(url, proc, endpoint, field, good, size, timeout):
 
 
 # ---- the run -----------------------------------------------------------------------------------------------
-def run(server_args, limits, burst_size=24, log_path=None, threads=1):
+def run_faults(server_args, limits, burst_size=24, log_path=None, threads=1):
     """Start fc-serve (``server_args``: its checkpoint and flags) with the fault hook and ``limits``, run the
     battery and the burst with shutdown; a summary dict."""
     port = free_port()
@@ -353,7 +353,7 @@ def summary_ms(values):
     return {"n": len(values), "median": round(ordered[len(ordered) // 2], 1), "max": round(ordered[-1], 1)}
 
 
-def report(result, command, when, notes=()) -> str:
+def faults_report(result, command, when, notes=()) -> str:
     """The Markdown section of results/serving.md."""
     r = result
     by_group = {}
@@ -417,13 +417,13 @@ def main(argv=None):
         p.error("give fc-serve's checkpoint and flags after --")
     limits = {k: getattr(args, k) for k in ("max_body_bytes", "max_texts", "max_text_chars", "body_timeout_s",
                                             "request_timeout_s")}
-    result = run(server_args, limits, args.burst,
-                 log_path=os.path.join(os.path.dirname(os.path.abspath(args.out)), "serve_faults_server.log")
-                 if not os.path.abspath(args.out).startswith(os.path.join(ROOT, "results")) else None)
+    result = run_faults(server_args, limits, args.burst,
+                        log_path=os.path.join(os.path.dirname(os.path.abspath(args.out)), "serve_faults_server.log")
+                        if not os.path.abspath(args.out).startswith(os.path.join(ROOT, "results")) else None)
     if args.json:
         write_json(args.json, result)
-    write_faults_section(args.out, report(result, invocation("serve_faults.py", argv),
-                                          time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), args.note))
+    write_faults_section(args.out, faults_report(result, invocation("serve_faults.py", argv),
+                                                 time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), args.note))
     print(json.dumps({k: result[k] for k in ("requests", "answered_by_status", "server_errors_not_injected",
                                              "hangs", "lost", "worker_restarts", "unexpected")}, indent=1))
     return result

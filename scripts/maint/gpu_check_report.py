@@ -61,7 +61,7 @@ def read(path, default=None):
         return default
 
 
-def number(text):
+def float_or_nan(text):
     try:
         return float(text)
     except ValueError:
@@ -79,9 +79,9 @@ def error_line(log):
 
 def log_losses(log):
     """(last update's loss, last validation loss, every loss the log holds)."""
-    inner = [number(v) for v in INNER_LOSS.findall(log)]
-    valid = [number(v) for v in VALID_LOSS.findall(log)]
-    epoch = [number(v) for v in EPOCH_LOSS.findall(log)]
+    inner = [float_or_nan(v) for v in INNER_LOSS.findall(log)]
+    valid = [float_or_nan(v) for v in VALID_LOSS.findall(log)]
+    epoch = [float_or_nan(v) for v in EPOCH_LOSS.findall(log)]
     return (inner[-1] if inner else None), (valid[-1] if valid else None), inner + valid + epoch
 
 
@@ -108,7 +108,7 @@ def translations(log):
     for line in log.splitlines():
         parts = line.split("\t")
         if line.startswith("H-") and len(parts) >= 2:
-            hyps[parts[0][2:]] = (number(parts[1]), parts[2] if len(parts) > 2 else "")
+            hyps[parts[0][2:]] = (float_or_nan(parts[1]), parts[2] if len(parts) > 2 else "")
         elif line.startswith("T-") and len(parts) >= 1:
             refs[parts[0][2:]] = parts[1] if len(parts) > 1 else ""
     ids = sorted(hyps, key=lambda i: int(i) if i.isdigit() else i)
@@ -139,7 +139,7 @@ def read_row(folder):
         return row
     rc = int(rc.strip() or 1)
     log = read(os.path.join(folder, "log"), "")
-    row["seconds"] = number((read(os.path.join(folder, "seconds"), "nan") or "nan").strip())
+    row["seconds"] = float_or_nan((read(os.path.join(folder, "seconds"), "nan") or "nan").strip())
     row["status"] = "finished" if rc == 0 else "failed"
     row["finished"] = "yes" if rc == 0 else f"no: {error_line(log)}"
     row["causes"] = [cause for pattern, cause in KNOWN_CAUSES if rc != 0 and pattern in log]
@@ -211,7 +211,7 @@ def loss(value):
     return "—" if value is None else f"{value:.3f}"
 
 
-def machine(device):
+def machine_lines(device):
     """The machine and the versions, as one line each."""
     lines = []
     if device == "cuda":
@@ -245,7 +245,7 @@ def machine(device):
     return lines
 
 
-def render(rows, work, args):
+def check_report(rows, work, args):
     settings = (read(os.path.join(work, "settings"), "") or "").strip()
     setup = (read(os.path.join(work, "setup.done"), "") or "not done").strip()
     setup_seconds = (read(os.path.join(work, "setup.seconds"), "") or "").strip()
@@ -257,7 +257,7 @@ def render(rows, work, args):
     out = ["# GPU check: every method for a few updates in float32, with --fp16 and with --bf16", "",
            "Made by " + ", then ".join(f"`{c}`" for c in commands) + f" on {datetime.date.today().isoformat()} "
            f"({args.jobs} job(s) at a time, {args.threads} thread(s) each, device {args.device}).", ""]
-    out += [f"- {line}" for line in machine(args.device)]
+    out += [f"- {line}" for line in machine_lines(args.device)]
     out += [f"- Settings: {settings}; precision flags: "
             + ", ".join(f"{p} `{PRECISION_FLAGS[p]}`" for p in PRECISIONS if any(r["precision"] == p for r in rows)),
             f"- Set-up: {setup}" + (f" ({setup_seconds} s)" if setup_seconds else ""),
@@ -316,7 +316,7 @@ def main(argv=None):
     if args.device != "cuda" and os.path.abspath(args.out) == os.path.join(ROOT, "results", "gpu_check.md"):
         sys.exit("gpu_check_report: results/gpu_check.md is the GPU check's report: a --device cpu run writes elsewhere")
     rows = read_rows(args.work)
-    text = render(rows, args.work, args)
+    text = check_report(rows, args.work, args)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)

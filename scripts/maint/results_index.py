@@ -99,7 +99,7 @@ HAND_WRITTEN = {"translation_account.md"}  # prose, no command made them
 COMMAND_LINE = re.compile(r"^(?:\*\*)?(Commands?\b|Made by\b|Report made by\b)", re.I)
 
 
-def method_of(name):
+def method_and_page(name):
     return next(((m, page) for prefix, m, page in METHODS if name.startswith(prefix)), ("Other", None))
 
 
@@ -166,7 +166,7 @@ def entries(results=RESULTS):
         command, more = ("(written by hand)", 0) if name in HAND_WRITTEN else command_of_table(text)
         status, what = STATUS.get(name) or FOLDER_STATUS.get(os.path.dirname(name).split("/")[0]) or (
             "unclassified", "add it to STATUS in scripts/maint/results_index.py")
-        method, page = method_of(name)
+        method, page = method_and_page(name)
         files = [n for n in names if n != name and not n.endswith(".md") and owner(n, tables) == name]
         if command is None:
             command = next((c for c in (command_of_json(os.path.join(results, f)) for f in files if f.endswith(".json"))
@@ -177,7 +177,7 @@ def entries(results=RESULTS):
     owned = {f for r in rows for f in r["files"]}
     for name in names:  # a JSON or plot of no table: its own row
         if name not in owned and not name.endswith(".md"):
-            method, page = method_of(name)
+            method, page = method_and_page(name)
             rows.append({"name": name, "heading": "", "command": command_of_json(os.path.join(results, name))
                          if name.endswith(".json") else None, "more_commands": 0, "status": "unclassified",
                          "what": "a file of no table", "method": method, "page": page,
@@ -185,7 +185,7 @@ def entries(results=RESULTS):
     return rows
 
 
-def render(rows):
+def index_markdown(rows):
     order = list(dict.fromkeys([m for _, m, _ in METHODS] + ["Other"]))
     out = ["# Results", "",
            "Every file in this folder, grouped by method: each table with the command that made it, the date of its "
@@ -226,7 +226,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="compare with results/README.md instead of writing it")
     args = p.parse_args(argv)
-    text = render(entries())
+    text = index_markdown(entries())
     if args.check:
         current = open(OUT, encoding="utf-8").read() if os.path.isfile(OUT) else ""
         if current != text:

@@ -163,7 +163,7 @@ def driver_help(python, driver, env):
     return proc.stdout
 
 
-def check_settings(work, settings):
+def check_campaign_settings(work, settings):
     """A work folder holds one configuration: asking it again with another stops naming the difference."""
     path = os.path.join(work, "settings.json")
     if os.path.isfile(path):
@@ -184,7 +184,7 @@ def carried_glue_dir():
     return carried if os.path.isdir(carried) else os.path.join(SHARED, "data", "glue")
 
 
-def run(args):
+def run_campaign(args):
     family = args.family
     precision = args.precision or ("fp16" if args.device == "cuda" else "fp32")
     if args.device == "cpu" and precision == "fp16":
@@ -198,7 +198,7 @@ def run(args):
     os.makedirs(work, exist_ok=True)
     settings = dict(family=family, scale=args.scale, seeds=seeds, device=args.device, precision=precision,
                     tasks=tasks if family in GLUE_FAMILIES else None)
-    check_settings(work, settings)
+    check_campaign_settings(work, settings)
     budget = Budget(args.budget)
     state_path = os.path.join(work, "campaign.json")
     state = {"stages": {}, "calls": []}
@@ -549,7 +549,7 @@ def get_parser():
 def main(argv=None):
     args = get_parser().parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
-    return {"plan": plan, "run": run, "ingest": ingest}[args.command](args)
+    return {"plan": plan, "run": run_campaign, "ingest": ingest}[args.command](args)
 
 
 if __name__ == "__main__":
