@@ -9,6 +9,8 @@ Importing this package (``fairseq-train --user-dir user_dir ...``, or ``import u
    then score every example of a set (common/keep_last_batch.py);
 3. registers the plug-in's criteria, tasks and models, each module imported explicitly below.
 """
+import os
+
 from .common.keep_last_batch import keep_last_batch
 from .common.safe_checkpoint_loading import allow_fairseq_checkpoint_globals
 
@@ -23,3 +25,5 @@ from . import bert  # noqa: E402,F401  registers hf_bert (imported Hugging Face 
 from . import variator  # noqa: E402,F401  registers Variator's plugin tasks and distillation criterion
 from . import apc  # noqa: E402,F401  registers apc_transformer (APC) and its criterion
 from . import ghost  # noqa: E402,F401  registers GhostBERT's ghost_* models and ghost_distill criterion
+
+PLUGIN_DIR = os.path.dirname(os.path.abspath(__file__))  # what tools pass to fairseq as --user-dir

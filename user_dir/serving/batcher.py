@@ -16,7 +16,7 @@ the thread all the same fails its batch's requests (``WorkerError``) rather than
 
 Hand-written (about a hundred lines) because neither FastAPI nor uvicorn batches requests, and the
 serving engines that do (Ray Serve, TorchServe, Triton) would replace this server rather than
-serve inside it; the README's "Serving Variator" names them as the way to scale past one machine.
+serve inside it; user_dir/serving/README.md names them as the way to scale past one machine.
 """
 import logging
 import math

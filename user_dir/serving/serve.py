@@ -35,7 +35,7 @@ a 500 naming the cause and the next batch runs; a worker thread that ends is rep
 restarts, and answers 503 while no worker runs); no request waits past ``--request-timeout-s`` (504).
 
 One process owns one model and one worker thread. To serve more traffic, run several replicas (one per
-core group or machine) behind a load balancer (README, "Serving Variator").
+core group or machine) behind a load balancer (user_dir/serving/README.md).
 """
 import argparse
 import asyncio

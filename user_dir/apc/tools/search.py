@@ -145,7 +145,7 @@ def train_and_score(a, dims: dict, trial_dir: str, task_flags: List[str]) -> flo
              "--samples", str(a.samples), "--seed", str(a.seed), "--out", init], log)
     arch = json.load(open(os.path.join(trial_dir, "init.json")))["fairseq_flags"]
     save = os.path.join(trial_dir, "checkpoints")
-    user_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from user_dir import PLUGIN_DIR as user_dir
     common = [a.data, "--user-dir", user_dir, *task_flags, "--seed", str(a.seed), "--log-format", "simple",
               *(["--cpu"] if a.cpu else [])]
     run([py, "-m", "fairseq_cli.train", *common, *arch, "--finetune-from-model", init, "--optimizer", "adam",

@@ -61,7 +61,7 @@ def main(argv=None):
     if not os.path.isdir(args.data):
         raise SystemExit(f"{args.data}: no such data folder")
     src, tgt = _languages(args.data)
-    user_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from user_dir import PLUGIN_DIR as user_dir
     cmd = [sys.executable, "-m", "fairseq_cli.generate", args.data, "--user-dir", user_dir, "--path", args.path,
            "--gen-subset", "train", "-s", src, "-t", tgt, "--beam", str(args.beam), "--batch-size", str(args.batch_size),
            "--max-len-a", str(args.max_len_a), "--max-len-b", str(args.max_len_b), "--skip-invalid-size-inputs-valid-test"]

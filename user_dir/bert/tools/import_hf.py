@@ -232,7 +232,7 @@ def import_hf_bert(hf_dir: str, dest: str, max_positions: int = None, fold_segme
     shutil.copy(os.path.join(dest, "dict.txt"), os.path.join(dest, "input0", "dict.txt"))
     with open(os.path.join(dest, "label", "dict.txt"), "w", encoding="utf-8") as f:
         f.write("0 1\n1 1\n")
-    user_dir_path = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from user_dir import PLUGIN_DIR as user_dir_path
     args = options.parse_args_and_arch(options.get_training_parser(), [
         os.path.abspath(dest), "--user-dir", user_dir_path, "--task", "sentence_prediction",
         "--criterion", "sentence_prediction", "--num-classes", "2", "--init-token", "0", *flags])
