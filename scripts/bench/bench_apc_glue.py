@@ -54,9 +54,9 @@ import sys
 
 from benchlib import (ROOT, add_device_args, add_seed_arguments, aggregate, check_device, default_out, Device,
                       difference, fc_flags, fmt, glue_comparison, is_summary, logger, num, protocol_text, provenance,
-                      run_jobs, seed_dir, seeds_of, seeds_text, selection_flags, sha256_of, significance_lines, stage,
-                      validation_plan, validation_updates, write_json, write_text)
-from glue_bench import (glue_scores, glue_setup, glue_train_flags, measure_costs, predictions_path, read_labels, rel,
+                      rel, run_jobs, seed_dir, seeds_of, seeds_text, selection_flags, sha256_of, significance_lines,
+                      stage, validation_plan, validation_updates, write_json, write_text)
+from glue_bench import (glue_scores, glue_setup, glue_train_flags, measure_costs, predictions_path, read_labels,
                         teacher_record)
 
 # Table 2 (BERT-base dev; RTE in brackets = test there) and Table 3 (APC-50-ff strategies), accuracy

@@ -39,17 +39,15 @@ compares; the models it lacks, ``--train`` makes with bench_ghost.py and bench_a
 on a GPU with those drivers' ``--device cuda`` first, and this driver finds them).
 """
 import argparse
-import copy
 import glob
 import json
 import os
 import statistics
 import sys
-import time
 
-from benchlib import ROOT, default_out, logger, provenance, provenance_text, run, sha256_of, write_report
+from benchlib import ROOT, default_out, logger, provenance, provenance_text, rel, run, sha256_of, write_report
 from bench_ghost_costs import add_timing_arguments, forms_text, ghost_costs, costs_table, timed_rounds
-from glue_bench import first_glue_setup, rel
+from glue_bench import first_glue_setup
 
 log = logger("bench_deploy_glue")
 RUNTIMES = ("fairseq", "transformers", "onnx fp32", "onnx int8")

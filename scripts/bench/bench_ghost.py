@@ -81,18 +81,17 @@ default the CPU in float32), ``--jobs N`` trains N (seed, m, variant) runs at on
 afterwards, in this process on the CPU, nothing else running.
 """
 import argparse
-import json
 import os
 import sys
 
-from benchlib import (ROOT, add_device_args, add_seed_arguments, add_teacher_arguments, aggregate, bleu_comparison,
-                      check_device, default_out, Device, difference, fairseq_bleu, fairseq_train_seconds, fc_flags,
-                      fmt, generate_hypotheses, glue_comparison, is_summary, logger, multi30k_data_bin,
-                      multi30k_references, num, protocol_text, provenance, run_jobs, seed_dir, seeds_of, seeds_text,
-                      selection_flags, sha256_of, significance_lines, stage, validation_plan, validation_updates,
-                      write_json)
+from benchlib import (ROOT, add_device_args, add_seed_arguments, add_teacher_arguments, bleu_comparison, check_device,
+                      default_out, Device, difference, fairseq_bleu, fairseq_train_seconds, fc_flags, fmt,
+                      generate_hypotheses, glue_comparison, is_summary, load_parts, logger, minutes_text,
+                      multi30k_data_bin, multi30k_references, num, over_seeds, protocol_text, provenance, rel, run_jobs,
+                      seed_dir, seeds_of, seeds_text, selection_flags, sha256_of, significance_lines, stage,
+                      validation_plan, validation_updates, write_json)
 from benchlib import write_report as write_files
-from glue_bench import (glue_scores, glue_setup, glue_train_flags, measure_costs, predictions_path, read_labels, rel,
+from glue_bench import (glue_scores, glue_setup, glue_train_flags, measure_costs, predictions_path, read_labels,
                         teacher_record)
 
 # what each variant passes to ghost_prune (and so to its architecture); the name labels the table row
@@ -258,16 +257,6 @@ def train_control(args, seed):
            "train_seconds": fairseq_train_seconds(os.path.join(final, "log.txt"))}
     if "best" in scored:
         row["bleu_best"] = scored["best"][0]
-    return row
-
-
-def over_seeds(by_seed):
-    """One row from its seeds' rows ({seed: row}): numbers as summaries over the seeds, paths the first seed's,
-    and every seed's per-example outputs (``hypotheses`` / ``predictions``: {seed: path})."""
-    row = aggregate(by_seed)
-    for key in ("hypotheses", "predictions"):
-        if key in row:
-            row[key] = {str(s): rel(r[key]) for s, r in by_seed.items()}
     return row
 
 
@@ -439,7 +428,7 @@ def translation_section(t):
         untrained = fmt(row["bleu_init"]) if "bleu_init" in row else ""
         cells = f"| {LABELS[row['variant']]} | {row['m']} | {cost_cells(row, teacher)} | {untrained} | {fmt(row['bleu'])} |"
         if new:
-            minutes = minutes_text(row.get("train_seconds"))
+            minutes = minutes_text(row.get("train_seconds") or None, missing="")
             cells += f" {fmt(row['bleu_best']) if 'bleu_best' in row else '-'} | {minutes} |"
         lines.append(cells)
     by = {(r["m"], r["variant"]): r for r in rows}
@@ -461,14 +450,6 @@ def fmt_diff(x):
         return f"{x:+.2f}"
     each = ", ".join(f"s{s} {v:+.2f}" for s, v in x["values"].items())
     return f"{x['mean']:+.2f} (std {x['std']:.2f}; {each})"
-
-
-def minutes_text(seconds):
-    if not seconds:
-        return ""
-    if is_summary(seconds):
-        return f"{seconds['mean'] / 60:.0f} min per seed"
-    return f"{seconds / 60:.0f} min"
 
 
 def cost_cells(row, teacher):
@@ -541,9 +522,9 @@ def glue_section(task, p):
         init = score_text(row["scores_init"], key) if "scores_init" in row else ""
         other = row.get("scores_best" if new else "scores_last")
         other = score_text(other, key) if other else ""
+        minutes = minutes_text(row.get("train_seconds") or None, missing="")
         lines.append(f"| {glue_label(row, heads)} | {row['m']} | {cost_cells(row, rows[0])} | {init} | "
-                     f"{score_text(row['scores'], key)} | {other} | {minutes_text(row.get('train_seconds'))} | "
-                     f"{paper_cell} |")
+                     f"{score_text(row['scores'], key)} | {other} | {minutes} | {paper_cell} |")
     by = {(r["m"], r["variant"]): r for r in rows}
     diffs = [f"m = {m}: {fmt_diff(difference(by[(m, 'ghost')]['scores'][key], by[(m, 'pruned')]['scores'][key]))} "
              f"({by[(m, 'ghost')]['ghost_params']:,} ghost parameters, "
@@ -620,14 +601,9 @@ def plot(plt, parts, png):
     plt.close(fig)
 
 
-def load_existing(path):
-    """The JSON beside the table as {"version": 2, "translation", "glue": {task: part}, "bert_base_ghost_costs"};
-    a JSON of the translation-only layout (its rows at the top) is its translation part."""
-    if not os.path.isfile(path):
-        return {"version": 2, "translation": None, "glue": {}}
-    data = json.load(open(path))
-    if data.get("version") == 2:
-        return data
+def translation_only(data):
+    """A JSON of the translation-only layout (its rows at the top) as the record whose translation part it is
+    (:func:`benchlib.load_parts`), BERT-base's ghost-module costs kept."""
     return {"version": 2, "translation": data, "glue": {},
             "bert_base_ghost_costs": data.get("bert_base_ghost_costs")}
 
@@ -695,7 +671,7 @@ def main(argv=None):
         args.work = args.work + "_quick"
         args.out = args.out or os.path.join(args.work, "ghostbert")
     args.out = args.out or default_out("ghostbert")
-    data = load_existing(args.out + ".json")
+    data = load_parts(args.out + ".json", translation_only)
     if args.report_only:
         if not os.path.isfile(args.out + ".json"):
             sys.exit(f"bench_ghost: --report-only: no {args.out}.json to write the table from")

@@ -66,14 +66,14 @@ import subprocess
 import sys
 import time
 
-from benchlib import (ROOT, SHARED, add_device_args, add_seed_arguments, add_teacher_arguments, aggregate,
-                      bleu_comparison, check_device, default_out, Device, difference, fairseq_train_seconds, fc_flags,
-                      fmt, glue_comparison, hypotheses_from_generate, is_summary, logger, multi30k_data_bin,
-                      multi30k_references, num, protocol_text, run, run_jobs, seed_dir, seeds_of, seeds_text,
-                      selection_flags, sha256_of, shared_path, significance_lines, stage, validation_plan,
+from benchlib import (ROOT, SHARED, add_device_args, add_seed_arguments, add_teacher_arguments, bleu_comparison,
+                      check_device, default_out, Device, difference, fairseq_train_seconds, fc_flags, fmt,
+                      glue_comparison, hypotheses_from_generate, load_parts, logger, minutes_text, multi30k_data_bin,
+                      multi30k_references, num, over_seeds, protocol_text, rel, run, run_jobs, seed_dir, seeds_of,
+                      seeds_text, selection_flags, sha256_of, shared_path, significance_lines, stage, validation_plan,
                       validation_updates, write_json, write_text)
 from benchlib import machine as machine_text
-from glue_bench import glue_scores, predictions_path, read_labels, rel, teacher_record
+from glue_bench import glue_scores, predictions_path, read_labels, teacher_record
 
 # the reference teacher's architecture (its README)
 TRANSLATION_ARCH = ["--arch", "transformer_iwslt_de_en", "--encoder-layers", "3", "--decoder-layers", "3",
@@ -178,16 +178,6 @@ def part_header(args, settings):
     return {"command": "python scripts/bench/bench_variator.py " + " ".join(shlex.quote(a) for a in args.argv),
             "date": time.strftime("%Y-%m-%d"), "machine": machine_text(), "settings": settings, "notes": [],
             "seeds": args.seeds}
-
-
-def over_seeds(by_seed, keep=("plugin",)):
-    """One row from its seeds' rows ({seed: row}): numbers as summaries over the seeds, ``keep`` the first
-    seed's, every seed's per-example outputs (``hypotheses`` / ``predictions``: {seed: path})."""
-    row = aggregate(by_seed)
-    for key in ("hypotheses", "predictions"):
-        if key in row:
-            row[key] = {str(s): rel(r[key]) for s, r in by_seed.items()}
-    return row
 
 
 def translation(args, work):
@@ -452,14 +442,9 @@ def upgrade_legacy(old, md, glue_md, rev):
     return new
 
 
-def load_existing(json_path, args):
-    """The JSON beside the table (upgraded from the legacy layout when needed), or an empty record."""
-    empty = {"version": 2, "translation": None, "glue": {}}
-    if args.fresh or not os.path.exists(json_path):
-        return empty
-    data = json.load(open(json_path))
-    if data.get("version") == 2:
-        return data
+def upgrade_legacy_json(data, json_path, args):
+    """A JSON of the legacy layout upgraded (:func:`upgrade_legacy`) with the GLUE teachers of
+    ``--legacy-teachers-rev``'s results/glue.md."""
     md_path = os.path.splitext(json_path)[0] + ".md"
     if not args.legacy_teachers_rev:
         sys.exit(f"bench_variator: {json_path} is in the legacy layout; give --legacy-teachers-rev REV (the commit "
@@ -662,12 +647,6 @@ def glue_part_keys(task, p):
             {int(r["ratio"]): r for r in p["cost"]["rows"]})
 
 
-def minutes_text(seconds):
-    if seconds is None:
-        return "-"
-    return f"{num(seconds) / 60:.0f} min" + (" per seed" if is_summary(seconds) else "")
-
-
 def glue_seeds_section(parts):
     """The GLUE parts made with seeds: one table, each score's mean, spread and every seed, best-of-N beside
     the primary (last) score, and the paired tests of every k against its teacher."""
@@ -806,7 +785,7 @@ def main(argv=None):
         args.work = args.work + "-quick"
         args.out = os.path.join(args.work, "variator.md")
     json_path = os.path.splitext(args.out)[0] + ".json"
-    existing = load_existing(json_path, args)
+    existing = load_parts(json_path, lambda data: upgrade_legacy_json(data, json_path, args), fresh=args.fresh)
     translation_part = translation(args, args.work) if "translation" in args.parts else None
     glue_parts = glue(args, args.work) if "glue" in args.parts else None
     if args.note:

@@ -379,6 +379,12 @@ def seed_dir(work, seed):
     return os.path.join(work, f"seed{seed}")
 
 
+def rel(path):
+    """A path as the JSON keeps it: relative to the checkout when inside it."""
+    real = os.path.abspath(path)
+    return os.path.relpath(real, ROOT) if real.startswith(ROOT + os.sep) else real
+
+
 def default_out(name):
     """Where a driver writes its table unless ``--out`` is given: under work/, never over results/."""
     return os.path.join(WORK, "results", name)
@@ -440,6 +446,25 @@ def difference(a, b):
     seeds = list((a if is_summary(a) else b)["values"])
     value = lambda x, s: x["values"][s] if is_summary(x) else x  # noqa: E731
     return seed_summary({s: value(a, s) - value(b, s) for s in seeds})
+
+
+def over_seeds(by_seed):
+    """One row from its seeds' rows ({seed: row}): numbers as summaries over the seeds (:func:`aggregate`), what
+    does not vary the first seed's, and every seed's per-example outputs (``hypotheses`` / ``predictions``:
+    {seed: path})."""
+    row = aggregate(by_seed)
+    for key in ("hypotheses", "predictions"):
+        if key in row:
+            row[key] = {str(s): rel(r[key]) for s, r in by_seed.items()}
+    return row
+
+
+def minutes_text(seconds, missing="-"):
+    """A training time as the tables show it: '12 min', or a summary's mean '12 min per seed'; ``missing``
+    for None."""
+    if seconds is None:
+        return missing
+    return f"{num(seconds) / 60:.0f} min" + (" per seed" if is_summary(seconds) else "")
 
 
 def seeds_text(seeds):
@@ -688,6 +713,17 @@ def provenance_text(p):
             f"{seeds_text(p['seeds'])}.")
 
 
+def load_parts(path, upgrade, fresh=False):
+    """The JSON beside a table whose parts are measured by separate runs, ``{"version": 2, "translation": part,
+    "glue": {task: part}, ...}`` (a run of one part keeps the others): empty where there is none (or ``fresh``),
+    and a JSON of an older layout as ``upgrade(data)`` makes it."""
+    if fresh or not os.path.isfile(path):
+        return {"version": 2, "translation": None, "glue": {}}
+    with open(path) as f:
+        data = json.load(f)
+    return data if data.get("version") == 2 else upgrade(data)
+
+
 def write_text(path, text):
     """Write a whole file (a temporary file renamed): a reader never sees half a table."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -713,6 +749,74 @@ def pyplot():
         print("matplotlib is not installed: no plot (pip install -e '.[plot]')", file=sys.stderr)
         return None
     return plt
+
+
+def plot_panels(png, panels, command=None, shape=None, figsize=None, dpi=120, title=None, sharex=False, plt=None):
+    """The one plot of every driver: a metric against a cost, one panel (axes) per entry of ``panels``, written
+    to ``png`` with ``command`` (the command line that made it) in the PNG's Description metadata. A driver says
+    only what is its own, the series and their labels::
+
+        panel = {"series": [series, ...], "xlabel": ..., "ylabel": ..., "title": ..., "title_size": points,
+                 "xscale"/"yscale": "log", "hlines": [{"y": 1.1, **line style}], "vlines": [{"x": ..., ...}],
+                 "grid": True, "legend": {legend kwargs} (absent or None: no legend)}
+        series = {"x": [...], "y": [...], "kind": "plot" (default) | "step" | "errorbar", "style": "o-",
+                  "notes": [a label per point], "note_offset": (dx, dy) points or one per point (absent: at the
+                  point), "note_y": [a label height per point, in data units: labels moved apart],
+                  "note_style": {annotate kwargs}, **matplotlib kwargs (label, marker, ls, color, yerr, ...)}
+
+    ``shape`` (rows, columns): default one row; ``figsize``: default 6 x 4 inches a panel; ``title``: above all.
+    ``plt``: pyplot when the caller has it (:func:`write_report`'s ``plot``). Returns ``png``, or None where
+    matplotlib is missing or there is no panel."""
+    if not panels:
+        return None
+    plt = plt or pyplot()
+    if plt is None:
+        return None
+    from matplotlib.transforms import offset_copy
+
+    rows, cols = shape or (1, len(panels))
+    fig, axes = plt.subplots(rows, cols, figsize=figsize or (6 * cols, 4 * rows), squeeze=False, sharex=sharex)
+    for ax, panel in zip(axes.flat, panels):
+        for s in panel.get("series", []):
+            s = dict(s)
+            x, y, kind, style = s.pop("x"), s.pop("y"), s.pop("kind", "plot"), s.pop("style", None)
+            notes, offset, note_y = s.pop("notes", None), s.pop("note_offset", None), s.pop("note_y", None)
+            note_style = s.pop("note_style", {})
+            draw = getattr(ax, kind)
+            draw(x, y, *([style] if style else []), **s)
+            for i, note in enumerate(notes or []):
+                at = offset[i] if isinstance(offset, list) else offset
+                if note_y is not None:  # the label at its own height, ``at`` points to the right of its point
+                    ax.annotate(note, (x[i], y[i]), xytext=(x[i], note_y[i]), va="center", **note_style,
+                                textcoords=offset_copy(ax.transData, fig=fig, x=at[0], y=at[1], units="points"))
+                elif at is not None:
+                    ax.annotate(note, (x[i], y[i]), textcoords="offset points", xytext=at, **note_style)
+                else:
+                    ax.annotate(note, (x[i], y[i]), **note_style)
+        for line in panel.get("hlines", []):
+            line = dict(line)
+            ax.axhline(line.pop("y"), **line)
+        for line in panel.get("vlines", []):
+            line = dict(line)
+            ax.axvline(line.pop("x"), **line)
+        for axis in ("x", "y"):
+            if panel.get(f"{axis}scale"):
+                getattr(ax, f"set_{axis}scale")(panel[f"{axis}scale"])
+            if panel.get(f"{axis}label"):
+                getattr(ax, f"set_{axis}label")(panel[f"{axis}label"])
+        if panel.get("title"):
+            ax.set_title(panel["title"], **({"fontsize": panel["title_size"]} if panel.get("title_size") else {}))
+        if panel.get("grid"):
+            ax.grid(alpha=0.3)
+        if panel.get("legend") is not None:
+            ax.legend(**panel["legend"])
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
+    fig.savefig(png, dpi=dpi, metadata={"Description": command} if command else None)
+    plt.close(fig)
+    return png
 
 
 def write_report(md_path, text, json_path=None, data=None, plot=None, png_path=None):

@@ -10,13 +10,7 @@ import statistics
 import sys
 import time
 
-from benchlib import ROOT, Device, sha256_of, write_json, write_predictions
-
-
-def rel(path):
-    """A path as the JSON keeps it: relative to the checkout when inside it."""
-    real = os.path.abspath(path)
-    return os.path.relpath(real, ROOT) if real.startswith(ROOT + os.sep) else real
+from benchlib import Device, rel, sha256_of, write_json, write_predictions
 
 
 def teacher_record(path, metric, score):
