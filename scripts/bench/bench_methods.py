@@ -653,14 +653,14 @@ def mark_fronts(rows):
 def report_text(rows, recommendations, prov, settings, measure_cmds):
     t = rows[0]
     glue = settings.get("glue_task")
-    budget = 'the recipes SMOKE=1 budgets' if settings['smoke'] else settings['updates']
+    budget = "the recipes' SMOKE=1 budgets" if settings['smoke'] else f"{settings['updates']} updates"
     fronts = ("Speed-ups are against the teacher in fairseq. F: on the Pareto front of quality against throughput (s), "
               "batch-1 latency (l), size (z).")
     if glue:
         metric = settings["metric"]
         lines = [f"# Which method? Quality against measured speed and size ({glue}: {settings['teacher']})", "",
                  provenance_text(prov), "",
-                 f"Every method trained {budget} updates, seed {settings['seed']}; quality is the {glue} dev {metric} "
+                 f"Every method trained {budget}, seed {settings['seed']}; quality is the {glue} dev {metric} "
                  f"on all {t['sentences']} dev examples (user_dir/common/glue_metrics.py; every runtime reads the "
                  "exported tokenizer's ids of the raw dev text); throughput in sentences/s of the model's forward at "
                  f"batch {settings['batch_size']} on the first {settings['speed_examples']} dev examples (padded "
@@ -675,7 +675,7 @@ def report_text(rows, recommendations, prov, settings, measure_cmds):
     else:
         lines = [f"# Which method? Quality against measured speed and size ({settings['teacher']})", "",
                  provenance_text(prov), "",
-                 f"Every method trained {budget} updates, seed {settings['seed']}; quality is "
+                 f"Every method trained {budget}, seed {settings['seed']}; quality is "
                  f"sacreBLEU on {t['sentences']} test sentences (beam {settings['beam']}); "
                  f"throughput in sentences/s at batch {settings['batch_size']} (median of {settings['runs']} run(s)), "
                  f"latency in ms per sentence at batch 1 over {settings['latency_sentences']} sentences, "
