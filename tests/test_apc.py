@@ -652,15 +652,16 @@ def test_embedding_compression_of_a_pre_norm_transformer_at_full_width_is_exact(
 
 @needs_teacher
 def test_embedding_compression_finalizes_and_decodes_identically_through_stock_commands(teacher_setup, tmp_path):
-    """All three compressions at once (embedding runs with a size change, FFN, encoder and cross-attention):
-    apc_init -> fairseq-train ('Compr. only': D^PS, U^PS, the compressed LayerNorms and APC's parameters
-    train, the teacher's weights do not) -> apc_finalize keeps apc_transformer --apc-finalized with
-    D^PS/U^PS as dense layers, and fairseq-generate decodes the finalized checkpoint exactly as the
-    unfolded one."""
+    """All three compressions at once, sizes per layer (embedding runs with a size change, FFN, self- and
+    cross-attention): apc_init -> fairseq-train ('Compr. only': D^PS, U^PS, the compressed LayerNorms and APC's
+    parameters train, the teacher's weights do not) -> apc_finalize keeps apc_transformer --apc-finalized (with
+    every per-layer size) with D^PS/U^PS as dense layers, and fairseq-generate decodes the finalized checkpoint
+    exactly as the unfolded one."""
     init = str(tmp_path / "init.pt")
     run_cli("user_dir.apc.tools.init", TEACHER, "--data", DATA, "--encoder-embed-dims", "0:192,1:192,2:128",
-            "--decoder-embed-dims", "160", "--encoder-ffn-dims", "128", "--encoder-attn-dims", "1:128",
-            "--cross-attn-dims", "64", "--init", "reconstructive-svd", "--samples", "600", "--out", init)
+            "--decoder-embed-dims", "160", "--encoder-ffn-dims", "128", "--decoder-ffn-dims", "1:96",
+            "--encoder-attn-dims", "1:128", "--decoder-attn-dims", "0:64", "--cross-attn-dims", "0:64,2:128",
+            "--init", "reconstructive-svd", "--samples", "600", "--out", init)
     import json
     flags = json.load(open(os.path.splitext(init)[0] + ".json"))["fairseq_flags"]
     assert flags[flags.index("--apc-encoder-embed-dims") + 1] == "0:192,1:192,2:128"
@@ -685,10 +686,15 @@ def test_embedding_compression_finalizes_and_decodes_identically_through_stock_c
     margs, sd = state["cfg"]["model"], state["model"]
     assert margs.arch == "apc_transformer" and margs.apc_finalized
     assert margs.apc_encoder_embed_dims == "0:192,1:192,2:128" and margs.apc_decoder_embed_dims == "160"
+    assert margs.apc_decoder_ffn_dims == "1:96" and margs.apc_encoder_attn_dims == "1:128"
+    assert margs.apc_decoder_attn_dims == "0:64" and margs.apc_cross_attn_dims == "0:64,2:128"
     assert sd["encoder.layers.2.fc1.weight"].shape == (128, 128)
     assert sd["encoder.layers.0.pre_scaling.weight"].shape == (192, 256)
     assert sd["decoder.layers.0.encoder_attn.q_proj.weight"].shape == (64, 160)
     assert sd["decoder.layers.0.encoder_attn.k_proj.weight"].shape == (64, 256)
+    assert sd["decoder.layers.2.encoder_attn.q_proj.weight"].shape == (128, 160)
+    assert sd["decoder.layers.0.self_attn.k_proj.weight"].shape == (64, 160)
+    assert sd["decoder.layers.1.fc1.weight"].shape == (96, 160)
     assert not any(k.endswith((".U", ".D", ".B")) for k in sd)
     gen = ["fairseq_cli.generate", data, "--gen-subset", "test", "--beam", "5", "--batch-size", "24", "--cpu",
            "--remove-bpe", "--user-dir", USER_DIR]
@@ -726,17 +732,6 @@ def _hypotheses(stdout):
     return out
 
 
-def run_cli_code(code, *args):
-    """``python -c code args`` in a user's shell environment (no plug-in import, no TORCH_FORCE_* switch)."""
-    import subprocess
-    import sys
-    from conftest import clean_env
-    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
-                          env=clean_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
-
-
 def assert_same_translations(a, b, n):
     """String for string the same hypotheses; scores equal up to float rounding of the folded weights."""
     assert len(a) == n and sorted(a) == sorted(b)
@@ -772,29 +767,22 @@ def test_init_train_resume_finalize_and_stock_generate(tmp_path):
     gen = ["fairseq_cli.generate", data, "--gen-subset", "test", "--beam", "5", "--batch-size", "16", "--cpu",
            "--remove-bpe"]
     apc_out = run_cli(*gen, "--user-dir", USER_DIR, "--path", os.path.join(save, "checkpoint_last.pt")).stdout
-    # stock fairseq, no plug-in, no environment variable: torch's default weights-only loading opens it
+    # stock fairseq, no plug-in, no environment variable: a stock Transformer of the compressed widths, which
+    # fairseq-generate in a user's shell (run_cli's environment has no TORCH_FORCE_* switch) loads with torch's
+    # default weights-only loading and builds from its cfg (a plug-in arch or a wrong width would fail there)
     assert torch.serialization.get_unsafe_globals_in_checkpoint(final) == []
-    check = ("import sys, torch; s = torch.load(sys.argv[1], weights_only=True); m = s['cfg']['model']; "
-             "from fairseq import checkpoint_utils; c = checkpoint_utils.load_checkpoint_to_cpu(sys.argv[1]); "
-             "print(m['arch'], m['encoder_ffn_embed_dim'], c['cfg'].model.decoder_ffn_embed_dim)")
-    assert run_cli_code(check, final).stdout.split() == ["transformer", "128", "128"]
-    stock = run_cli(*gen, "--path", final).stdout  # run_cli's environment has no TORCH_FORCE_* switch
+    stock_args = torch.load(final, weights_only=True)["cfg"]["model"]
+    assert [stock_args[k] for k in ("arch", "encoder_ffn_embed_dim", "decoder_ffn_embed_dim")] == ["transformer", 128,
+                                                                                                   128]
+    stock = run_cli(*gen, "--path", final).stdout
     assert_same_translations(_hypotheses(apc_out), _hypotheses(stock), 40)
-    # per-layer sizes that a stock arch cannot express: stays apc_transformer (--apc-finalized), same output
+    # --init kmeans reaches the attention too: memberships (per-layer sizes, which a stock arch cannot express,
+    # finalize to apc_transformer --apc-finalized and decode the same: the embedding-compression test above)
     mixed = str(tmp_path / "mixed.pt")
-    run_cli("user_dir.apc.tools.init", TEACHER, "--data", DATA, "--decoder-ffn-dims", "1:96", "--init", "kmeans",
-            "--encoder-attn-dims", "0:128", "--decoder-attn-dims", "0:64", "--cross-attn-dims", "2:128",
+    run_cli("user_dir.apc.tools.init", TEACHER, "--data", DATA, "--init", "kmeans", "--encoder-attn-dims", "0:128",
             "--samples", "300", "--out", mixed)
-    run_cli("user_dir.apc.tools.finalize", mixed, "--out", mixed + ".final")
-    margs = torch.load(mixed + ".final", weights_only=False)["cfg"]["model"]
-    assert margs.arch == "apc_transformer" and margs.apc_finalized and margs.apc_decoder_ffn_dims == "1:96"
-    assert margs.apc_encoder_attn_dims == "0:128" and margs.apc_decoder_attn_dims == "0:64"
-    assert margs.apc_cross_attn_dims == "2:128"
     DK = torch.load(mixed, weights_only=False)["model"]["encoder.layers.0.self_attn.k_proj.D"]
-    assert set(DK.unique().tolist()) == {0.0, 1.0}  # --init kmeans reached the attention: memberships
-    a = run_cli(*gen, "--user-dir", USER_DIR, "--path", mixed).stdout
-    b = run_cli(*gen, "--user-dir", USER_DIR, "--path", mixed + ".final").stdout
-    assert_same_translations(_hypotheses(a), _hypotheses(b), 40)
+    assert set(DK.unique().tolist()) == {0.0, 1.0}
 
 
 @needs_teacher
