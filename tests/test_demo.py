@@ -29,6 +29,13 @@ def _stated():
         return json.load(f)
 
 
+@pytest.fixture(scope="module")
+def slice_dir(tmp_path_factory):
+    """Where ship_checkpoint.slice_bleu prepares the test slice (with the shipped codes and dictionary) once and
+    reuses it: the teacher's and the PET student's BLEU are measured on the same data-bin."""
+    return str(tmp_path_factory.mktemp("slice"))
+
+
 def test_shipped_teacher_is_small_weights_only_and_as_documented():
     stated = _stated()
     digest = hashlib.sha256(open(SHIPPED_TEACHER, "rb").read()).hexdigest()
@@ -48,17 +55,17 @@ def test_shipped_teacher_is_small_weights_only_and_as_documented():
         assert os.path.isfile(os.path.join(SHIPPED, name)), name
 
 
-def test_shipped_teacher_reproduces_its_stated_bleu_with_stock_fairseq_generate(tmp_path):
+def test_shipped_teacher_reproduces_its_stated_bleu_with_stock_fairseq_generate(slice_dir):
     """Stock fairseq-generate (no --user-dir, torch's default loading) on the first 200 test sentences,
     prepared from the embedded raw text with the shipped BPE codes and dictionary."""
     stated = _stated()
     ship = _ship_module()
-    bleu = ship.slice_bleu(SHIPPED_TEACHER, int(stated["slice"].split()[1]), str(tmp_path))
+    bleu = ship.slice_bleu(SHIPPED_TEACHER, int(stated["slice"].split()[1]), slice_dir)
     assert abs(bleu - stated["shipped_bleu"]) <= 0.05, (bleu, stated)
     # the stated number was measured from the float32 reference teacher: half precision costs < 0.05 BLEU
     assert abs(stated["shipped_bleu"] - stated["input_bleu"]) <= 0.05
     if os.path.isfile(REFERENCE_TEACHER):
-        assert ship.slice_bleu(REFERENCE_TEACHER, int(stated["slice"].split()[1]), str(tmp_path), SHIPPED,
+        assert ship.slice_bleu(REFERENCE_TEACHER, int(stated["slice"].split()[1]), slice_dir, SHIPPED,
                                plugin=True) == stated["input_bleu"]
 
 
@@ -88,12 +95,12 @@ def test_shipped_pet_student_is_small_portable_and_as_documented():
     assert {v.dtype for v in state["model"].values() if v.is_floating_point()} == {dtype}
 
 
-def test_shipped_pet_student_reproduces_its_stated_bleu(tmp_path):
+def test_shipped_pet_student_reproduces_its_stated_bleu(slice_dir):
     """fairseq-generate --user-dir on the first 200 test sentences: the stated BLEU of the shipped file,
     within 0.05 of the trained checkpoint it was made from."""
     stated = _stated_pet()
     ship = _ship_module()
-    bleu = ship.slice_bleu(SHIPPED_PET, int(stated["slice"].split()[1]), str(tmp_path), SHIPPED, plugin=True)
+    bleu = ship.slice_bleu(SHIPPED_PET, int(stated["slice"].split()[1]), slice_dir, SHIPPED, plugin=True)
     assert abs(bleu - stated["shipped_bleu"]) <= 0.05, (bleu, stated)
     assert abs(stated["shipped_bleu"] - stated["input_bleu"]) <= 0.05
 
