@@ -57,7 +57,7 @@ import time
 
 from benchlib import (ROOT, add_device_args, add_seed_arguments, add_teacher_arguments, aggregate, bleu_comparison,
                       check_device, default_out, Device, fc_flags, fmt, generate_hypotheses, invocation, logger,
-                      machine, multi30k_data_bin, multi30k_references, num, protocol_text, pyplot, run_jobs,
+                      machine, multi30k_data_bin, multi30k_references, num, plot_panels, protocol_text, run_jobs,
                       sacrebleu_of, seed_dir, seeds_of, seeds_text, selection_flags, significance_lines, stage,
                       validation_plan, write_json, write_text)
 from benchlib import run as run_logged
@@ -555,17 +555,14 @@ def write_apc_report(args, result):
                                                                     "pruning + FT or a word-KD student of its size (B)")
     write_json(args.out + ".json", result)  # whole files only: two --parts may finish together
     write_text(args.out + ".md", "\n".join(lines))
-    plot(args, result)
+    plot_apc(args, result)
     print("\n".join(lines))
 
 
-def plot(args, result):
+def plot_apc(args, result):
     """BLEU against non-embedding parameters of every measured model of every part (one teacher point: each part
     measures the same checkpoint)."""
-    plt = pyplot()
-    if plt is None:
-        return
-    series = {}  # label -> [(params, BLEU)]
+    series = {}  # label -> {(params, BLEU)}
     for part in ("sizes", "embed", "word-kd", "searched"):
         for r in result.get(part, {}).get("measure", {}).get("rows", []):
             name = r["name"]
@@ -577,20 +574,16 @@ def plot(args, result):
             series.setdefault(label, set()).add((r["non_embedding_params"] / 1e6, num(r["bleu_tok"])))
     if not series:
         return
-    markers = iter("*PoshxvD^<>")
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, pts in series.items():
-        pts = sorted(pts)
-        ax.plot([p for p, _ in pts], [b for _, b in pts], marker=next(markers, "o"),
-                linestyle="-" if len(pts) > 1 else "none", label=label)
     sentences = next(iter(result[p]["measure"]["rows"][0]["sentences"] for p in ("sizes", "embed", "word-kd")
                           if p in result))
-    ax.set_xlabel("non-embedding parameters (M)")
-    ax.set_ylabel(f"BLEU (tok), {sentences} test sentences")
-    ax.set_title(f"APC on the Multi30k teacher, {result['updates']} updates")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(args.out + "_bleu_vs_params.png", dpi=120)
+    markers = iter("*PoshxvD^<>")
+    lines = [dict(x=[p for p, _ in pts], y=[b for _, b in pts], marker=next(markers, "o"),
+                  linestyle="-" if len(pts) > 1 else "none", label=label)
+             for label, pts in ((label, sorted(pts)) for label, pts in series.items())]
+    plot_panels(args.out + "_bleu_vs_params.png", [dict(
+        series=lines, xlabel="non-embedding parameters (M)", ylabel=f"BLEU (tok), {sentences} test sentences",
+        title=f"APC on the Multi30k teacher, {result['updates']} updates", legend=dict(fontsize=7))],
+        command=result.get("command"), figsize=(7, 4.5))
 
 
 if __name__ == "__main__":

@@ -45,7 +45,8 @@ import os
 import statistics
 import sys
 
-from benchlib import ROOT, default_out, logger, provenance, provenance_text, rel, run, sha256_of, write_report
+from benchlib import (ROOT, default_out, logger, plot_panels, provenance, provenance_text, rel, run, sha256_of,
+                      write_report)
 from bench_ghost_costs import add_timing_arguments, forms_text, ghost_costs, costs_table, timed_rounds
 from glue_bench import first_glue_setup
 
@@ -487,25 +488,21 @@ def deploy_report(result):
     return "\n".join(lines)
 
 
-def plot(result):
-    def draw(plt, png):
-        fig, ax = plt.subplots(figsize=(7.5, 4.8))
-        metric = next(k for k in ("f1", "accuracy", "mcc", "pearson") if k in result["rows"][0]["runtimes"]["fairseq"]
-                      ["score"])
-        for row in result["rows"]:
-            points = sorted((result["speed"]["batch 32"][f"{row['name']}|{runtime}"], r["score"][metric], runtime)
-                            for runtime, r in row["runtimes"].items())
-            ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=row["name"])
-            for i, (x, y, runtime) in enumerate(points):
-                ax.annotate(runtime, (x, y), fontsize=7, xytext=(3, 4 if i % 2 else -10), textcoords="offset points")
-        ax.set_xscale("log")
-        ax.set_xlabel(f"sentences/s at batch 32 ({result['provenance']['threads']} thread, log scale)")
-        ax.set_ylabel(f"{result['task']} dev {metric}")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(png, dpi=120)
-    return draw
+def plot_deploy(result, png, plt=None):
+    """The dev score against sentences/s at batch 32, one line per model through its runtimes."""
+    metric = next(k for k in ("f1", "accuracy", "mcc", "pearson") if k in result["rows"][0]["runtimes"]["fairseq"]
+                  ["score"])
+    lines = []
+    for row in result["rows"]:
+        points = sorted((result["speed"]["batch 32"][f"{row['name']}|{runtime}"], r["score"][metric], runtime)
+                        for runtime, r in row["runtimes"].items())
+        lines.append(dict(x=[p[0] for p in points], y=[p[1] for p in points], style="o-", label=row["name"],
+                          notes=[p[2] for p in points], note_style=dict(fontsize=7),
+                          note_offset=[(3, 4 if i % 2 else -10) for i in range(len(points))]))
+    return plot_panels(png, [dict(
+        series=lines, xscale="log", ylabel=f"{result['task']} dev {metric}", grid=True, legend=dict(fontsize=8),
+        xlabel=f"sentences/s at batch 32 ({result['provenance']['threads']} thread, log scale)")],
+        command=result["provenance"]["command"], figsize=(7.5, 4.8), plt=plt)
 
 
 def get_parser():
@@ -547,7 +544,8 @@ def main(argv=None):
     else:
         os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
         result = measure_ghost_costs(args, out + ".json") if args.ghost_costs_only else measure_deployments(args)
-    written = write_report(out + ".md", deploy_report(result), out + ".json", result, plot(result), out + ".png")
+    written = write_report(out + ".md", deploy_report(result), out + ".json", result,
+                           lambda plt, png: plot_deploy(result, png, plt), out + ".png")
     log(f"wrote {', '.join(written)}")
 
 

@@ -87,10 +87,9 @@ import sys
 from benchlib import (ROOT, add_device_args, add_seed_arguments, add_teacher_arguments, bleu_comparison, check_device,
                       default_out, Device, difference, fairseq_bleu, fairseq_train_seconds, fc_flags, fmt,
                       generate_hypotheses, glue_comparison, is_summary, load_parts, logger, minutes_text,
-                      multi30k_data_bin, multi30k_references, num, over_seeds, protocol_text, provenance, rel, run_jobs,
-                      seed_dir, seeds_of, seeds_text, selection_flags, sha256_of, significance_lines, stage,
-                      validation_plan, validation_updates, write_json)
-from benchlib import write_report as write_files
+                      multi30k_data_bin, multi30k_references, num, over_seeds, plot_panels, protocol_text, provenance,
+                      rel, run_jobs, seed_dir, seeds_of, seeds_text, selection_flags, sha256_of, significance_lines,
+                      stage, validation_plan, validation_updates, write_json, write_report)
 from glue_bench import (glue_scores, glue_setup, glue_train_flags, measure_costs, predictions_path, read_labels,
                         teacher_record)
 
@@ -562,15 +561,14 @@ def write_ghost_report(data, out):
               "", "| setting | parameters | FLOPs at length 128 |", "| --- | --- | --- |"]
     lines += [f"| {r['setting']} | {r['params']:,} | {r['flops_128'] / 1e6:.1f}M |" for r in costs]
     lines += ["", PAPER, ""]
-    write_files(out + ".md", "\n".join(lines), plot=lambda plt, png: plot(plt, parts, png), png_path=out + ".png")
+    write_report(out + ".md", "\n".join(lines), plot=(lambda plt, png: plot_ghost(parts, png, plt)) if parts else None,
+                 png_path=out + ".png")
 
 
-def plot(plt, parts, png):
+def plot_ghost(parts, png, plt=None):
     """Score against encoder FLOPs, one panel per part (a mean over seeds where a part has seeds)."""
-    if not parts:
-        return False
-    fig, axes = plt.subplots(1, len(parts), figsize=(6 * len(parts), 4), squeeze=False)
-    for ax, (name, part) in zip(axes[0], parts):
+    panels, main = [], ("teacher", "teacher-ce", "pruned", "ghost")
+    for name, part in parts:
         if name == "translation":
             score, ylabel, title = (lambda r: num(r["bleu"])), "BLEU4 (test, beam 5)", "Multi30k DE->EN"
         else:
@@ -578,27 +576,21 @@ def plot(plt, parts, png):
             heads = int(part["rows"][0]["m"].split("/")[0])
             score, ylabel = (lambda r, metric=metric: num(r["scores"][metric])), f"dev {METRIC_NAMES[metric]}"
             title = f"GLUE {name} (MiniLM-L6 teacher {part['teacher']['run']}; m = {heads}/{heads}: unpruned)"
-        main = ("teacher", "teacher-ce", "pruned", "ghost")
+        lines = []
         for variant, marker in zip(main, ("*", "P", "o", "s")):
             rows = sorted((r for r in part["rows"] if r["variant"] == variant), key=lambda r: r["encoder_flops_128"])
             if rows:
-                ax.plot([r["encoder_flops_128"] / 1e6 for r in rows], [score(r) for r in rows], marker=marker, ls="-",
-                        label=LABELS[variant])
-            for r in rows:
-                ax.annotate(f"m={r['m']}", (r["encoder_flops_128"] / 1e6, score(r)), textcoords="offset points",
-                            xytext=(4, -10 if variant == "pruned" else 4), fontsize=8)
-        for r in part["rows"]:
-            if r["variant"] not in main:  # ablations: single points
-                ax.plot([r["encoder_flops_128"] / 1e6], [score(r)], marker="x", ls="", color="grey")
-                ax.annotate(f"{r['variant']} m={r['m']}", (r["encoder_flops_128"] / 1e6, score(r)),
-                            textcoords="offset points", xytext=(4, -4), fontsize=7, color="grey")
-        ax.set_xlabel("encoder FLOPs at length 128 (M)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
+                lines.append(dict(x=[r["encoder_flops_128"] / 1e6 for r in rows], y=[score(r) for r in rows],
+                                  marker=marker, ls="-", label=LABELS[variant], notes=[f"m={r['m']}" for r in rows],
+                                  note_offset=(4, -10 if variant == "pruned" else 4), note_style=dict(fontsize=8)))
+        lines += [dict(x=[r["encoder_flops_128"] / 1e6], y=[score(r)], marker="x", ls="", color="grey",
+                       notes=[f"{r['variant']} m={r['m']}"], note_offset=(4, -4),
+                       note_style=dict(fontsize=7, color="grey"))
+                  for r in part["rows"] if r["variant"] not in main]  # ablations: single points
+        panels.append(dict(series=lines, xlabel="encoder FLOPs at length 128 (M)", ylabel=ylabel, title=title,
+                           legend=dict(fontsize=8)))
+    command = " ; ".join(dict.fromkeys(part["command"] for _, part in parts if part.get("command")))
+    return plot_panels(png, panels, command=command or None, figsize=(6 * len(panels), 4), plt=plt)
 
 
 def translation_only(data):

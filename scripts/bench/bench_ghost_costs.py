@@ -40,7 +40,7 @@ import statistics
 import sys
 import time
 
-from benchlib import ROOT, Device, default_out, logger, provenance, provenance_text, write_report
+from benchlib import ROOT, default_out, Device, logger, plot_panels, provenance, provenance_text, write_report
 
 log = logger("bench_ghost_costs")
 VARIANTS = (("pruned", "none"), ("ghost", "o,ffn2"))  # variant, ghost_prune's --ghost-positions
@@ -367,25 +367,22 @@ def costs_report(result):
     return "\n".join(lines)
 
 
-def plot(result):
-    def draw(plt, png):
-        panels = result["costs"]
-        fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.4), squeeze=False)
-        for ax, costs in zip(axes[0], panels):
-            ms = [row["m"] for row in costs["rows"]]
-            for shape, label, style in (("batch", f"{costs['time_batch']} x 128", "-"), ("single", "1 x 128", "--")):
-                for name, key in FORMS:
-                    ax.plot(ms, [row[f"{shape}: {key}"]["median"] for row in costs["rows"]], "o" + style,
-                            label=f"{name}, {label}")
-            ax.axhline(1.10, color="grey", lw=0.8, ls=":", label="goal 1.10")
-            ax.set_xlabel("m (heads and FFN width kept, of 12)")
-            ax.set_ylabel("GhostBERT time / pruned-only time")
-            ax.set_title(f"{costs['device'].split(' (')[0]}, {costs['dtype']}", fontsize=9)
-            ax.legend(fontsize=7)
-            ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(png, dpi=120)
-    return draw
+def plot_costs(result, png, plt=None):
+    """GhostBERT's time over pruned-only's against m, batch and single shapes, one panel per cost table."""
+    panels = []
+    for costs in result["costs"]:
+        ms = [row["m"] for row in costs["rows"]]
+        lines = [dict(x=ms, y=[row[f"{shape}: {key}"]["median"] for row in costs["rows"]], style="o" + style,
+                      label=f"{name}, {label}")
+                 for shape, label, style in (("batch", f"{costs['time_batch']} x 128", "-"),
+                                             ("single", "1 x 128", "--"))
+                 for name, key in FORMS]
+        panels.append(dict(series=lines, hlines=[dict(y=1.10, color="grey", lw=0.8, ls=":", label="goal 1.10")],
+                           xlabel="m (heads and FFN width kept, of 12)", ylabel="GhostBERT time / pruned-only time",
+                           title=f"{costs['device'].split(' (')[0]}, {costs['dtype']}", title_size=9, grid=True,
+                           legend=dict(fontsize=7)))
+    return plot_panels(png, panels, command=result["provenance"]["command"], figsize=(6.5 * len(panels), 4.4),
+                       plt=plt)
 
 
 # ---- the command ---------------------------------------------------------------------------------------------
@@ -439,7 +436,9 @@ def main(argv=None):
     if args.report_only:
         with open(out + ".json") as f:
             result = json.load(f)
-        log(f"wrote {', '.join(write_report(out + '.md', costs_report(result), None, None, plot(result), out + '.png'))}")
+        written = write_report(out + ".md", costs_report(result), None, None,
+                               lambda plt, png: plot_costs(result, png, plt), out + ".png")
+        log(f"wrote {', '.join(written)}")
         return
     import torch
 
@@ -474,7 +473,8 @@ def main(argv=None):
         costs.append(ghost_costs(argparse.Namespace(**{**vars(args), "dtype": dtype}), setup, args.work, args.shapes))
     result = {"provenance": provenance("bench_ghost_costs.py", args.argv, args.threads, [args.seed]),
               "task": args.glue_task, "costs": costs, "load": [list(start), list(os.getloadavg())]}
-    written = write_report(out + ".md", costs_report(result), out + ".json", result, plot(result), out + ".png")
+    written = write_report(out + ".md", costs_report(result), out + ".json", result,
+                           lambda plt, png: plot_costs(result, png, plt), out + ".png")
     log(f"wrote {', '.join(written)}")
 
 

@@ -52,7 +52,7 @@ import subprocess
 import sys
 import time
 
-from benchlib import ROOT, environment, invocation, logger, machine, pyplot, sha256_of, write_json, write_text
+from benchlib import ROOT, environment, invocation, logger, machine, plot_panels, sha256_of, write_json, write_text
 
 log = logger("bench_serving")
 
@@ -276,42 +276,36 @@ def server_side(metrics_text):
     return out
 
 
-def plot(result, path):
-    plt = pyplot()
-    if plt is None:
-        return
-    fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
-    colours = {}
+def plot_serving(result, path):
+    """Offered and answered examples/s, the mean k and the p95 latency over the trace, the first repeat of each
+    policy, the burst's edges marked."""
+    def missing(v):
+        return v if v is not None else math.nan
+
     first = next(iter(result["policies"].values()))
     t = [row["t"] for row in first["series"]]
-    axes[0].step(t, [row["offered"] for row in first["series"]], where="post", color="black", lw=2,
-                 label="offered")
-    for name, run in result["policies"].items():
-        if run["repeat"] != 1:  # the first repeat of each policy (the others are in the tables)
-            continue
-        line = axes[0].step(t, [row["answered"] for row in run["series"]], where="post", label=f"answered, {name}")
-        colours[name] = line[0].get_color()
-        axes[1].step(t, [row["mean_k"] if row["mean_k"] is not None else math.nan for row in run["series"]],
-                     where="post", color=colours[name], label=name)
-        axes[2].plot([row["t"] + 0.5 for row in run["series"]],
-                     [row["p95_ms"] if row["p95_ms"] is not None else math.nan for row in run["series"]],
-                     marker=".", color=colours[name], label=name)
-    axes[2].axhline(result["target_p95_ms"], color="black", ls="--", lw=1, label="target p95")
-    axes[0].set_ylabel("examples / s")
-    axes[1].set_ylabel("mean k of answered examples")
-    axes[2].set_ylabel("p95 request latency per second (ms)")
-    axes[2].set_yscale("log")
-    axes[2].set_xlabel("seconds into the trace (by scheduled send time)")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper right")
-        for edge in result["burst_window"]:
-            ax.axvline(edge, color="grey", lw=0.8, ls=":")
-    fig.suptitle(f"fc-serve, {result['task']}: idle, burst at {result['burst_factor']:g}x the backbone's "
-                 "throughput, idle")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    edges = [dict(x=edge, color="grey", lw=0.8, ls=":") for edge in result["burst_window"]]
+    answered = [dict(x=t, y=[row["offered"] for row in first["series"]], kind="step", where="post", color="black",
+                     lw=2, label="offered")]
+    ks, p95 = [], []
+    runs = [(name, run) for name, run in result["policies"].items() if run["repeat"] == 1]  # the others: the tables
+    for i, (name, run) in enumerate(runs):
+        colour = f"C{i}"
+        answered.append(dict(x=t, y=[row["answered"] for row in run["series"]], kind="step", where="post",
+                             color=colour, label=f"answered, {name}"))
+        ks.append(dict(x=t, y=[missing(row["mean_k"]) for row in run["series"]], kind="step", where="post",
+                       color=colour, label=name))
+        p95.append(dict(x=[row["t"] + 0.5 for row in run["series"]], marker=".", color=colour, label=name,
+                        y=[missing(row["p95_ms"]) for row in run["series"]]))
+    legend = dict(fontsize=8, loc="upper right")
+    panels = [dict(series=answered, ylabel="examples / s", vlines=edges, grid=True, legend=legend),
+              dict(series=ks, ylabel="mean k of answered examples", vlines=edges, grid=True, legend=legend),
+              dict(series=p95, ylabel="p95 request latency per second (ms)", yscale="log", vlines=edges, grid=True,
+                   legend=legend, xlabel="seconds into the trace (by scheduled send time)",
+                   hlines=[dict(y=result["target_p95_ms"], color="black", ls="--", lw=1, label="target p95")])]
+    plot_panels(path, panels, command=result["command"], shape=(3, 1), figsize=(9, 9), dpi=110, sharex=True,
+                title=f"fc-serve, {result['task']}: idle, burst at {result['burst_factor']:g}x the backbone's "
+                      "throughput, idle")
 
 
 # ---- the report ----------------------------------------------------------------------------------------------------
@@ -601,7 +595,7 @@ def main(argv=None):
         with open(stem + ".json", encoding="utf-8") as f:
             result = json.load(f)
         result["verdict"] = serving_verdict(result)
-        plot(result, stem + ".png")
+        plot_serving(result, stem + ".png")
         write_serving_report(result, stem + ".md", os.path.basename(stem + ".png"))
         log(f"rewrote {stem}.md and .png from {stem}.json")
         return
@@ -750,7 +744,7 @@ def main(argv=None):
     result["load_after"] = loadavg()
     result["verdict"] = serving_verdict(result)
     png = stem + ".png"
-    plot(result, png)
+    plot_serving(result, png)
     with open(os.path.join(work, "records.json"), "w") as f:  # every request, for whoever wants to look again
         json.dump({name: run["records"] for name, run in result["policies"].items()}, f)
     slim = json.loads(json.dumps(result))

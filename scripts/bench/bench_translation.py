@@ -48,7 +48,7 @@ from benchlib import (ROOT, add_device_args, add_seed_arguments, bleu_comparison
                       format_seeds, generate_hypotheses, invocation, multi30k_data_bin, protocol_text, sacrebleu_of,
                       seed_dir, seed_summary, seeds_of, significance_lines, validation_plan, write_json)
 from translation_students import (PAPER, PAPER_ABLATION, PAPER_TEACHER_BLEU, REFERENCE_TEACHER, measured_already,
-                                  method_of, methods, plot, run_stages, warmup_table)
+                                  method_of, methods, plot_students, run_stages, warmup_table)
 
 
 def seed_of(run):
@@ -348,7 +348,7 @@ def write_table(measured, out, grid, args, command):
     if unknown:
         raise SystemExit(f"{args.raw_json}: runs of unknown methods {unknown}")
     summary, stats, teacher = summarise(measured["rows"], grid, args, command)
-    plots = plot(stats, teacher, os.path.splitext(out)[0])
+    plots = plot_students(stats, teacher, os.path.splitext(out)[0], command=command)
     if plots:
         summary += "\nPlots (cf. PET Fig 5): " + ", ".join(f"`{os.path.basename(p)}`" for p in plots) + "\n"
     with open(out, "w") as f:

@@ -69,9 +69,9 @@ import time
 from benchlib import (ROOT, SHARED, add_device_args, add_seed_arguments, add_teacher_arguments, bleu_comparison,
                       check_device, default_out, Device, difference, fairseq_train_seconds, fc_flags, fmt,
                       glue_comparison, hypotheses_from_generate, load_parts, logger, minutes_text, multi30k_data_bin,
-                      multi30k_references, num, over_seeds, protocol_text, rel, run, run_jobs, seed_dir, seeds_of,
-                      seeds_text, selection_flags, sha256_of, shared_path, significance_lines, stage, validation_plan,
-                      validation_updates, write_json, write_text)
+                      multi30k_references, num, over_seeds, plot_panels, protocol_text, rel, run, run_jobs, seed_dir,
+                      seeds_of, seeds_text, selection_flags, sha256_of, shared_path, significance_lines, stage,
+                      validation_plan, validation_updates, write_json, write_text)
 from benchlib import machine as machine_text
 from glue_bench import glue_scores, predictions_path, read_labels, teacher_record
 
@@ -685,40 +685,31 @@ def glue_seeds_section(parts):
     return lines + significance_lines(comparisons, "Each plugin (A) against its teacher without plugins (B), dev")
 
 
-def plot(data, png):
-    try:
-        import logging
-        import matplotlib
-        logging.getLogger("matplotlib").setLevel(logging.WARNING)
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib missing: no plot")
-        return
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+def plot_variator(data, png):
+    """The score against encoder FLOPs (% of the backbone) over k: the translation part, then the GLUE parts."""
+    translation, glue = {"series": []}, {"series": []}
     t = data.get("translation")
     if t:
         by_k = {int(r["ratio"]): r for r in t["cost"]["rows"]}
         ks = t["settings"]["ratios"]
-        xs = [100.0] + [100 - by_k[k]["encoder_flops_saved_percent"] for k in ks]
-        ys = [t["rows"]["teacher"]["bleu"]] + [num(t["rows"][f"k{k}"]["bleu"]) for k in ks]
-        axes[0].plot(xs, ys, "o-")
-        for x, y, label in zip(xs, ys, ["none"] + [f"k={k}" for k in ks]):
-            axes[0].annotate(label, (x, y))
-        axes[0].set(xlabel="encoder FLOPs (% of the backbone)", ylabel="BLEU", title="Multi30k DE->EN")
+        translation = dict(series=[dict(
+            x=[100.0] + [100 - by_k[k]["encoder_flops_saved_percent"] for k in ks], style="o-",
+            y=[t["rows"]["teacher"]["bleu"]] + [num(t["rows"][f"k{k}"]["bleu"]) for k in ks],
+            notes=["none"] + [f"k={k}" for k in ks])],
+            xlabel="encoder FLOPs (% of the backbone)", ylabel="BLEU", title="Multi30k DE->EN")
     for task, p in (data.get("glue") or {}).items():
         by_k = {int(r["ratio"]): r for r in p["cost"]["rows"]}
         metric = GLUE_TASKS[task][0]
         ks = sorted(int(k) for k in p["results"] if int(k))
-        xs = [100.0] + [100 - by_k[k]["encoder_flops_saved_percent"] for k in ks]
-        ys = [p["results"]["0"]["scores"][metric]] + [num(p["results"][str(k)]["scores"][metric]) for k in ks]
-        axes[1].plot(xs, ys, "o-", label=f"{task} ({metric}; teacher {p['teacher']['run']})")
+        glue["series"].append(dict(
+            x=[100.0] + [100 - by_k[k]["encoder_flops_saved_percent"] for k in ks], style="o-",
+            y=[p["results"]["0"]["scores"][metric]] + [num(p["results"][str(k)]["scores"][metric]) for k in ks],
+            label=f"{task} ({metric}; teacher {p['teacher']['run']})"))
     if data.get("glue"):
-        axes[1].set(xlabel="encoder FLOPs (% of the backbone)", ylabel="dev score", title="GLUE (MiniLM-L6)")
-        axes[1].legend()
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
+        glue.update(xlabel="encoder FLOPs (% of the backbone)", ylabel="dev score", title="GLUE (MiniLM-L6)", legend={})
+    command = " ; ".join(dict.fromkeys(part["command"] for part in [t, *(data.get("glue") or {}).values()]
+                                       if part and part.get("command")))
+    plot_panels(png, [translation, glue], command=command or None, figsize=(10, 4))
 
 
 def build_parser():
@@ -798,7 +789,7 @@ def main(argv=None):
     data = merge_parts(existing, translation_part, glue_parts)
     write_json(json_path, data)
     print(variator_report(data, args.out))
-    plot(data, os.path.splitext(args.out)[0] + "_score_vs_flops.png")
+    plot_variator(data, os.path.splitext(args.out)[0] + "_score_vs_flops.png")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import re
 import shlex
 import sys
 
+from benchlib import plot_panels
+
 VALID = re.compile(r"\| valid \| epoch \d+ \| valid on 'valid' subset .*?\| nll_loss ([0-9.]+) .*?\| num_updates (\d+)")
 
 
@@ -47,25 +49,12 @@ def curves_table(curves):
     return lines
 
 
-def plot(curves, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("[curves] matplotlib is not installed: no plot (pip install -e '.[plot]')", file=sys.stderr)
-        return None
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, curve in curves.items():
-        ax.plot(list(curve), list(curve.values()), marker="o", markersize=3, label=label)
-    ax.set_xlabel("training updates (all stages)")
-    ax.set_ylabel("validation NLL (bits/token, fairseq's nll_loss)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+def plot_curves(curves, path, command=None):
+    """Every run's validation NLL against its training updates; returns the PNG's path (None: no matplotlib)."""
+    lines = [dict(x=list(curve), y=list(curve.values()), marker="o", markersize=3, label=label)
+             for label, curve in curves.items()]
+    return plot_panels(path, [dict(series=lines, xlabel="training updates (all stages)", grid=True, legend={},
+                                   ylabel="validation NLL (bits/token, fairseq's nll_loss)")], command=command)
 
 
 def main(argv=None):
@@ -86,7 +75,7 @@ def main(argv=None):
         f" --{flag} {shlex.quote(value)}" for flag, value in (("title", args.title), ("note", args.note))
         if value and value != p.get_default(flag))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    png = plot(curves, os.path.splitext(args.out)[0] + ".png")
+    png = plot_curves(curves, os.path.splitext(args.out)[0] + ".png", command + f" --out {args.out}")
     lines = [f"# {args.title}", ""] + ([args.note, ""] if args.note else []) + curves_table(curves) + [
         "", "Logs: " + "; ".join(f"{label}: `{log}` (+{offset} updates)" for label, log, offset in args.run) + ".",
         "", "Command:", "```", command + f" --out {args.out}", "```"]

@@ -229,7 +229,8 @@ def main(argv=None):
     by_method, tables = merge(args.tables)
     text, stats, teacher = merged_summary(by_method, tables, command)
     prefix = os.path.splitext(args.out)[0]
-    plots = students.plot(stats, teacher, prefix, speed_label="speed-up over the teacher (beam 5, CPU, same run)")
+    plots = students.plot_students(stats, teacher, prefix, command=command,
+                                   speed_label="speed-up over the teacher (beam 5, CPU, same run)")
     if plots:
         text += "\nPlots (cf. PET Fig 5): " + ", ".join(f"`{os.path.basename(p)}`" for p in plots) + "\n"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

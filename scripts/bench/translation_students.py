@@ -5,11 +5,10 @@ BLEU plots (PET Fig 5). Used by bench_translation.py, bench_iwslt14.py, merge_tr
 pet_report.py (each imports it as a module; no script loads another script).
 """
 import json
-import logging
 import os
-import sys
 
-from benchlib import ROOT, SHIPPED_TEACHER, Device, fairseq_train_seconds, selection_flags, stage, validation_updates
+from benchlib import (ROOT, SHIPPED_TEACHER, Device, fairseq_train_seconds, plot_panels, selection_flags, stage,
+                      validation_updates)
 
 REFERENCE_TEACHER = SHIPPED_TEACHER  # the reference teacher as it ships (checkpoints/multi30k.de-en)
 
@@ -194,45 +193,31 @@ def dodged(stats, key, gap):
     return heights
 
 
-def plot(stats, teacher, out_prefix, speed_label="sentences / s (beam 5, CPU)"):
+def plot_students(stats, teacher, out_prefix, speed_label="sentences / s (beam 5, CPU)", command=None):
     """PET Fig 5 at our scale: BLEU vs compression rate, and BLEU vs sentences/s, one point per method
-    (``stats[m]["speed"]`` in the unit ``speed_label`` names, the teacher's in ``teacher["sentences_per_s"]``)."""
-    try:
-        import matplotlib
-        logging.getLogger("matplotlib").setLevel(logging.WARNING)
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.transforms import offset_copy
-    except ImportError:
-        print("[bench] matplotlib is not installed: no plots (pip install -e '.[plot]')", file=sys.stderr)
-        return []
+    (``stats[m]["speed"]`` in the unit ``speed_label`` names, the teacher's in ``teacher["sentences_per_s"]``);
+    returns the PNGs written."""
     written = []
     for key, label, fname in (("compression", "non-embedding parameters, % of the teacher", "bleu_vs_compression"),
                               ("speed", speed_label, "bleu_vs_speed")):
-        fig, ax = plt.subplots(figsize=(5.5, 4))
         ys = [st["bleu"][0] for st in stats.values()] + [teacher["bleu_tok"]]
         label_y = dodged(stats, key, gap=0.045 * (max(ys) - min(ys) or 1.0))
-        for method, st in stats.items():
-            x = st[key]
-            ax.errorbar([x], [st["bleu"][0]], yerr=[st["bleu"][1]], fmt="o", capsize=3)
-            # the label 5 points right of its point, at its dodged height (data units)
-            ax.annotate(method, (x, st["bleu"][0]), xytext=(x, label_y[method]), fontsize=7, va="center",
-                        textcoords=offset_copy(ax.transData, fig=fig, x=5, y=0, units="points"))
+        # each label 5 points right of its point, at its dodged height (data units)
+        points = [dict(x=[st[key]], y=[st["bleu"][0]], yerr=[st["bleu"][1]], kind="errorbar", fmt="o", capsize=3,
+                       notes=[method], note_y=[label_y[method]], note_offset=(5, 0), note_style=dict(fontsize=7))
+                  for method, st in stats.items()]
+        panel = dict(series=points, xlabel=label, ylabel="BLEU (test_2016_flickr)", title_size=9,
+                     title="Multi30k DE->EN, " + ("size" if key == "compression" else "speed") + " (cf. PET Fig 5)")
         if key == "speed":
-            ax.axhline(teacher["bleu_tok"], ls="--", c="grey", lw=0.8)
-            ax.plot([teacher["sentences_per_s"]], [teacher["bleu_tok"]], "k*", ms=10)
-            ax.annotate("teacher", (teacher["sentences_per_s"], teacher["bleu_tok"]), textcoords="offset points",
-                        xytext=(4, -10), fontsize=7)
+            panel["hlines"] = [dict(y=teacher["bleu_tok"], ls="--", c="grey", lw=0.8)]
+            points.append(dict(x=[teacher["sentences_per_s"]], y=[teacher["bleu_tok"]], style="k*", ms=10,
+                               notes=["teacher"], note_offset=(4, -10), note_style=dict(fontsize=7)))
         else:
-            ax.axhline(teacher["bleu_tok"], ls="--", c="grey", lw=0.8, label="teacher")
-            ax.legend(fontsize=7)
-        ax.set_xlabel(label)
-        ax.set_ylabel("BLEU (test_2016_flickr)")
-        ax.set_title("Multi30k DE->EN, " + ("size" if key == "compression" else "speed") + " (cf. PET Fig 5)", fontsize=9)
-        fig.tight_layout()
-        path = f"{out_prefix}_{fname}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
+            panel["hlines"] = [dict(y=teacher["bleu_tok"], ls="--", c="grey", lw=0.8, label="teacher")]
+            panel["legend"] = dict(fontsize=7)
+        path = plot_panels(f"{out_prefix}_{fname}.png", [panel], command=command, figsize=(5.5, 4))
+        if path is None:
+            return []
         written.append(path)
     return written
 
