@@ -227,3 +227,43 @@ def test_a_timed_command_runs_alone_among_the_jobs():
     assert order[end - 1] == ("start", "timed") and start > max(order.index(("end", "a")), order.index(("end", "b")))
     assert order.index(("start", "c")) > end
     assert [r for r in benchlib.run_jobs(lambda x: x * x, [1, 2, 3], 2)] == [1, 4, 9]
+
+
+def test_no_function_name_is_defined_in_two_scripts():
+    """Issue 46: what two drivers share lives once, in benchlib; a driver's own function is named after what it
+    does (costs_table, serving_verdict, plot_ghost), so no top-level function name is defined in two files of
+    scripts/ -- the entry points main, get_parser and cli_main excepted."""
+    import ast
+    import collections
+
+    defined = collections.defaultdict(list)
+    for path in sorted(glob.glob(os.path.join(REPO, "scripts", "**", "*.py"), recursive=True)):
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defined[node.name].append(os.path.relpath(path, REPO))
+    twice = {name: files for name, files in defined.items()
+             if len(files) > 1 and name not in ("main", "get_parser", "cli_main")}
+    assert not twice, f"defined in more than one script (move it to benchlib, or name it after its job): {twice}"
+
+
+def test_one_plot_helper_draws_every_drivers_panels_with_the_command(tmp_path):
+    """benchlib.plot_panels: panels of series (lines, steps, error bars) with their point labels and reference
+    lines, the command line that made the plot in the PNG's Description; no panel, no file."""
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    panels = [dict(series=[dict(x=[1, 2, 3], y=[30.0, 31.5, 32.0], style="o-", label="a", notes=["k=1", "k=2", "k=3"],
+                                note_offset=(4, 4), note_style=dict(fontsize=7)),
+                           dict(x=[2.5], y=[29.0], yerr=[0.5], kind="errorbar", fmt="o", notes=["b"], note_y=[29.2],
+                                note_offset=(5, 0))],
+                   hlines=[dict(y=31.0, ls="--", label="teacher")], xscale="log", xlabel="cost", ylabel="BLEU",
+                   title="metric against cost", grid=True, legend=dict(fontsize=7)),
+              dict(series=[dict(x=[0, 1, 2], y=[1, 3, 2], kind="step", where="post", label="answered")],
+                   vlines=[dict(x=1, ls=":")], legend={})]
+    png = str(tmp_path / "plot.png")
+    assert benchlib.plot_panels(png, panels, command="python scripts/bench/x.py --out y", shape=(2, 1)) == png
+    image = Image.open(png)
+    assert image.info["Description"] == "python scripts/bench/x.py --out y" and image.size == (720, 960)  # 6x8 in
+    assert benchlib.plot_panels(str(tmp_path / "none.png"), []) is None and not os.path.exists(tmp_path / "none.png")
