@@ -19,7 +19,7 @@ the formula above. The target activation is detached. Validation reports the CE 
 Precision: float32 and bfloat16 (``fc-train-bf16 ... --bf16``) train; ``--fp16`` is refused at the first
 update: at beta = 1e5 the reconstruction gradients summed over a batch's tokens leave float16's range at every
 loss scale fairseq's scaler allows (on an H100 the scaler fell from 128 to --min-loss-scale 1e-4 in 20 skipped
-updates, results/gpu_check_apc_fp16_overflow.md). ``--amp`` is refused the same way, by what the forward runs
+updates, results/archive/gpu_check_apc_fp16_overflow.md). ``--amp`` is refused the same way, by what the forward runs
 in rather than the parameters' dtype: its parameters stay float32, but fairseq's train_step runs the criterion
 under float16 autocast, so the FFNs' matrix products, and the backward through them that carries the
 reconstruction gradients to every layer below, are float16 as with --fp16 (computing the norm itself in float32,
@@ -99,7 +99,7 @@ class APCActivationKDCriterion(LabelSmoothedCrossEntropyCriterion):
                     f"or float16 autocast): the reconstruction term "
                     f"(beta = {self.beta:g}, eq. 4) has gradients about beta times the cross-entropy's, which overflow "
                     f"float16 at every loss scale down to fairseq's --min-loss-scale (measured with --fp16 on an H100: "
-                    f"results/gpu_check_apc_fp16_overflow.md); train in bfloat16 (fc-train-bf16 ... --bf16) or "
+                    f"results/archive/gpu_check_apc_fp16_overflow.md); train in bfloat16 (fc-train-bf16 ... --bf16) or "
                     f"float32, or lower --apc-beta")
             if not model.apc_layers():
                 raise ValueError("--criterion apc_activation_kd reconstructs the activations of compressed FFNs "
