@@ -453,7 +453,7 @@ def test_merged_benchmark_table_averages_runs_of_several_tables_and_refuses_tabl
     b = table("b", [("pet-s2", 23.0, 483_072, 90.0), ("pet-s3", 22.0, 483_072, 60.0),
                     ("pet-nowarmup-s1", 25.0, 483_072, 60.0)], teacher_speed=30.0)
     by_method, tables = merge.merge([a, b])
-    text, stats, _ = merge.summarise(by_method, tables, "python scripts/bench/merge_translation_tables.py a b")
+    text, stats, _ = merge.merged_summary(by_method, tables, "python scripts/bench/merge_translation_tables.py a b")
     pet = next(line for line in text.splitlines() if line.startswith("| pet |"))
     # BLEU over the three runs; speed-up (2x, 3x, 2x) averaged, never the raw sent/s of two measurements
     assert pet.startswith("| pet | 3 | 22.00 +- 1.00 |") and "| 2.33x |" in pet and "`a.md`, `b.md`" in pet
@@ -495,7 +495,7 @@ def test_the_committed_translation_table_is_what_its_merge_command_writes(tmp_pa
     regenerated = (tmp_path / "translation.md").read_text()
 
     def body(text):  # the date and the plots' names are the only lines allowed to differ
-        return [line for line in text.splitlines() if not line.startswith(("Date:", "Plots", "python scripts/merge"))]
+        return [line for line in text.splitlines() if not line.startswith(("Date:", "Plots", "python scripts/bench/merge"))]
 
     assert body(regenerated) == body(committed)
 

@@ -255,7 +255,7 @@ def test_benchmark_trace_is_seeded_and_its_summary_counts_sentences_requests_and
             {"at": 13.0, "lag": 0.0, "indices": [0, 1], "status": 503, "latency": 0.01}]
     ref = [dict(mine[0], labels=["1", "0"]), dict(mine[1], status=503), dict(mine[2], status=200, ks=[0, 0],
                                                                              labels=["1", "0"])]
-    s = bench.summarise(mine, gold, (10, 15), duration=20.0, reference=ref)
+    s = bench.serving_summary(mine, gold, (10, 15), duration=20.0, reference=ref)
     assert (s["answered"], s["refused"], s["failed"], s["examples_answered"]) == (2, 1, 0, 4)
     assert s["accuracy"] == 75.0 and s["k_share"] == {"0": 0.5, "4": 0.5} and s["throughput"] == 0.2
     assert s["burst_answered"] == 1 and s["burst_p95_ms"] == pytest.approx(500)

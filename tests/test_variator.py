@@ -651,11 +651,11 @@ def test_rerunning_one_task_replaces_its_rows_only_and_every_row_names_its_teach
                          "RTE": _glue_part(bench, "lr5e-5", 5e-5, 60.29, 1.5)}}
     snapshot = json.loads(json.dumps(existing))
     new_rte = _glue_part(bench, "lr5e-5-fixed", 5e-5, 63.18, 2.2)  # 2.2x > its FLOP bound 2.0x
-    merged = bench.merge(existing, None, {"RTE": new_rte})
+    merged = bench.merge_parts(existing, None, {"RTE": new_rte})
     assert merged["glue"]["SST-2"] == snapshot["glue"]["SST-2"] and merged["translation"] == {"kept": True}
     assert merged["glue"]["RTE"] is new_rte and list(merged["glue"]) == ["SST-2", "RTE"]
     merged["translation"] = None
-    table = bench.write_report(merged, str(tmp_path / "t.md"))
+    table = bench.variator_report(merged, str(tmp_path / "t.md"))
     rows = [line for line in table.splitlines() if line.startswith("| SST-2 |") or line.startswith("| RTE |")]
     assert len(rows) == 4
     for line in rows:
@@ -672,7 +672,7 @@ def test_committed_variator_tables_are_what_the_script_writes_from_their_json(be
     a teacher is not results/glue.md's current one depends on that file, and is left out of the comparison)."""
     from conftest import REPO
     data = json.load(open(os.path.join(REPO, "results", f"{name}.json")))
-    written = bench.write_report(data, str(tmp_path / f"{name}.md"))
+    written = bench.variator_report(data, str(tmp_path / f"{name}.md"))
     committed = open(os.path.join(REPO, "results", f"{name}.md")).read()
 
     def stable(text):

@@ -227,7 +227,6 @@ def serving_summary(records, gold, burst, duration, reference=None):
     return out
 
 
-summarise = serving_summary  # tests/test_serve.py's name for it
 
 
 def series(records, arrivals, per_request, duration, step=1.0):

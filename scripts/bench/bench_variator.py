@@ -463,7 +463,6 @@ def merge_parts(existing, translation_part, glue_parts):
     return merged
 
 
-merge = merge_parts  # tests/test_variator.py's name for it
 
 
 # ---- the table, from the JSON alone -----------------------------------------------------------------------
@@ -636,7 +635,6 @@ def variator_report(data, out):
     return "\n".join(lines)
 
 
-write_report = variator_report  # tests/test_variator.py's name for it
 
 
 def glue_part_keys(task, p):

@@ -209,7 +209,6 @@ def merged_summary(by_method, tables, command):
     return "\n".join(lines), stats, dict(teacher, sentences_per_s=1.0)
 
 
-summarise = merged_summary  # tests/test_baselines.py's name for it
 
 
 def get_parser():
