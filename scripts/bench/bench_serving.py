@@ -419,7 +419,7 @@ def write_serving_report(result, md_path, png_name):
           "One fc-serve process owns one model and one worker thread. More traffic is served by more replicas "
           "(one per core group or machine, each with its own --threads) behind an ordinary load balancer; each "
           "replica's adaptive policy reacts to its own queue, and a refused request (503 with Retry-After) can be "
-          "retried on another replica. See user_dir/tools/README.md, \"Serving Variator\".", ""]
+          "retried on another replica. See user_dir/serving/README.md.", ""]
     write_text(md_path, "\n".join(L) + "\n" + faults_section(md_path))
 
 

@@ -41,9 +41,9 @@ METHODS = [
     ("apc", "APC", "user_dir/apc/README.md"),
     ("glue", "GLUE teachers", "user_dir/bert/README.md"),
     ("teacher_", "Translation teachers", "scripts/README.md"),
-    ("deploy", "Deployment", "user_dir/tools/README.md"),
+    ("deploy", "Deployment", "user_dir/deploy/README.md"),
     ("gpu_check", "GPU check", "scripts/README.md"),
-    ("serving", "Serving Variator", "user_dir/tools/README.md"),
+    ("serving", "Serving Variator", "user_dir/serving/README.md"),
     ("methods_", "Which method? Every method side by side (scripts/bench/bench_methods.py)", "scripts/README.md"),
 ]
 # status and a few words on what the table is; only tables (.md): their JSON and plots share it
