@@ -272,7 +272,7 @@ def test_refusals_name_the_reason_and_leave_nothing(glue_models, tmp_path, monke
         (variant("mean", model__classification_pooling="mean"), r"mean-pooling head.*ONNX"),
         (variant("sep", task__separator_token=2), r"--separator-token 2: RoBERTa's pair layout"),
         (variant("variator", task___name="variator_sentence_prediction"), r"Variator.*--variator-backbone"),
-        (str(m["apc_init"]), r"\(APCLinear\): an APC model still holds.*apc_finalize"),
+        (str(m["apc_init"]), r"\(APCLinear\): an APC model still holds.*user_dir\.apc\.tools\.finalize"),
         (os.path.join(REPO, "checkpoints", "multi30k.de-en", "teacher.pt"), r"task translation.*fc-export"),
     ]
     for path, message in cases:
