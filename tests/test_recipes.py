@@ -3,7 +3,9 @@ of the embedded Multi30k, and on a tiny GLUE teacher -- resumable (a finished st
 other settings refused); the GPU reproductions are checked by a dry run whose every fairseq-train line must parse
 with fairseq's own parser.
 
-The SMOKE runs start together, two at a time (the machine's two cores), and each test reads its own run."""
+The SMOKE runs start together, two at a time (the machine's two cores), and each test reads its own run. pet.sh, and
+ghostbert.sh and apc.sh on GLUE, run inside scripts/bench/bench_methods.py's smoke runs and are checked on those
+(tests/test_bench_methods.py), with the GLUE GPU reproductions' dry runs that read their checkpoints."""
 import os
 import re
 import shlex
@@ -49,11 +51,10 @@ def score_line(run):
 
 @pytest.fixture(scope="module")
 def smoke(shipped_data, tmp_path_factory, request):  # noqa: F811
-    """Every CPU recipe on a SMOKE budget, two at a time: translation on the shipped teacher, and GLUE on the
-    tiny RTE teacher when the GLUE TSVs are present."""
+    """The CPU recipes on a SMOKE budget, two at a time: GhostBERT, APC and Variator on the shipped translation
+    teacher, and Variator (from a pre-trained plugin) on the tiny RTE teacher when the GLUE TSVs are present."""
     root = tmp_path_factory.mktemp("recipes")
     jobs = {
-        "pet": (os.path.join(RECIPES, "pet.sh"), {"DATA": shipped_data}),
         "ghostbert": (os.path.join(RECIPES, "ghostbert.sh"), {"DATA": shipped_data}),
         "apc": (os.path.join(RECIPES, "apc.sh"), {"DATA": shipped_data, "FINETUNE_UPDATES": 2}),
         "variator": (os.path.join(RECIPES, "variator.sh"), {"DATA": shipped_data, "BOTTLENECK": 16}),
@@ -65,8 +66,6 @@ def smoke(shipped_data, tmp_path_factory, request):  # noqa: F811
     if glue is not None:
         common = {"TEACHER": glue["teacher"], "DATA": glue["data"], "GLUE_TASK": "RTE"}
         jobs.update({
-            "ghostbert-glue": (os.path.join(RECIPES, "ghostbert.sh"), dict(common, WIDTH="2/4")),
-            "apc-glue": (os.path.join(RECIPES, "apc.sh"), dict(common, ENCODER_FFN_DIMS="1:16", FINETUNE_UPDATES=2)),
             "variator-glue": (os.path.join(RECIPES, "variator.sh"), dict(
                 common, K=2, BOTTLENECK=8, PRETRAIN_BACKBONE=glue["teacher"], PRETRAIN_DATA=glue["data"])),
         })
@@ -84,21 +83,6 @@ def test_recipes_parse_and_print_their_documentation():
         assert subprocess.run(["bash", "-n", script]).returncode == 0, name
         proc = subprocess.run(["bash", script, "--help"], capture_output=True, text=True, env=env(), timeout=60)
         assert proc.returncode == 0 and "Variables" in proc.stdout and "#" not in proc.stdout.splitlines()[0], name
-
-
-def test_pet_recipe_then_resumed_and_refused_with_other_settings(smoke, shipped_data):  # noqa: F811
-    run = smoke["pet"]
-    line = score_line(run)
-    assert re.match(r"score: pet BLEU \(tok\) [\d.]+ \(teacher [\d.]+\) at 8\.74% of the teacher's non-embedding", line)
-    kd_log = open(os.path.join(run["work"], "kd.log")).read()
-    assert re.search(r"num_updates 3\b", kd_log) and not re.search(r"num_updates 4\b", kd_log)
-    # the same command again: every stage skipped, the same score
-    again = bash(os.path.join(RECIPES, "pet.sh"), run["work"], SMOKE=1, DATA=shipped_data)
-    assert score_line(again) == line
-    assert all(f"--- {s}: done, skipped" in again["out"] for s in ("warmup", "kd", "measure"))
-    # other settings on a finished stage: refused, naming the stage and the way out
-    other = bash(os.path.join(RECIPES, "pet.sh"), run["work"], SMOKE=1, DATA=shipped_data, LR="2e-3")
-    assert other["rc"] == 2 and "stage warmup in" in other["out"] and "was finished with another command" in other["out"]
 
 
 def test_ghostbert_recipe_on_translation(smoke):
@@ -141,24 +125,6 @@ def glue_run(smoke, name):
     return smoke[name]
 
 
-def test_ghostbert_recipe_on_glue(smoke):
-    run = glue_run(smoke, "ghostbert-glue")
-    assert re.match(r"score: ghostbert-ghost RTE dev accuracy [\d.]+ \(teacher [\d.]+\) ", score_line(run))
-    done = open(os.path.join(run["work"], "finetune", "DONE")).read()
-    # the task flags read from the teacher, Table 8's optimiser, the dev metric choosing the checkpoint
-    assert "--task sentence_prediction --num-classes 2 --init-token 0 --shorten-method truncate" in done
-    assert "--adam-betas '(0.9,0.999)' --adam-eps 1e-6 --lr 2e-5 --lr-scheduler polynomial_decay" in done
-    assert "--best-checkpoint-metric accuracy --maximize-best-checkpoint-metric" in done
-    assert flags(os.path.join(run["work"], "prune", "init.pt"))[:2] == ["--arch", "ghost_hf_bert"]
-
-
-def test_apc_recipe_on_glue(smoke):
-    run = glue_run(smoke, "apc-glue")
-    assert re.match(r"score: apc RTE dev accuracy [\d.]+ \(teacher [\d.]+\) ", score_line(run))
-    final = flags(os.path.join(run["work"], "finalize", "apc.pt"))
-    assert final[:2] == ["--arch", "apc_hf_bert"] and "--apc-finalized" in final
-
-
 def test_variator_recipe_on_glue(smoke):
     run = glue_run(smoke, "variator-glue")
     assert re.match(r"score: variator k=2 RTE dev accuracy [\d.]+ \(backbone alone [\d.]+\), ", score_line(run))
@@ -195,43 +161,6 @@ def test_pet_gpu_dry_run_prints_parseable_commands(shipped_data, tmp_path):  # n
         args = parse(line, None)
         assert args.criterion == criterion and args.fp16 and args.arch == "pet_transformer_iwslt"
     assert args.patience == 3 and args.best_checkpoint_metric == "bleu"
-
-
-def test_glue_gpu_reproductions_dry_run_prints_parseable_commands(smoke, tmp_path):
-    """Table 1/3 (GhostBERT), Table 2 (APC) and Variator on BERT-base: every fairseq-train line they would run
-    parses, with the flags of the checkpoints they would write taken from the same stage of the SMOKE runs."""
-    glue = smoke["glue"]
-    if glue is None:
-        pytest.skip("needs the GLUE TSVs of the tiny GLUE teacher (../shared/data/glue)")
-    stand_ins = {"prune/init.pt": os.path.join(smoke["ghostbert-glue"]["work"], "prune", "init.pt"),
-                 "init/init.pt": os.path.join(smoke["apc-glue"]["work"], "init", "init.pt"),
-                 "finalize/apc.pt": os.path.join(smoke["apc-glue"]["work"], "finalize", "apc.pt"),
-                 "checkpoint_best.pt": str(glue["teacher"]), "model.pt": str(glue["teacher"])}
-    cache = {}
-
-    def stand_in(options, path):
-        key = next(k for k in stand_ins if path.endswith(k))
-        if (options, key) not in cache:
-            cache[(options, key)] = flags(stand_ins[key], *options.split())
-        return cache[(options, key)]
-
-    expected = {"ghostbert_glue_gpu": ({"ghost_distill": 2, "glue_sentence_prediction": 2}, "ghost_hf_bert"),
-                "apc_glue_gpu": ({"glue_sentence_prediction": 4}, None),
-                "variator_glue_gpu": ({"variator_distill": 3}, "hf_bert")}
-    for name, (criteria, arch) in expected.items():
-        run = bash(os.path.join(RECIPES, name + ".sh"), tmp_path / name, DRY_RUN=1, HF_MODEL="/models/bert-base-uncased",
-                   GLUE_DIR="/data/glue", TASKS="RTE MRPC", WIDTHS="3/12", VALIDATIONS=3)
-        assert run["rc"] == 0, run["out"][-3000:]
-        assert "HF_MODEL=/models/bert-base-uncased GLUE_DIR=/data/glue GPU=1" in run["stdout"]
-        seen = {}
-        for line in train_lines(run["stdout"]):
-            args = parse(line, stand_in)
-            assert args.fp16 and args.user_dir == USER_DIR
-            seen[args.criterion] = seen.get(args.criterion, 0) + 1
-            if arch:
-                assert args.arch == arch
-        assert seen == criteria, (name, seen)
-        assert not list((tmp_path / name).rglob("DONE")), "a dry run ran something"
 
 
 # ---- the GLUE teachers' recipes and pet_gpu.sh's schedule (issue 45) -----------------------------------------------

@@ -302,8 +302,8 @@ def get_parser():
                                                                    "translation only)")
     p.add_argument("--smoke", action="store_true",
                    help="a pipeline check: the recipes' SMOKE=1 budgets (2-3 updates), 3 word-KD updates, one run, "
-                        "20 test sentences (GLUE: the whole dev set, 32 examples timed) and 5 for latency unless "
-                        "given; the numbers mean nothing")
+                        "20 test sentences decoded to at most 1.2 x their length + 10 tokens (GLUE: the whole dev "
+                        "set, 32 examples timed) and 5 for latency unless given; the numbers mean nothing")
     p.add_argument("--work", default=None, help="trained and converted models (default work/methods, "
                                                 "work/methods-smoke with --smoke; GLUE: work/methods-glue-TASK)")
     p.add_argument("--out", default=None, help="output prefix: PREFIX.md, .json, .png (default "
@@ -481,6 +481,7 @@ class Driver:
                "--beam", str(a.beam), "--batch-size", str(batch_size), "--runs", str(a.runs), "--threads",
                str(a.threads), *self.device.measure(), *(["--raw-reference", raw] if os.path.isfile(raw) else []),
                *(["--max-sentences", str(max_sentences)] if max_sentences else []),
+               *(["--max-len-a", "1.2", "--max-len-b", "10"] if a.smoke else []),  # the recipes' SMOKE=1 bound
                "--out", os.path.join(out, "table.md"), "--json", os.path.join(out, "table.json")]
         log(f"measure ({label}): {len(points)} models, batch {batch_size}")
         stage(out, [cmd], a.threads)

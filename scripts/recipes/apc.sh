@@ -74,7 +74,7 @@ INIT_EXTRA=(); SMOKE_TRAIN=()
 if [ "$SMOKE" = 1 ]; then
   COMPRESS_UPDATES=2; [ "$FINETUNE_UPDATES" -gt 0 ] 2>/dev/null && FINETUNE_UPDATES=2; WARMUP=1
   INIT_EXTRA=(--samples 200 --importance-batches 2); SMOKE_TRAIN=(--max-valid-steps 2)
-  MEASURE_EXTRA+=(--max-sentences 20)
+  MEASURE_EXTRA+=(--max-sentences 20 "${SMOKE_DECODE[@]}")
 fi
 say "teacher $TEACHER ($MODE${GLUE_TASK:+ $GLUE_TASK}), data $DATA; ${DIMS[*]}, --init $INIT_METHOD; $COMPRESS_UPDATES compression updates (${STRATEGY:-compr-only}, ${CRITERION:-ce}), $FINETUNE_UPDATES fine-tuning updates; work $WORK"
 COMMON=(--user-dir "$ROOT/user_dir" --log-format simple --log-interval 10 --no-epoch-checkpoints --num-workers 0

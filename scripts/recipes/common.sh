@@ -1,5 +1,5 @@
 # What every recipe in scripts/recipes/ shares; sourced, never run. Defines:
-#   begin DEFAULT_WORK "$@"      --help, WORK and TEACHER (see below)
+#   begin DEFAULT_WORK "$@"      --help, WORK, TEACHER and DATA made absolute (see below)
 #   stage NAME CMD...      run CMD once: its log is WORK/NAME.log, WORK/NAME/DONE marks it finished (holding the
 #                          command); a finished stage is skipped, one finished with another command is refused
 #   flags_of VAR [--task] PATH   fc-flags of PATH (user_dir/tools/checkpoint_flags.py) into the array VAR
@@ -18,6 +18,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python}"
 SMOKE="${SMOKE:-0}"; DRY_RUN="${DRY_RUN:-0}"
+# SMOKE=1 bounds every test-set decoding at 1.2 x the source length + 10 tokens, as fairseq's IWSLT recipe validates
+# (and demo.sh decodes): a student of a few updates otherwise emits fairseq's default 200 tokens per sentence
+SMOKE_DECODE=(); [ "$SMOKE" = 1 ] && SMOKE_DECODE=(--max-len-a 1.2 --max-len-b 10)
 DEVICE_FLAGS="${DEVICE_FLAGS---cpu}"
 # the device switches the plug-in's tools and fc-measure take (they know --cpu and --fp16, not fairseq's others)
 TOOL_DEVICE=(); MEASURE_DEVICE=()
@@ -29,13 +32,18 @@ RECIPE="$(basename "$0")"
 die() { echo "$RECIPE: $*" >&2; exit 2; }
 say() { printf '\n=== %s: %s\n' "$RECIPE" "$*"; }
 
+# absolute PATH: PATH from the current folder (links kept), so that a stage's recorded command, and a resumed run
+# started from another folder, name the same files
+absolute() { case "$1" in /*) printf '%s' "$1" ;; *) printf '%s' "$PWD/$1" ;; esac; }
+
 # begin DEFAULT_WORK "$@": the recipe's header comment (its documentation) on -h / --help; WORK, the first
 # argument or work/DEFAULT_WORK, made absolute; TEACHER, default the shipped Multi30k DE->EN teacher, checked
 begin() {
   local default="$1"; shift
   case "${1:-}" in -h|--help) sed -n '2,/^[^#]/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
   WORK="$(mkdir -p "${1:-$ROOT/work/$default}" && cd "${1:-$ROOT/work/$default}" && pwd)"
-  TEACHER="${TEACHER:-$SHIPPED/teacher.pt}"
+  TEACHER="$(absolute "${TEACHER:-$SHIPPED/teacher.pt}")"
+  [ -z "${DATA:-}" ] || DATA="$(absolute "$DATA")"
   [ -f "$TEACHER" ] || [ "$DRY_RUN" = 1 ] || die "TEACHER=$TEACHER: no such checkpoint"
 }
 

@@ -59,7 +59,7 @@ else
 fi
 if [ "$SMOKE" = 1 ]; then
   DISTILL_UPDATES=2; FINETUNE_UPDATES=2; VALIDATIONS=1; PRUNE_EXTRA+=(--max-batches 2); SMOKE_TRAIN=(--max-valid-steps 2)
-  MEASURE_EXTRA+=(--max-sentences 20)
+  MEASURE_EXTRA+=(--max-sentences 20 "${SMOKE_DECODE[@]}")
 fi
 say "teacher $TEACHER ($MODE${GLUE_TASK:+ $GLUE_TASK}), data $DATA; m = $WIDTH, $VARIANT; $DISTILL_UPDATES distillation + $FINETUNE_UPDATES fine-tuning updates at lr $LR; work $WORK"
 

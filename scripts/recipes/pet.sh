@@ -35,7 +35,7 @@ ENC_DIM="${ENC_DIM:-128}"; DEC_DIM="${DEC_DIM:-96}"; LR="${LR:-1e-3}"; MAX_TOKEN
 RUNS="${RUNS:-3}"; MEASURE_EXTRA="${MEASURE_EXTRA:-}"; TRAIN_EXTRA=""
 if [ "$SMOKE" = 1 ]; then
   WARMUP_UPDATES="${WARMUP_UPDATES:-2}"; KD_UPDATES="${KD_UPDATES:-3}"; RUNS=1; MAX_TOKENS=1024
-  TRAIN_EXTRA="--max-valid-steps 2"; MEASURE_EXTRA="--max-sentences 20 $MEASURE_EXTRA"
+  TRAIN_EXTRA="--max-valid-steps 2"; MEASURE_EXTRA="--max-sentences 20 ${SMOKE_DECODE[*]} $MEASURE_EXTRA"
 fi
 # a stage runs for its epochs, or for a fixed number of updates when *_UPDATES is set (the same result on every
 # machine, unlike a time bound)

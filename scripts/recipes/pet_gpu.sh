@@ -69,7 +69,7 @@ fi
 BOUND=(--max-epoch "$MAX_EPOCHS"); WARMUP_BOUND=(--max-epoch "$WARMUP_EPOCHS"); VALID_EXTRA=(); MEASURE_EXTRA=()
 if [ "$SMOKE" = 1 ]; then
   BOUND=(--max-update 3 --max-epoch 0); WARMUP_BOUND=(--max-update 2 --max-epoch 0); VALID_EXTRA=(--max-valid-steps 2)
-  MEASURE_EXTRA=(--max-sentences 20 --runs 1)
+  MEASURE_EXTRA=(--max-sentences 20 --runs 1 "${SMOKE_DECODE[@]}")
 fi
 say "teacher $TEACHER, data $DATA, student --arch $ARCH, work $WORK"
 COMMON=(--user-dir "$ROOT/user_dir" --arch "$ARCH" --share-decoder-input-output-embed --optimizer adam
