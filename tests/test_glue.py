@@ -63,7 +63,29 @@ def synthetic_glue(tmp_path):
     return g
 
 
-def test_cola_stsb_mnli_layouts(synthetic_glue, tmp_path):
+@pytest.fixture
+def preprocess_in_process(monkeypatch):
+    """prepare_glue's fairseq-preprocess calls run in this process, not a fresh Python each (~4 s apiece): the same
+    code writes the same files (the RTE test keeps the subprocess)."""
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    from preprocess import textio
+
+    def run(cmd, what=None):
+        assert cmd[1:3] == ["-m", "fairseq_cli.preprocess"], cmd
+        before = set(preprocess.logger.handlers)
+        try:
+            preprocess.main(options.get_preprocessing_parser().parse_args(cmd[3:]))
+        finally:  # main adds a log file handler per call
+            for handler in set(preprocess.logger.handlers) - before:
+                handler.close()
+                preprocess.logger.removeHandler(handler)
+
+    monkeypatch.setattr(textio, "run", run)
+
+
+def test_cola_stsb_mnli_layouts(synthetic_glue, tmp_path, preprocess_in_process):
     cola = tmp_path / "cola"
     prepare_glue(["--task", "CoLA", "--glue-dir", str(synthetic_glue), "--dest", str(cola), "--workers", "1"])
     assert (cola / "input0" / "train.bin").is_file() and not (cola / "input1").exists()
@@ -87,7 +109,7 @@ def test_cola_stsb_mnli_layouts(synthetic_glue, tmp_path):
     (("0", "1", "", "  "), r"train\.tsv:3: empty sentence"),
     (("0", "maybe", "", "a sentence ."), r"train\.tsv:3: label 'maybe' is not one of"),
 ])
-def test_malformed_rows_name_file_and_line(tmp_path, bad_row, message):
+def test_malformed_rows_name_file_and_line(tmp_path, bad_row, message, preprocess_in_process):
     g = tmp_path / "glue"
     good = ("src", "1", "", "a fine sentence .")
     _write_tsv(g / "CoLA" / "train.tsv", [good, good, bad_row, good])
@@ -154,6 +176,18 @@ def test_metrics_equal_hand_checked_values():
         glue_metrics.accuracy([1, 0], [1])
 
 
+def _glue_report():
+    """scripts/bench/glue_report.py as a module (run in this process: no fresh Python per report)."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("glue_report", os.path.join(REPO, "scripts", "bench", "glue_report.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @needs_shared_data
 def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path):
     data = tmp_path / "rte"
@@ -184,13 +218,10 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     # scripts/bench/glue_report.py (glue_teachers.sh's report) reads what each run trained from its checkpoints
     # and reports the run the teacher link points at: two runs, the link on the second
     import shutil
-    import subprocess
-    import sys
 
     import torch
 
-    from conftest import REPO
-
+    glue_report = _glue_report()
     work = tmp_path / "work"
     (work / "data-bin").mkdir(parents=True)
     os.symlink(data, work / "data-bin" / "RTE.wordpiece")
@@ -207,8 +238,8 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     os.symlink(work / "RTE" / "lr2e-3" / "checkpoints", work / "RTE" / "checkpoints")
     shutil.copy(js, work / "RTE" / "measure.json")
     out = tmp_path / "glue.md"
-    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", "glue_report.py"), work, "--tasks", "RTE",
-                    "--command", "bash scripts/recipes/glue_teachers.sh", "--out", out], check=True, capture_output=True)
+    glue_report.main([str(work), "--tasks", "RTE",
+                      "--command", "bash scripts/recipes/glue_teachers.sh", "--out", str(out)])
     report = out.read_text()
     best = torch.load(tmp_path / "ck" / "checkpoint_best.pt", weights_only=False)["extra_state"]["best"]
     # the table: the linked run's lr, its 4 updates = 0.50 of an epoch of 256 rows / 32, published RTE 68.8
@@ -234,9 +265,8 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     # (with the truncation of those days), the retrained one's earlier row goes to "What changed"
     out.write_text(LEGACY_GLUE_MD)
     (tmp_path / "glue.json").unlink()
-    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", "glue_report.py"), work, "--tasks", "RTE",
-                    "--command", "bash scripts/recipes/glue_teachers.sh", "--out", out, "--keep-earlier"], check=True,
-                   capture_output=True)
+    glue_report.main([str(work), "--tasks", "RTE",
+                      "--command", "bash scripts/recipes/glue_teachers.sh", "--out", str(out), "--keep-earlier"])
     report = out.read_text()
     fairseq_cut = "fairseq --shorten-method truncate (the joined input cut from the end)"
     legacy_sst2 = LEGACY_GLUE_MD.splitlines()[6]
@@ -254,9 +284,8 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     assert [r["task"] for r in data["rows"]] == ["SST-2", "RTE"] and data["history"][0]["accuracy"] == 60.29
     assert data["rows"][0]["accuracy"] == 89.79 and data["rows"][0]["source"].startswith("kept from the earlier")
     # measured again (a rerun of the recipe): nothing changed, so no new history entry
-    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", "glue_report.py"), work, "--tasks", "RTE",
-                    "--command", "bash scripts/recipes/glue_teachers.sh", "--out", out, "--keep-earlier"], check=True,
-                   capture_output=True)
+    glue_report.main([str(work), "--tasks", "RTE",
+                      "--command", "bash scripts/recipes/glue_teachers.sh", "--out", str(out), "--keep-earlier"])
     again = json.loads((tmp_path / "glue.json").read_text())
     assert len(again["history"]) == 1 and [r["task"] for r in again["rows"]] == ["SST-2", "RTE"]
     assert out.read_text().count("(replaced on ") == 1
@@ -284,13 +313,7 @@ Machine: Intel(R) Xeon(R) Processor @ 2.50GHz, 2 cores visible, torch 2.13.0+cpu
 def test_glue_report_compares_each_model_variant_with_the_default_models_best_run():
     """scripts/bench/glue_report.py: a run that changed the model (pooling, segments) is set against the best
     run of the default model on its task, better or not computed from the scores."""
-    import importlib.util
-
-    from conftest import REPO
-
-    spec = importlib.util.spec_from_file_location("glue_report", os.path.join(REPO, "scripts", "bench", "glue_report.py"))
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = _glue_report()
     runs = {"lr2e-5": {"best": 86.4, "metric": "f1", "pooling": "cls", "segments": 0},
             "lr5e-5": {"best": 87.5, "metric": "f1", "pooling": "cls", "segments": 0},
             "lr5e-5-mean": {"best": 88.0, "metric": "f1", "pooling": "mean", "segments": 0},

@@ -768,7 +768,7 @@ def main(argv=None):
     args.out = args.out if args.out.endswith(".md") else args.out + ".md"  # --out results/x: x.md and x.json
     args.work = args.work or default_work(args.out)
     if args.quick:
-        args.updates = args.glue_pretrain_updates = args.glue_updates = "4"
+        args.updates = args.glue_pretrain_updates = args.glue_updates = "2"
         args.validations, args.glue_validations = min(args.validations, 2), min(args.glue_validations, 2)
         args.cost_runs, args.e2e_sentences, args.e2e_runs = 1, 16, 1
         args.work = args.work + "-quick"
