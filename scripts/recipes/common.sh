@@ -6,8 +6,9 @@
 #   updates_for VAR DATA EPOCHS BATCH   EPOCHS passes over DATA's training examples in updates of BATCH
 #   interval VAR UPDATES N       the validation interval of N validations in UPDATES updates
 #   shipped_translation_data     DATA for the shipped teacher: the embedded Multi30k with its BPE codes and dictionary
-#   glue_or_translation          MODE=glue (GLUE_TASK set: TASK_FLAGS from the teacher's own task, fc-flags --task, and
-#                                its METRIC) or translation (DATA by shipped_translation_data when not given)
+#   glue_or_translation          MODE=glue (GLUE_TASK set: TASK_FLAGS from the teacher's own task, fc-flags --task, its
+#                                METRIC choosing checkpoints and PRIMARY_METRIC of the score line) or translation (DATA
+#                                by shipped_translation_data when not given)
 #   score_measure JSON NAME      the score line from fc-measure's JSON (the student NAME against the teacher)
 #   bert_teachers                (the GPU reproductions) TEACHERS: a folder of GLUE teachers as scripts/recipes/glue_teachers.sh
 #                                leaves them, fine-tuned here from HF_MODEL unless given
@@ -128,28 +129,30 @@ glue_or_translation() {
   flags_of TASK_FLAGS --task "$TEACHER"
   [ "${TASK_FLAGS[1]:-}" = sentence_prediction ] || [ "$DRY_RUN" = 1 ] ||
     die "GLUE_TASK=$GLUE_TASK, but $TEACHER was trained with ${TASK_FLAGS[*]} (a sentence_prediction teacher?)"
-  # the task's checkpoint metric, read from user_dir/common/glue_metrics.py's tables (parsed: no import of fairseq)
-  METRIC="$("$PY" - "$ROOT/user_dir/common/glue_metrics.py" "$GLUE_TASK" <<'PY'
+  # the task's checkpoint metric and its primary metric (the score line's), read from user_dir/common/glue_metrics.py's
+  # tables (parsed: no import of fairseq)
+  local metrics
+  metrics="$("$PY" - "$ROOT/user_dir/common/glue_metrics.py" "$GLUE_TASK" <<'PY'
 import ast, sys
 tables = {t.id: ast.literal_eval(node.value) for node in ast.parse(open(sys.argv[1]).read()).body
           if isinstance(node, ast.Assign) for t in node.targets if getattr(t, "id", "") in ("TASK_METRICS", "BEST_CHECKPOINT_METRIC")}
 task = sys.argv[2]
 if task not in tables["TASK_METRICS"]:
     sys.exit(f"GLUE_TASK={task}: one of {', '.join(sorted(tables['TASK_METRICS']))}")
-print(tables["BEST_CHECKPOINT_METRIC"].get(task, tables["TASK_METRICS"][task][0]))
+print(tables["BEST_CHECKPOINT_METRIC"].get(task, tables["TASK_METRICS"][task][0]), tables["TASK_METRICS"][task][0])
 PY
 )" || exit 2
+  read -r METRIC PRIMARY_METRIC <<< "$metrics"
 }
 
 score_measure() {
-  "$PY" - "$1" "$2" "${GLUE_TASK:-}" <<'PY'
+  "$PY" - "$1" "$2" "${GLUE_TASK:-}" "${PRIMARY_METRIC:-}" <<'PY'
 import json, os, sys
-path, name, task = sys.argv[1:]
+path, name, task, metric = sys.argv[1:]
 rows = {r["name"]: r for r in json.load(open(path))["rows"]}
 student, teacher = rows[name], rows["teacher"]
 if task:
-    from user_dir.common.glue_metrics import TASK_METRICS
-    key, what = TASK_METRICS[task][0], f"{task} dev {TASK_METRICS[task][0]}"
+    key, what = metric, f"{task} dev {metric}"
 else:
     key, what = "bleu_tok", "BLEU (tok)"
 print(f"score: {name} {what} {student[key]:.2f} (teacher {teacher[key]:.2f}) at {student['compression_rate']:.2f}% of "

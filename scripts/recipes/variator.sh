@@ -104,14 +104,12 @@ say "5/5 encoder FLOPs and speed at length 128, backbone vs plugin"
 stage cost "$PY" -m user_dir.variator.tools.cost "$DATA" --path "$TEACHER" --plugins "$WORK/plugin-k$K.pt" \
   --length 128 --batch-size 4 --runs "$COST_RUNS" --repeats "$COST_RUNS" --json "$WORK/cost.json"
 [ "$DRY_RUN" = 1 ] && exit 0
-"$PY" - "$WORK" "$K" "${GLUE_TASK:-}" <<'PY'
+"$PY" - "$WORK" "$K" "${GLUE_TASK:-}" "${PRIMARY_METRIC:-}" <<'PY'
 import ast, json, os, re, sys
-work, k, task = sys.argv[1:]
+work, k, task, metric = sys.argv[1:]
 def score(ratio):
     log = open(f"{work}/score-k{ratio}.log").read()
     if task:  # glue_predict prints the metrics as a dict
-        from user_dir.common.glue_metrics import TASK_METRICS
-        metric = TASK_METRICS[task][0]
         return f"{task} dev {metric}", ast.literal_eval(re.findall(r"^\{.*\}$", log, re.M)[-1])[metric]
     return "BLEU4", float(re.findall(r"BLEU4 = ([0-9.]+)", log)[-1])
 (what, plugged), (_, alone) = score(k), score(0)
