@@ -90,8 +90,11 @@ STATUS = {
     "deploy.md": ("headline", "fairseq and CTranslate2 (float32, int8), teacher and PET"),
     "deploy_glue.md": ("headline", "a GLUE task's teacher and compressed encoders in fairseq, Hugging Face and ONNX"),
     "serving.md": ("headline", "fc-serve under a bursty load: fixed k against the adaptive policy (SST-2)"),
-    "methods_multi30k.md": ("part", "PET and word-KD at a small CPU budget, each in fairseq and CTranslate2 "
-                            "float32/int8, against the teacher: Pareto fronts and the recommendation"),
+    "methods_multi30k_ladder.md": ("headline", "the default ladder (15 models: PET, word-KD, Variator, GhostBERT, "
+                                   "APC, PET then APC) at 400 CPU updates each, deployed in fairseq and CTranslate2 "
+                                   "float32/int8, against the teacher: Pareto fronts and the recommendation"),
+    "archive/methods_multi30k.md": ("superseded", "PET and word-KD only at 300 updates; methods_multi30k_ladder.md runs "
+                                    "the whole default ladder"),
 }
 # every table of a subfolder of results/ that STATUS does not name
 FOLDER_STATUS = {"claims": ("part", "a benchmark table behind rows of claims.md (3 seeds, scripts/bench/claims.py reads it)")}
