@@ -63,8 +63,10 @@ def plug_model(model, cfg: VariatorConfig, from_checkpoint: bool, model_cfg=None
     elif not from_checkpoint:
         raise VariatorError("--variator-backbone is required to train plugins: the fine-tuned checkpoint whose "
                             "frozen weights they accelerate")
-    if training:  # frozen for the optimiser; a model loaded to decode stays as built: decoding with every parameter
-        model.requires_grad_(False)  # at requires_grad=False measured 2.4x slower (fairseq-generate, CPU, torch 2.13)
+    # frozen for the optimiser only: a model loaded to decode stays as built (frozen, it decoded at 0.44x-0.46x the
+    # teacher's throughput in scripts/bench/bench_methods.py on a CPU; as built, 0.99x-1.06x)
+    if training:
+        model.requires_grad_(False)
     attach_plugin_files(model, cfg.variator_plugins)
     k = cfg.variator_ratio
     if k and model.variator.key(k) not in model.variator.plugins:
