@@ -10,7 +10,14 @@ All nine tasks (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI) from their
   fairseq's F1/MCC reports (which parse labels as integers) work; ``label/names.txt`` maps
   index -> original label. The positive class of MRPC/QQP is 1. STS-B's
   scores are written as ``label/<split>.label`` floats for ``--regression-target``;
-* MNLI: dev_matched -> valid, dev_mismatched -> valid1, test_matched -> test, test_mismatched -> test1.
+* choosing is kept apart from reporting: a fixed random slice of the training set (``--select-fraction``,
+  10% of train and at most as many examples as dev has, drawn with ``--select-seed``) is held out as
+  ``valid``, the subset fairseq-train validates on and every recipe chooses by (checkpoints, learning
+  rates, GhostBERT's importance); GLUE's dev set is written as ``dev`` and only reports. The held-out
+  rows are listed in ``text/valid.rows`` (0-based rows of the training set as read, after
+  ``--train-rows``). ``--select-fraction 0`` is GLUE's usual layout instead: ``valid`` is the dev set
+  itself (choosing and reporting on the same examples, as the papers did);
+* MNLI: dev_matched -> dev, dev_mismatched -> dev1, test_matched -> test, test_mismatched -> test1.
 
 Sentences are segmented by ``--tokenizer``: ``moses`` (sacremoses; ``--lowercase``), ``bpe``
 (Moses, then subword-nmt ``--bpe-codes``), ``sentencepiece`` (``--spm-model``) or ``wordpiece`` (BERT's,
@@ -36,6 +43,7 @@ whole or not at all; a destination prepared with the same options is left alone.
 import argparse
 import csv
 import os
+import random
 import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -58,7 +66,9 @@ class GlueTask:
         return not self.labels
 
 
-_STD = {"train": "train", "dev": "valid", "test": "test"}
+_STD = {"train": "train", "dev": "dev", "test": "test"}
+# the subset fairseq-train validates on and everything chooses by, and the subset every score is reported on
+SELECTION_SUBSET, REPORT_SUBSET = "valid", "dev"
 TASKS: Dict[str, GlueTask] = {
     "CoLA": GlueTask(("sentence",), "label", ("0", "1"), _STD, headerless={"sentence": 3, "label": 1}),
     "SST-2": GlueTask(("sentence",), "label", ("0", "1"), _STD),
@@ -66,7 +76,7 @@ TASKS: Dict[str, GlueTask] = {
     "STS-B": GlueTask(("sentence1", "sentence2"), "score", (), _STD),
     "QQP": GlueTask(("question1", "question2"), "is_duplicate", ("0", "1"), _STD),
     "MNLI": GlueTask(("sentence1", "sentence2"), "gold_label", ("entailment", "neutral", "contradiction"),
-                     {"train": "train", "dev_matched": "valid", "dev_mismatched": "valid1",
+                     {"train": "train", "dev_matched": "dev", "dev_mismatched": "dev1",
                       "test_matched": "test", "test_mismatched": "test1"}),
     "QNLI": GlueTask(("question", "sentence"), "label", ("entailment", "not_entailment"), _STD),
     "RTE": GlueTask(("sentence1", "sentence2"), "label", ("entailment", "not_entailment"), _STD),
@@ -264,6 +274,12 @@ def get_parser() -> argparse.ArgumentParser:
                         "fairseq --init-token 0 without --separator-token; 4 for RoBERTa's <s> a </s></s> b </s>, "
                         "--separator-token 2)")
     p.add_argument("--dict", default=None, help="fairseq dictionary for the inputs (default: built on train)")
+    p.add_argument("--select-fraction", type=float, default=0.1,
+                   help="fraction of the training set held out as 'valid', the subset that chooses checkpoints, "
+                        "learning rates and importance, capped at the dev set's size; dev ('dev') only reports "
+                        "(default 0.1, ours: the papers chose and reported on dev; 0: 'valid' is the dev set, "
+                        "GLUE's usual layout, choosing on the reported examples)")
+    p.add_argument("--select-seed", type=int, default=1, help="seed of the held-out slice's draw (default 1)")
     p.add_argument("--train-rows", type=int, default=None, help="use only the first N training rows (quick runs)")
     p.add_argument("--skip-malformed", action="store_true", help="drop malformed rows instead of stopping")
     p.add_argument("--workers", type=int, default=2, help="fairseq-preprocess workers")
@@ -282,6 +298,8 @@ def main(argv=None) -> str:
     if args.max_length < 0 or 0 < args.max_length < max(args.pair_specials, 2) + 2:
         raise DataError(f"--max-length {args.max_length}: leaves no room for two tokens of text beside the "
                         f"{args.pair_specials} special tokens of a pair (0 keeps every example whole)")
+    if not 0 <= args.select_fraction < 1:
+        raise DataError(f"--select-fraction {args.select_fraction}: must be in [0, 1) (0: choose on dev itself)")
     if args.pair_specials < 0:
         raise DataError(f"--pair-specials {args.pair_specials}: must be 0 or more (BERT's pairs: 3)")
     tokenize = make_tokenizer(args)
@@ -307,6 +325,7 @@ def main(argv=None) -> str:
     if args.train_rows:
         train = data["train"]
         data["train"] = Examples([c[: args.train_rows] for c in train.inputs], train.labels[: args.train_rows])
+    held_out = hold_out_selection(data, args.select_fraction, args.select_seed)
     for split, ex in data.items():
         log(f"{args.task} {split}: {len(ex.inputs[0]):,} examples" + ("" if ex.labels else " (unlabelled)"))
 
@@ -324,6 +343,8 @@ def main(argv=None) -> str:
                 write_lines(os.path.join(text, f"{split}.input{i}"), column)
             if ex.labels:
                 write_lines(os.path.join(text, f"{split}.label"), ex.labels)
+        if held_out is not None:
+            write_lines(os.path.join(text, f"{SELECTION_SUBSET}.rows"), [str(i) for i in held_out])
         splits = list(data)
         input_dict = args.dict
         for i in range(len(task.inputs)):
@@ -347,23 +368,52 @@ def main(argv=None) -> str:
     return args.dest
 
 
+def hold_out_selection(data: Dict[str, Examples], fraction: float, seed: int) -> Optional[List[int]]:
+    """Split data["train"] into train and the held-out selection set data["valid"] (see the module's docstring);
+    returns the held-out rows, or None with fraction 0 (then valid is the dev set)."""
+    train, dev = data["train"], data[REPORT_SUBSET]
+    if fraction == 0:
+        log(f"--select-fraction 0: '{SELECTION_SUBSET}' is the dev set: checkpoints and settings are chosen on "
+            f"the examples the scores are reported on")
+        data[SELECTION_SUBSET] = dev
+        return None
+    n = len(train.inputs[0])
+    k = min(max(1, int(round(fraction * n))), len(dev.inputs[0]))
+    if k >= n:
+        raise DataError(f"--select-fraction {fraction}: holds out {k} of {n} training examples; it needs at least "
+                        f"one and must leave some to train on")
+    held = sorted(random.Random(seed).sample(range(n), k))
+    kept = sorted(set(range(n)) - set(held))
+    pick = lambda rows, values: [values[i] for i in rows]  # noqa: E731
+    data[SELECTION_SUBSET] = Examples([pick(held, c) for c in train.inputs], pick(held, train.labels))
+    data["train"] = Examples([pick(kept, c) for c in train.inputs], pick(kept, train.labels))
+    log(f"selection: {k:,} training examples held out as '{SELECTION_SUBSET}' (seed {seed}); the dev set reports")
+    return held
+
+
 def _binarise(dest: str, prefixes: Dict[str, str], srcdict: Optional[str], workers: int) -> None:
-    """fairseq-preprocess --only-source of each split (train/valid/test and extra valid1/test1)."""
+    """fairseq-preprocess --only-source of each split: train/valid/test, the dev sets (dev, MNLI's dev1) and
+    MNLI's test1. fairseq-preprocess names extra comma-separated prefixes valid1, valid2, ..., test1, ...: the
+    dev sets go in as extra valid prefixes and are renamed after."""
     standard = {"train": "--trainpref", "valid": "--validpref", "test": "--testpref"}
     extra, valid_more, test_more = [], [], []
     for split, prefix in prefixes.items():
         if split in standard:
             extra += [standard[split], prefix]
-        elif split.startswith("valid"):
-            valid_more.append(prefix)
+        elif split.startswith("dev"):
+            valid_more.append((split, prefix))
         elif split.startswith("test"):
             test_more.append(prefix)
-    # fairseq-preprocess names extra comma-separated prefixes valid1, test1, ...
-    extra = _merge_prefixes(extra, "--validpref", valid_more)
+    if valid_more and "--validpref" not in extra:
+        raise DataError(f"{dest}: dev sets {[s for s, _ in valid_more]} without a '{SELECTION_SUBSET}' split")
+    extra = _merge_prefixes(extra, "--validpref", [prefix for _, prefix in valid_more])
     extra = _merge_prefixes(extra, "--testpref", test_more)
     if srcdict:
         extra += ["--srcdict", srcdict]
     fairseq_preprocess(dest, None, None, None, workers=workers, extra=extra)
+    for j, (split, _) in enumerate(valid_more, start=1):
+        for ext in (".bin", ".idx"):
+            os.replace(os.path.join(dest, f"valid{j}{ext}"), os.path.join(dest, split + ext))
 
 
 def _merge_prefixes(extra: List[str], flag: str, more: Sequence[str]) -> List[str]:

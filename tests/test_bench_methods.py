@@ -279,7 +279,7 @@ def test_glue_smoke_run_end_to_end(glue_smoke, wordpiece_glue_work):
     from user_dir.common.glue_metrics import glue_score
     from user_dir.tools.glue_predict import predict
     teacher_path = str(wordpiece_glue_work / "RTE" / "checkpoints" / "checkpoint_best.pt")
-    _, preds, labels, _ = predict(str(wordpiece_glue_work / "data-bin" / "RTE.wordpiece"), teacher_path, "valid")
+    _, preds, labels, _ = predict(str(wordpiece_glue_work / "data-bin" / "RTE.wordpiece"), teacher_path, "dev")
     assert rows[("teacher", "fairseq")]["quality"] == pytest.approx(glue_score("RTE", preds, labels)["accuracy"])
     plugged = (tmp_path / "work" / "train" / "variator-2" / "score-k2.log").read_text()
     assert f"'accuracy': {rows[('variator:2', 'fairseq')]['quality']!r}" in plugged.replace("np.float64(", "")

@@ -29,11 +29,13 @@ def _rte_dev():
 
 
 def _prepare(task, glue, dest, vocab):
+    """The export checks read 'valid' (fc-export-onnx's check examples, the calibration samples): here the whole dev
+    set (--select-fraction 0), nothing being chosen, and 32 training rows leave no slice to hold out."""
     from preprocess.prepare_glue import main as prepare_glue
 
     prepare_glue(["--task", task, "--glue-dir", str(glue), "--dest", str(dest), "--tokenizer", "wordpiece",
                   "--wordpiece-vocab", str(vocab), "--dict", str(vocab / "dict.txt"), "--max-length", str(MAX_LENGTH),
-                  "--workers", "1"])
+                  "--workers", "1", "--select-fraction", "0"])
     return dest
 
 

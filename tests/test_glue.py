@@ -93,15 +93,53 @@ def test_cola_stsb_mnli_layouts(synthetic_glue, tmp_path, preprocess_in_process)
     assert (cola / "input0" / "test.bin").is_file()
     sts = tmp_path / "sts"
     prepare_glue(["--task", "STS-B", "--glue-dir", str(synthetic_glue), "--dest", str(sts), "--workers", "1"])
+    # 12 training rows: one (10%, at most dev's 4) held out as valid, the selection set; dev reports
     values = (sts / "label" / "train.label").read_text().split()
-    assert len(values) == 12 and float(values[1]) == pytest.approx(1.1)
+    held = [int(i) for i in (sts / "text" / "valid.rows").read_text().split()]
+    assert len(values) == 11 and len(held) == 1
+    assert (sts / "label" / "valid.label").read_text().split() == [f"{held[0] % 5}.{held[0]}"]
+    assert values == [f"{i % 5}.{i}" for i in range(12) if i != held[0]]
+    assert (sts / "label" / "dev.label").read_text().split() == [f"{i % 5}.{i}" for i in range(4)]
     mnli = tmp_path / "mnli"
     prepare_glue(["--task", "MNLI", "--glue-dir", str(synthetic_glue), "--dest", str(mnli), "--workers", "1"])
-    for split in ("train", "valid", "valid1"):
+    for split in ("train", "valid", "dev", "dev1"):
         assert (mnli / "input1" / f"{split}.bin").is_file() and (mnli / "label" / f"{split}.bin").is_file()
     assert (mnli / "label" / "dict.txt").read_text().split()[::2] == ["0", "1", "2"]
     assert (mnli / "label" / "names.txt").read_text().split() == ["0", "entailment", "1", "neutral", "2", "contradiction"]
-    assert (mnli / "text" / "valid.label.id").read_text().split() == ["0", "1", "2", "0", "1"]
+    assert (mnli / "text" / "dev.label.id").read_text().split() == ["0", "1", "2", "0", "1"]
+
+
+@needs_shared_data
+def test_selection_is_held_out_of_train_and_dev_only_reports(tmp_path, preprocess_in_process):
+    """Choosing (fairseq-train's 'valid') never sees the examples the scores are reported on ('dev'): a fixed
+    slice of train, 10% capped at dev's size, drawn by --select-seed, listed in text/valid.rows."""
+    rte = read_split("RTE", os.path.join(GLUE, "RTE", "train.tsv"), "train", False)
+    dev = read_split("RTE", os.path.join(GLUE, "RTE", "dev.tsv"), "dev", False)
+    rows = list(zip(*rte.inputs, rte.labels))[:200]
+
+    def prepared(dest, *extra):
+        prepare_glue(["--task", "RTE", "--glue-dir", GLUE, "--dest", str(dest), "--train-rows", "200",
+                      "--workers", "1", *extra])
+        text = lambda name: (dest / "text" / name).read_text(encoding="utf-8").splitlines()  # noqa: E731
+        split = lambda name: list(zip(text(f"{name}.raw.input0"), text(f"{name}.raw.input1"),  # noqa: E731
+                                      text(f"{name}.label")))
+        return split, text
+
+    split, text = prepared(tmp_path / "a")
+    held = [int(i) for i in text("valid.rows")]
+    assert len(held) == 20 == len(set(held)) and held == sorted(held) and 0 <= held[0] and held[-1] < 200
+    assert split("valid") == [rows[i] for i in held]
+    assert split("train") == [r for i, r in enumerate(rows) if i not in set(held)]  # the rest, in order
+    assert split("dev") == list(zip(*dev.inputs, dev.labels)) and len(split("dev")) == 277
+    assert (tmp_path / "a" / "input0" / "dev.idx").is_file() and (tmp_path / "a" / "label" / "valid.idx").is_file()
+    # another seed draws another slice; --select-fraction 0 chooses on dev itself (GLUE's usual layout)
+    other, other_text = prepared(tmp_path / "b", "--select-seed", "2")
+    assert other_text("valid.rows") != text("valid.rows") and len(other("train")) == 180
+    same, same_text = prepared(tmp_path / "c", "--select-fraction", "0")
+    assert same("valid") == same("dev") == split("dev") and len(same("train")) == 200
+    assert not (tmp_path / "c" / "text" / "valid.rows").exists()
+    with pytest.raises(DataError, match=r"--select-fraction 1\.0: must be in \[0, 1\)"):
+        prepare_glue(["--task", "RTE", "--glue-dir", GLUE, "--dest", str(tmp_path / "d"), "--select-fraction", "1"])
 
 
 @pytest.mark.parametrize("bad_row, message", [
@@ -208,12 +246,18 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     run_cli("user_dir.tools.measure", data, "--gen-subset", "valid", "--path", tmp_path / "ck" / "checkpoint_best.pt",
             "--names", "tiny", "--glue-task", "MRPC", "--runs", "1", "--batch-size", "32", "--json", js)
     row = json.loads(js.read_text())["rows"][0]
-    assert row["sentences"] == 277 and 0 <= row["accuracy"] <= 100 and 0 <= row["f1"] <= 100
+    # 'valid' is the selection set: 26 of the 256 training rows held out (prepare_glue --select-fraction)
+    assert row["sentences"] == 26 and 0 <= row["accuracy"] <= 100 and 0 <= row["f1"] <= 100
     valid_accs = [float(a) for a in re.findall(r"valid on 'valid' subset .*?\| accuracy ([\d.]+)", log)]
     valid_acc = valid_accs[-1]
-    # the predictions fairseq validated (within one example of 277: an untrained head has near-ties that
+    # the predictions fairseq validated (within one example of 26: an untrained head has near-ties that
     # batch composition can flip, and the log rounds to 0.1)
-    assert abs(row["accuracy"] - valid_acc) < 100 / 277 + 0.05, row
+    assert abs(row["accuracy"] - valid_acc) < 100 / 26 + 0.05, row
+    # the report's subset: all 277 of GLUE's dev pairs
+    run_cli("user_dir.tools.measure", data, "--gen-subset", "dev", "--path", tmp_path / "ck" / "checkpoint_best.pt",
+            "--names", "tiny", "--glue-task", "MRPC", "--runs", "1", "--batch-size", "32", "--json", js)
+    row = json.loads(js.read_text())["rows"][0]
+    assert row["sentences"] == 277 and 0 <= row["accuracy"] <= 100 and 0 <= row["f1"] <= 100
 
     # scripts/bench/glue_report.py (glue_teachers.sh's report) reads what each run trained from its checkpoints
     # and reports the run the teacher link points at: two runs, the link on the second
@@ -249,12 +293,13 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     # this run's own --shorten-method truncate (read from its checkpoint)
     cut = "at preparation to 512, pairs longest first + fairseq --shorten-method truncate (the joined input cut from the end)"
     assert f"| 4 (0.50) | {row['params']:,} | {row['non_embedding_params']:,} | 0 min | {cut} |" in report
-    assert (f"- RTE lr2e-3: lr 0.002, batch 32, cls pooling, segment 0 only, 4 updates (0.50 epochs of 8) in 0 min, best dev f1 {best:.2f} at update 4 "
-            f"(chosen), highest dev accuracy over its {len(valid_accs)} evaluations {max(valid_accs):.1f}; "
+    assert (f"- RTE lr2e-3: lr 0.002, batch 32, cls pooling, segment 0 only, 4 updates (0.50 epochs of 8) in 0 min, best held-out f1 {best:.2f} at update 4 "
+            f"(chosen), highest held-out accuracy over its {len(valid_accs)} evaluations {max(valid_accs):.1f}; "
             f'truncation {cut}; trained by `LRS="2e-3" bash scripts/recipes/glue_teachers.sh`') in report
     assert "- RTE lr1e-3: lr 0.001, batch 32, cls pooling, segment 0 only, 4 updates (0.50 epochs of 8)" in report
     assert "evaluations" not in report.split("- RTE lr1e-3:")[1].split("\n")[0]  # no log, no accuracy
     assert report.count("(chosen)") == 1
+    assert "Chosen on (checkpoint and learning rate): RTE a slice of train held out at preparation" in report
     # the raw numbers beside the table, named after it
     data = json.loads((tmp_path / "glue.json").read_text())
     (rte,) = data["rows"]

@@ -235,12 +235,12 @@ def test_rte_pairs_are_truncated_longest_first_as_hugging_face_does(imported, tm
     prepare_glue(["--task", "RTE", "--glue-dir", str(glue), "--dest", str(data), "--tokenizer", "wordpiece",
                   "--wordpiece-vocab", MINILM_DIR, "--dict", os.path.join(imported, "dict.txt"), "--max-length", "128",
                   "--workers", "1"])
-    assert "valid: 33 of 277 examples longer than --max-length 128 cut longest first" in capsys.readouterr().err
+    assert "dev: 33 of 277 examples longer than --max-length 128 cut longest first" in capsys.readouterr().err
     tok = transformers.BertTokenizer.from_pretrained(MINILM_DIR)
     dictionary = Dictionary.load(os.path.join(imported, "dict.txt"))
     vocab = [line.rstrip("\n") for line in open(os.path.join(MINILM_DIR, "vocab.txt"), encoding="utf-8")]
     to_bert = dictionary_order(vocab)
-    first, second = (data_utils.load_indexed_dataset(str(data / f"input{i}" / "valid"), dictionary) for i in (0, 1))
+    first, second = (data_utils.load_indexed_dataset(str(data / f"input{i}" / "dev"), dictionary) for i in (0, 1))
     pairs = _rte_pairs("dev")
     cut = 0
     for i, (a, b) in enumerate(pairs):
@@ -442,7 +442,7 @@ def test_glue_recipe_fine_tunes_a_hugging_face_directory_given_as_hf_model(tmp_p
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(best)])
     assert isinstance(models[0].classification_heads["sentence_classification_head"], MeanPoolClassificationHead)
     capsys.readouterr()
-    glue_predict([str(data), "--path", str(best), "--task", "SST-2", "--subset", "valid", "--out",
+    glue_predict([str(data), "--path", str(best), "--task", "SST-2", "--subset", "dev", "--out",
                   str(tmp_path / "dev.tsv")])
     accuracy = ast.literal_eval(capsys.readouterr().out.strip().splitlines()[-1])["accuracy"]
     (measured,) = json.load(open(work / "SST-2" / "measure.json"))["rows"]

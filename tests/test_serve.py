@@ -403,8 +403,8 @@ def glue(tiny_glue_teacher, tmp_path_factory):
 
 def raw_dev(data, n):
     """The first n dev examples as the user typed them (prepare_glue keeps the raw text) and their labels."""
-    cols = [open(os.path.join(data, "text", f"valid.raw.input{i}"), encoding="utf-8").read().splitlines()[:n]
-            for i in range(2) if os.path.exists(os.path.join(data, "text", f"valid.raw.input{i}"))]
+    cols = [open(os.path.join(data, "text", f"dev.raw.input{i}"), encoding="utf-8").read().splitlines()[:n]
+            for i in range(2) if os.path.exists(os.path.join(data, "text", f"dev.raw.input{i}"))]
     return [list(ex) for ex in zip(*cols)]
 
 
@@ -447,8 +447,8 @@ def single_server(servers):
 def test_answers_equal_glue_predict_at_k0_and_a_growing_queue_gets_a_larger_k(glue, pair_server):
     from user_dir.tools.glue_predict import predict
     examples = raw_dev(glue["data"], 16)
-    _, at0, _, _ = predict(str(glue["data"]), str(glue["teacher"]), "valid")
-    _, at4, _, _ = predict(str(glue["data"]), str(glue["teacher"]), "valid", variator_plugins=glue["plugins"][1],
+    _, at0, _, _ = predict(str(glue["data"]), str(glue["teacher"]), "dev")
+    _, at4, _, _ = predict(str(glue["data"]), str(glue["teacher"]), "dev", variator_plugins=glue["plugins"][1],
                            variator_ratio=4)
     assert at0[:16] != at4[:16]  # the plugin changes answers: the comparison below tells the ratios apart
     replies = [pair_server.post("/classify", {"pairs": ex}) for ex in examples[:3]]
@@ -514,7 +514,7 @@ def test_every_bad_input_is_a_4xx_naming_its_field_and_a_full_queue_is_503(glue,
 def test_single_sentences_equal_glue_predict_and_long_ones_are_cut_as_training_cut_them(glue, single_server):
     from user_dir.tools.glue_predict import predict
     texts = [ex[0] for ex in raw_dev(glue["sst2"], 16)]
-    _, expected, _, _ = predict(str(glue["sst2"]), str(glue["teacher"]), "valid")
+    _, expected, _, _ = predict(str(glue["sst2"]), str(glue["teacher"]), "dev")
     got = single_server.post("/classify", {"texts": texts}).json()["results"]
     assert [r["label_index"] for r in got] == expected and {r["k"] for r in got} == {0}
     words = ("the film is a slow and dull story but its actors are great " * 60).split()  # 720 words

@@ -33,7 +33,8 @@ Per task (teacher ``--glue-work``/TASK/checkpoints/checkpoint_best.pt, data ``--
    stage -- exactly the neuron-pruned network (Algorithm 1) -- fine-tuned like APC's finalized model for
    ``--compress-updates`` + ``--finetune-updates`` updates, so both get the same number of updates.
 Selection, the same for every variant (issue 32: the baseline used to be validated twice as often as APC's
-fine-tuning, and its best checkpoint reported): ``--validations`` dev evaluations at the same update points
+fine-tuning, and its best checkpoint reported): ``--validations`` evaluations on the held-out selection set
+('valid': a slice of train held out at preparation; the dev set only reports) at the same update points
 of each variant's whole budget, all in its last ``--finetune-updates`` updates (APC: its fine-tuning stage;
 neuron pruning: the same updates of its one stage), none at epoch ends; the primary score is the last
 checkpoint's, the best-of-N beside it. Seeds (``--seeds 1,2,3``): every stage per seed; the tables give the
@@ -56,8 +57,8 @@ from benchlib import (ROOT, add_device_args, add_seed_arguments, aggregate, chec
                       difference, fc_flags, fmt, glue_comparison, is_summary, logger, num, protocol_text, provenance,
                       rel, run_jobs, seed_dir, seeds_of, seeds_text, selection_flags, sha256_of, significance_lines,
                       stage, validation_plan, validation_updates, write_json, write_text)
-from glue_bench import (glue_scores, glue_setup, glue_train_flags, measure_costs, predictions_path, read_labels,
-                        teacher_record)
+from glue_bench import (REPORT_SUBSET, chosen_on, glue_scores, glue_setup, glue_train_flags, measure_costs, predictions_path,
+                        read_labels, teacher_record)
 
 # Table 2 (BERT-base dev; RTE in brackets = test there) and Table 3 (APC-50-ff strategies), accuracy
 PAPER = {"BERT-base": {"SST-2": 92.7, "RTE": 66.4, "MRPC": 86.7, "MNLI": 84.4},
@@ -174,7 +175,7 @@ def task_part(args, task, header):
         rows.append(row)
     log(f"{task}: measuring cost")
     load = os.getloadavg()[0]
-    for row, cost in zip(rows, measure_costs([r["final"] for r in rows], args, setup["data"], "valid")):
+    for row, cost in zip(rows, measure_costs([r["final"] for r in rows], args, setup["data"], REPORT_SUBSET)):
         row.update(cost)
     labels = read_labels(predictions_path(teacher_scores))
     comparisons = [glue_comparison(f"{name} vs neuron pruning", name, "neuron pruning",
@@ -193,7 +194,8 @@ def task_part(args, task, header):
                           "finetune_updates": args.finetune_updates, "lr": lr,
                           "lr_source": "--glue-lr" if args.glue_lr is not None else "the teacher's",
                           "batch_size": args.glue_batch_size, "validations": args.validations,
-                          "plan": list(plan_of(args)), "best_metric": setup["best_metric"], "work": rel(args.work)},
+                          "plan": list(plan_of(args)), "best_metric": setup["best_metric"], "work": rel(args.work),
+                          "selection": setup["selection"]},
                 rows=[{k: (rel(v) if k in ("final", "last") else v) for k, v in r.items()} for r in rows])
 
 
@@ -233,7 +235,7 @@ def write_apc_glue_report(data, out):
             made = (f"Made by `{p['command']}` on {p['machine']} ({p['date']}); {seeds_text(p['seeds'])}; "
                     f"{p['threads']} thread(s) per run, load average {p['load']} when the costs were measured.")
             total = s["compress_updates"] + s["finetune_updates"]
-            selection = protocol_text(total, tuple(s["plan"]), f"dev {s['best_metric']}",
+            selection = protocol_text(total, tuple(s["plan"]), f"{chosen_on(s)} {s['best_metric']}",
                                       f"APC's compression stage {s['compress_lr']:g}, then {s['lr']:g} ({s['lr_source']}) "
                                       f"over its fine-tuning stage; neuron pruning {s['lr']:g} over its one stage; each "
                                       "decaying linearly to 0 without warm-up")
@@ -316,7 +318,7 @@ def main(argv=None):
     parser.add_argument("--glue-lr", type=float, default=None, help="fine-tuning lr (default: the teacher's)")
     parser.add_argument("--glue-batch-size", type=int, default=32, help="the paper's batch size (32)")
     parser.add_argument("--validations", type=int, default=4,
-                        help="dev evaluations of every variant, at the same points of its last --finetune-updates "
+                        help="held-out ('valid') evaluations of every variant, at the same points of its last --finetune-updates "
                              "updates (default 4); the last checkpoint is the primary score, the best of them beside it")
     parser.add_argument("--all-params", action="store_true", help="also Table 3's 'All Params' strategy")
     add_seed_arguments(parser, default="1")

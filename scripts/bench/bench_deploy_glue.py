@@ -48,7 +48,7 @@ import sys
 from benchlib import (ROOT, default_out, logger, plot_panels, provenance, provenance_text, rel, run, sha256_of,
                       write_report)
 from bench_ghost_costs import add_timing_arguments, forms_text, ghost_costs, costs_table, timed_rounds
-from glue_bench import first_glue_setup
+from glue_bench import REPORT_SUBSET, first_glue_setup
 
 log = logger("bench_deploy_glue")
 RUNTIMES = ("fairseq", "transformers", "onnx fp32", "onnx int8")
@@ -176,8 +176,8 @@ def dev_inputs(data, tokenizer_dir, task):
 
     from user_dir.deploy.export_hf import prepared_settings, read_vocab, vocabulary_map, wordpiece
 
-    columns = [c for c in range(2) if os.path.isfile(os.path.join(data, "text", f"valid.raw.input{c}"))]
-    texts = [open(os.path.join(data, "text", f"valid.raw.input{c}"), encoding="utf-8").read().splitlines()
+    columns = [c for c in range(2) if os.path.isfile(os.path.join(data, "text", f"{REPORT_SUBSET}.raw.input{c}"))]
+    texts = [open(os.path.join(data, "text", f"{REPORT_SUBSET}.raw.input{c}"), encoding="utf-8").read().splitlines()
              for c in columns]
     tok = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
     encoded = tok(*texts, truncation=True)
@@ -187,12 +187,12 @@ def dev_inputs(data, tokenizer_dir, task):
     dictionary = Dictionary.load(os.path.join(data, "input0", "dict.txt"))
     dictionary.add_symbol("<mask>")  # as sentence_prediction adds it
     to_fairseq = vocabulary_map(dictionary, read_vocab(settings), wordpiece(settings).fairseq_specials)
-    binarised = [data_utils.load_indexed_dataset(os.path.join(data, f"input{c}", "valid"), dictionary) for c in columns]
+    binarised = [data_utils.load_indexed_dataset(os.path.join(data, f"input{c}", REPORT_SUBSET), dictionary) for c in columns]
     differ = sum(to_fairseq[torch.tensor(e["input_ids"])].tolist() != [dictionary.bos()] + sum(
         (b[i].tolist() for b in binarised), []) for i, e in enumerate(examples))
-    regression = not os.path.isfile(os.path.join(data, "text", "valid.label.id"))
-    label_file = os.path.join(data, "label", "valid.label") if regression else \
-        os.path.join(data, "text", "valid.label.id")
+    regression = not os.path.isfile(os.path.join(data, "text", f"{REPORT_SUBSET}.label.id"))
+    label_file = os.path.join(data, "label", f"{REPORT_SUBSET}.label") if regression else \
+        os.path.join(data, "text", f"{REPORT_SUBSET}.label.id")
     labels = [float(x) if regression else int(x) for x in open(label_file).read().split()]
     return examples, labels, differ, to_fairseq, tok.pad_token_id
 

@@ -39,15 +39,16 @@ fairseq-train resumes from its own checkpoint_last.pt.
 GLUE (``--glue-task TASK[,TASK...]``, any task preprocess/prepare_glue.py handles; the teacher is
 ``--glue-work``/TASK/checkpoints/checkpoint_best.pt, its data ``--glue-work``/data-bin/TASK.wordpiece, as
 scripts/recipes/glue_teachers.sh leaves them), per m (default 12/12, 6/12, 3/12, 1/12) and variant:
-1. ``ghost_prune`` with the importance on the dev set (``--glue-importance-subset valid``: DynaBERT, which
-   the paper follows, computes it on the development set; ``train`` is the alternative);
+1. ``ghost_prune`` with the importance on the held-out selection set (``--glue-importance-subset valid``: a
+   slice of train held out at preparation, preprocess/prepare_glue.py --select-fraction; DynaBERT, which the
+   paper follows, computes it on the development set, which here only reports; ``train`` is the alternative);
 2. ``fairseq-train --task sentence_prediction --criterion ghost_distill`` (eq 6, Table 8's lambdas 0, 1, 1),
    ``--glue-distill-updates`` updates, the last checkpoint kept;
 3. ``fairseq-train --criterion glue_sentence_prediction --glue-task TASK`` (cross-entropy, the teachers'
    criterion; MSE with --regression-target for STS-B, read from the teacher), ``--glue-finetune-updates``
    updates, validated ``--glue-validations`` times at the same update points for every variant: the last
-   checkpoint is the primary score, the checkpoint with the best dev metric of those validations (the paper:
-   "the model with the best development set performance") beside it;
+   checkpoint is the primary score, the checkpoint with the best held-out ('valid') metric of those validations
+   (the paper: "the model with the best development set performance") beside it;
 4. dev scores with ``user_dir.tools.glue_predict``'s predictions and ``user_dir.common.glue_metrics``
    (the teachers' scoring), for the untrained pruned checkpoint, the last and the best; the predictions
    are kept as JSON lists (``*.predictions.json``, the gold labels' file named inside) for the paired test
@@ -90,8 +91,8 @@ from benchlib import (ROOT, add_device_args, add_seed_arguments, add_teacher_arg
                       multi30k_data_bin, multi30k_references, num, over_seeds, plot_panels, protocol_text, provenance,
                       rel, run_jobs, seed_dir, seeds_of, seeds_text, selection_flags, sha256_of, significance_lines,
                       stage, validation_plan, validation_updates, write_json, write_report)
-from glue_bench import (glue_scores, glue_setup, glue_train_flags, measure_costs, predictions_path, read_labels,
-                        teacher_record)
+from glue_bench import (REPORT_SUBSET, chosen_on, glue_scores, glue_setup, glue_train_flags, measure_costs, predictions_path,
+                        read_labels, teacher_record)
 
 # what each variant passes to ghost_prune (and so to its architecture); the name labels the table row
 VARIANTS = {"pruned": ["--ghost-positions", "none"], "ghost": ["--ghost-positions", "o,ffn2"],
@@ -322,7 +323,7 @@ def glue_part(args, task, runs, header):
     rows += [over_seeds(by_run[run]) for run in runs]
     log(f"GLUE {task}: measuring cost")
     load = os.getloadavg()[0]
-    for row, cost in zip(rows, measure_costs([r["final"] for r in rows], args, setup["data"], "valid")):
+    for row, cost in zip(rows, measure_costs([r["final"] for r in rows], args, setup["data"], REPORT_SUBSET)):
         row.update(cost)
     comparisons = []
     for m, variant in runs:
@@ -337,7 +338,8 @@ def glue_part(args, task, runs, header):
                           "lr": lr, "lr_source": "--glue-lr" if args.glue_lr is not None else "the teacher's",
                           "batch_size": args.glue_batch_size, "validations": args.glue_validations,
                           "plan": list(glue_plan(args)), "best_metric": setup["best_metric"],
-                          "importance_subset": args.glue_importance_subset, "work": rel(args.work)},
+                          "importance_subset": args.glue_importance_subset, "work": rel(args.work),
+                          "selection": setup["selection"]},
                 rows=[{k: (rel(v) if k in ("init", "final") else v) for k, v in r.items()} for r in rows])
 
 
@@ -484,6 +486,12 @@ def glue_label(row, heads):
     return LABELS[row["variant"]]
 
 
+def importance_words(settings):
+    """The importance pass's data in a report's words: 'valid' was the dev set before the held-out split."""
+    subset = settings["importance_subset"]
+    return ("held-out (valid)" if chosen_on(settings) == "held-out" else "dev (valid)") if subset == "valid" else subset
+
+
 def glue_section(task, p):
     rows, s, teacher = p["rows"], p["settings"], p["teacher"]
     heads = int(rows[0]["m"].split("/")[0])
@@ -491,7 +499,7 @@ def glue_section(task, p):
     new = "seeds" in p
     if new:
         selection = protocol_text(s["distill_updates"] + s["finetune_updates"], tuple(s["plan"]),
-                                  f"dev {s['best_metric']}", f"{s['lr']:g} ({s['lr_source']}) decaying linearly to 0 "
+                                  f"{chosen_on(s)} {s['best_metric']}", f"{s['lr']:g} ({s['lr_source']}) decaying linearly to 0 "
                                   "over each stage, no warm-up, the same for every variant")
         selection += " Each score: mean +- sample std [min, max] over the seeds, then every seed's value."
     else:
@@ -502,7 +510,7 @@ def glue_section(task, p):
              f"Teacher: `{teacher['checkpoint']}` (run {teacher['run']}, lr {teacher['lr']:g}, "
              f"{teacher.get('updates')} updates, dev {METRIC_NAMES[teacher['metric']]} {teacher['score']:.2f}; "
              f"sha256 {teacher['sha256'][:12]}). m keeps M = floor({heads} m) heads and M of {heads} FFN folds per "
-             f"layer, chosen by first-order importance on the {s['importance_subset']} set (DynaBERT: dev). Every "
+             f"layer, chosen by first-order importance on the {importance_words(s)} set (DynaBERT: dev). Every "
              f"variant gets the identical procedure: {s['distill_updates']} updates of distillation (eq 6), then "
              f"{s['finetune_updates']} updates of cross-entropy (`glue_sentence_prediction`), Table 8's settings "
              f"(batch {s['batch_size']}, Adam (0.9, 0.999), lr {s['lr']:g} ({s['lr_source']}) decaying linearly to "
@@ -633,10 +641,11 @@ def main(argv=None):
                         help="both stages' peak lr (Table 8: 2e-5 for BERT-base; default: the teacher's own lr)")
     parser.add_argument("--glue-batch-size", type=int, default=32, help="sentences per batch (Table 8: 32)")
     parser.add_argument("--glue-validations", type=int, default=4,
-                        help="dev evaluations during fine-tuning, at the same update points for every variant; the "
-                             "last checkpoint is the primary score, the best of them beside it")
+                        help="evaluations on the held-out selection set during fine-tuning, at the same update points for "
+                             "every variant; the last checkpoint is the primary score, the best of them beside it")
     parser.add_argument("--glue-importance-subset", default="valid", choices=["valid", "train"],
-                        help="data of the importance pass (DynaBERT, which the paper follows: the dev set)")
+                        help="data of the importance pass: valid, the held-out selection set (DynaBERT, which the paper "
+                             "follows, used the dev set, which here only reports), or train")
     add_seed_arguments(parser, default="1")
     parser.add_argument("--threads", type=int, default=1)
     add_device_args(parser)

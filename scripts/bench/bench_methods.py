@@ -651,6 +651,17 @@ def mark_fronts(rows):
     return rows
 
 
+def choosing_text(settings):
+    """What chose the GLUE teacher and each method's model, and on which examples."""
+    held = (settings.get("selection") or {}).get("source") == "train"
+    on = ("'valid', a slice of train held out at preparation (preprocess/prepare_glue.py --select-fraction): the dev "
+          "set only reports" if held else "the dev set itself (data prepared before the held-out split): choosing and "
+          "reporting share it")
+    return (f"Choosing is done on {on}: the teacher's learning rate and checkpoint (glue_teachers.sh), GhostBERT's "
+            "importance, and the checkpoint each recipe keeps (GhostBERT and pruned: the best of the fine-tuning's "
+            "validations; Variator: the best of its training's; APC: its fine-tuning's last checkpoint).")
+
+
 def report_text(rows, recommendations, prov, settings, measure_cmds):
     t = rows[0]
     glue = settings.get("glue_task")
@@ -670,8 +681,8 @@ def report_text(rows, recommendations, prov, settings, measure_cmds):
                  "CPU, every model in a fresh process; size: the weights on disk (fairseq: the state dict as "
                  "torch.save writes it, a Variator row's plugins included; ONNX: the model file); peak memory: the "
                  "measuring process's peak resident set. Parameters: the fairseq model's, each shared tensor once "
-                 "(an ONNX row: those of the model it was exported from). " + fronts, "",
-                 f"| model | runtime | {metric} | all scores | params | size MB | sent/s | speed-up | latency ms | "
+                 "(an ONNX row: those of the model it was exported from). " + choosing_text(settings) + " " + fronts,
+                 "", f"| model | runtime | {metric} | all scores | params | size MB | sent/s | speed-up | latency ms | "
                  "latency speed-up | peak MB | F |", "|" + "---|" * 12]
     else:
         lines = [f"# Which method? Quality against measured speed and size ({settings['teacher']})", "",
@@ -870,7 +881,8 @@ def main(argv=None):
                     methods=[s["name"] for s in specs], latency_sentences=latency_n,
                     data_commands=[shown(c) for c in driver.commands.get("data", [])])
     if glue:
-        settings.update(metric=setup["metric"], speed_examples=min(args.speed_examples, rows[0]["sentences"]))
+        settings.update(metric=setup["metric"], speed_examples=min(args.speed_examples, rows[0]["sentences"]),
+                        selection=setup["selection"])
     data = {"provenance": prov, "settings": settings, "rows": rows, "recommendations": recommendations,
             "measure_commands": measure_cmds,
             "refused": ({"not_in_onnx": NOT_IN_ONNX, "ct2": CT2_ON_GLUE, "translation_only": TRANSLATION_ONLY}

@@ -73,7 +73,7 @@ from benchlib import (ROOT, SHARED, add_device_args, add_seed_arguments, add_tea
                       seeds_of, seeds_text, selection_flags, sha256_of, shared_path, significance_lines, stage,
                       validation_plan, validation_updates, write_json, write_text)
 from benchlib import machine as machine_text
-from glue_bench import glue_scores, predictions_path, read_labels, teacher_record
+from glue_bench import chosen_on, glue_scores, predictions_path, read_labels, selection_record, teacher_record
 
 # the reference teacher's architecture (its README)
 TRANSLATION_ARCH = ["--arch", "transformer_iwslt_de_en", "--encoder-layers", "3", "--decoder-layers", "3",
@@ -329,7 +329,7 @@ def glue(args, work):
         part = part_header(args, {"pretrain_updates": int(args.glue_pretrain_updates), "updates": int(args.glue_updates),
                                   "validations": args.glue_validations, "select": args.glue_select,
                                   "bottleneck": args.bottleneck, "ratios": ratios_of[task], "threads": args.threads,
-                                  "plan": list(plan)})
+                                  "plan": list(plan), "selection": selection_record(data)})
         part.update({"teacher": record, "results": results, "cost": cost, "pairing": "alternate",
                      "comparisons": comparisons})
         parts[task] = part
@@ -613,8 +613,8 @@ def variator_report(data, out):
                 f"- {task}: teacher {teacher['checkpoint']} (run {teacher['run']}, lr {teacher['lr']:g}, dev {metric} "
                 f"{teacher['score']:.2f}; {teacher['source']}). {s['pretrain_updates']} pre-training and "
                 f"{s['updates']} adaptation updates"
-                + (f", the checkpoint with the best dev score of {s['validations']} validations"
-                   if s["select"] == "best" else ", the last checkpoint (no choice on dev)")
+                + (f", the checkpoint with the best {chosen_on(s)} score of {s['validations']} validations"
+                   if s["select"] == "best" else ", the last checkpoint (no choice)")
                 + f", r = {s['bottleneck']}."
                 + (f" Dev set: {examples} examples (one example = {100 / examples:.2f} points)." if examples else ""))
             now = current.get(task)
@@ -675,7 +675,7 @@ def glue_seeds_section(parts):
         lines.append(f"- {task}: made by `{p['command']}` on {p['date']}; {p['machine']}; {seeds_text(p['seeds'])}, "
                      f"{s['threads']} thread(s) per run. Timing: {timing_text(p['cost'], p.get('pairing'))}. "
                      f"{s['pretrain_updates']} pre-training updates (no validation), then "
-                     + protocol_text(s["updates"], tuple(s["plan"]), f"dev {GLUE_TASKS[task][0]}", LR_TEXT)
+                     + protocol_text(s["updates"], tuple(s["plan"]), f"{chosen_on(s)} {GLUE_TASKS[task][0]}", LR_TEXT)
                      + ("" if s["select"] == "last" else " (This part's primary score is the best-of-N checkpoint's, "
                         "--glue-select best.)"))
     lines.append("")
@@ -726,9 +726,10 @@ def build_parser():
     p.add_argument("--glue-pretrain-updates", default="200")
     p.add_argument("--glue-updates", default="800", help="adaptation updates per GLUE plugin")
     p.add_argument("--glue-validations", type=int, default=8,
-                   help="dev evaluations during each GLUE adaptation, at the same update points for every plugin")
+                   help="evaluations on the held-out selection set ('valid') during each GLUE adaptation, at the "
+                        "same update points for every plugin")
     p.add_argument("--glue-select", default="last", choices=["best", "last"],
-                   help="the primary score: the last checkpoint (default), or the one with the best dev metric of "
+                   help="the primary score: the last checkpoint (default), or the one with the best held-out metric of "
                         "the validations; the other is shown beside it")
     p.add_argument("--glue-work", default=os.path.join(ROOT, "work", "glue"),
                    help="scripts/recipes/glue_teachers.sh's work folder: the imported MiniLM, the data and TASK/checkpoints")

@@ -485,8 +485,9 @@ NOTES = [
     "- GLUE rows: the dev set chose the teacher's learning rate and checkpoint (glue_teachers.sh's sweep, best dev "
     "score), GhostBERT's head and neuron importance scores, and reports the score of every variant's last "
     "checkpoint (best-of-N only beside it in the tables): choosing and reporting share the dev set, alike for every "
-    "variant, so the comparisons are fair but the absolute scores optimistic. A selection half / report half split "
-    "needs the GLUE runs again.",
+    "variant, so the comparisons are fair but the absolute scores optimistic. The data are now prepared with a "
+    "selection set held out of train (preprocess/prepare_glue.py --select-fraction: 'valid' chooses, GLUE's dev set "
+    "only reports); these rows predate it and need the GLUE runs again on such data.",
     "- Variator: the paper's 53% is of the whole T5 model's FLOPs with plugins in encoder and decoder; ours plug "
     "the encoder's FFNs only, which saves the encoder FLOPs shown (its FFNs' share beside), little of a whole "
     "translation model dominated by beam-search decoding; the measured speed-ups are beside them.",

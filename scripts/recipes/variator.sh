@@ -92,7 +92,7 @@ say "4/5 the backbone alone and with the plugin"
 for RATIO in 0 "$K"; do
   if [ "$MODE" = glue ]; then
     stage "score-k$RATIO" "$PY" -m user_dir.tools.glue_predict "$DATA" --path "$TEACHER" --task "$GLUE_TASK" \
-      --subset valid --variator-plugins "$WORK/plugin-k$K.pt" --variator-ratio "$RATIO" --out "$WORK/dev-k$RATIO.tsv"
+      --subset dev --variator-plugins "$WORK/plugin-k$K.pt" --variator-ratio "$RATIO" --out "$WORK/dev-k$RATIO.tsv"
   else
     stage "score-k$RATIO" fairseq-generate "$DATA" --user-dir "$ROOT/user_dir" --task variator_translation \
       --path "$TEACHER" --variator-plugins "$WORK/plugin-k$K.pt" --variator-ratio "$RATIO" --gen-subset test \

@@ -12,7 +12,7 @@ over the whole validation set), so ``--best-checkpoint-metric`` can be set to th
 | SST-2, QNLI, RTE, WNLI | accuracy | accuracy |
 | MRPC, QQP | F1 and accuracy | f1 (or acc_and_f1) |
 | STS-B | Pearson and Spearman (regression) | pearson_and_spearman |
-| MNLI | accuracy, matched and mismatched | accuracy (``--valid-subset valid,valid1``: valid is matched, valid1 mismatched) |
+| MNLI | accuracy, matched and mismatched | accuracy (reported on ``dev``, matched, and ``dev1``, mismatched; chosen on the held-out ``valid``: preprocess/prepare_glue.py) |
 
 Use ``--maximize-best-checkpoint-metric`` with all of these.
 """

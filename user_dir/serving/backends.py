@@ -48,8 +48,9 @@ def checkpoint_task(path: str) -> str:
 
 
 def _attach(model, plugins: str) -> List[int]:
+    # the parameters keep requires_grad as loaded (every forward here runs under no_grad): switched off, torch's
+    # matmul runs a non-contiguous 3-D input through a slower batched matmul (user_dir/common/teacher.py)
     from user_dir.variator.plugged_encoder import attach_plugin_files
-    model.requires_grad_(False)
     return [0] + attach_plugin_files(model, plugins).ratios
 
 

@@ -64,7 +64,8 @@ def plug_model(model, cfg: VariatorConfig, from_checkpoint: bool, model_cfg=None
         raise VariatorError("--variator-backbone is required to train plugins: the fine-tuned checkpoint whose "
                             "frozen weights they accelerate")
     # frozen for the optimiser only: a model loaded to decode stays as built (frozen, it decoded at 0.44x-0.46x the
-    # teacher's throughput in scripts/bench/bench_methods.py on a CPU; as built, 0.99x-1.06x)
+    # teacher's throughput in scripts/bench/bench_methods.py on a CPU; as built, 0.99x-1.06x: a frozen weight sends
+    # the decoder's non-contiguous input to a batched matmul instead of one GEMM, see user_dir/common/teacher.py)
     if training:
         model.requires_grad_(False)
     attach_plugin_files(model, cfg.variator_plugins)
