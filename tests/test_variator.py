@@ -509,7 +509,8 @@ def test_plugins_train_on_a_real_glue_encoder_and_report_accuracy(glue_work, tmp
                   "--task", "SST-2", "--subset", "valid", "--out", tmp_path / "dev.tsv", "--variator-ratio", "4")
     offline = ast.literal_eval(dev.stdout.strip().splitlines()[-1])["accuracy"]
     assert abs(offline - trained_accuracy) < 0.01, (offline, trained_accuracy)
-    assert len((tmp_path / "dev.tsv").read_text().splitlines()) == 1 + 40  # a prediction per dev sentence
+    # a prediction per sentence of 'valid', the selection set: 6 (10%) of the 64 training rows held out
+    assert len((tmp_path / "dev.tsv").read_text().splitlines()) == 1 + 6
 
 
 # ---- scripts/bench/bench_variator.py: folders, teachers, speed summaries and the table ----------------------------------

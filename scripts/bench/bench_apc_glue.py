@@ -91,7 +91,7 @@ def seed_rows(args, task, setup, record, lr, seed):
     init = os.path.join(init_dir, "init.pt")
     stage(init_dir, [[py, "-m", "user_dir.apc.tools.init", teacher, "--data", data, "--encoder-ffn-dims", spec,
                       "--init", "neuron-pruning", "--seed", str(seed), "--out", init]
-                     + (["--samples", "500", "--importance-batches", "2"] if args.quick else [])], args.threads)
+                     + (["--samples", "200", "--importance-batches", "2"] if args.quick else [])], args.threads)
     arch = fc_flags(init)
     common = [*Device(args).train(), data, "--user-dir", "user_dir", *setup["task_flags"]]
     plan, compress_n, total = plan_of(args), args.compress_updates, args.compress_updates + args.finetune_updates

@@ -614,7 +614,7 @@ def variator_report(data, out):
                 f"{teacher['score']:.2f}; {teacher['source']}). {s['pretrain_updates']} pre-training and "
                 f"{s['updates']} adaptation updates"
                 + (f", the checkpoint with the best {chosen_on(s)} score of {s['validations']} validations"
-                   if s["select"] == "best" else ", the last checkpoint (no choice)")
+                   if s["select"] == "best" else ", the last checkpoint (no choice on dev)")
                 + f", r = {s['bottleneck']}."
                 + (f" Dev set: {examples} examples (one example = {100 / examples:.2f} points)." if examples else ""))
             now = current.get(task)
