@@ -93,6 +93,10 @@ STATUS = {
     "methods_multi30k_ladder.md": ("headline", "the default ladder (15 models: PET, word-KD, Variator, GhostBERT, "
                                    "APC, PET then APC) at 400 CPU updates each, deployed in fairseq and CTranslate2 "
                                    "float32/int8, against the teacher: Pareto fronts and the recommendation"),
+    "methods_glue_sst2.md": ("headline", "the default GLUE ladder (12 models: Variator, pruned only, GhostBERT, APC) "
+                             "at 480 CPU updates each on the SST-2 teacher, deployed in fairseq and ONNX Runtime "
+                             "fp32/int8, chosen on a held-out slice of train, scored on dev: Pareto fronts and the "
+                             "recommendation"),
     "archive/methods_multi30k.md": ("superseded", "PET and word-KD only at 300 updates; methods_multi30k_ladder.md runs "
                                     "the whole default ladder"),
 }
