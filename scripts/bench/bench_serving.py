@@ -53,6 +53,7 @@ import sys
 import time
 
 from benchlib import ROOT, environment, invocation, logger, machine, plot_panels, sha256_of, write_json, write_text
+from glue_bench import REPORT_SUBSET, check_report_subset
 
 log = logger("bench_serving")
 
@@ -606,13 +607,11 @@ def main(argv=None):
             sys.exit(f"bench_serving: {flag} {path}: not found (scripts/recipes/glue_teachers.sh makes it)")
     args.plugin_files = args.plugins.split(",") if args.plugins else default_plugins(args.variator_work, args.task,
                                                                                       args.checkpoint)
-    # the dev set ('dev': prepare_glue.py holds a slice of train out as 'valid', which chooses; dev reports)
+    # the dev set (prepare_glue.py holds a slice of train out as 'valid', which chooses; dev reports)
+    check_report_subset(args.data, args.task)
     text_dir = os.path.join(args.data, "text")
-    raw, labels = os.path.join(text_dir, "dev.raw.input0"), os.path.join(text_dir, "dev.label")
-    if not os.path.isfile(raw):
-        sys.exit(f"bench_serving: --data {args.data} has no 'dev' subset (text/dev.raw.input0): it was prepared "
-                 "before reporting moved to 'dev'; prepare it again (scripts/recipes/glue_teachers.sh)")
-    if os.path.exists(os.path.join(text_dir, "dev.raw.input1")):
+    raw, labels = (os.path.join(text_dir, f"{REPORT_SUBSET}.{name}") for name in ("raw.input0", "label"))
+    if os.path.exists(os.path.join(text_dir, f"{REPORT_SUBSET}.raw.input1")):
         sys.exit("bench_serving: a single-sentence task is expected (the requests are single texts)")
     with open(raw, encoding="utf-8") as f:
         texts = f.read().splitlines()
@@ -643,7 +642,7 @@ def main(argv=None):
     log(f"offline dev accuracy of each k ({len(texts)} sentences)")
     offline = {}
     for k in ratios:
-        _, preds, dev_labels, _ = predict(args.data, args.checkpoint, "dev",
+        _, preds, dev_labels, _ = predict(args.data, args.checkpoint, REPORT_SUBSET,
                                           variator_plugins=",".join(args.plugin_files), variator_ratio=k)
         offline[str(k)] = 100 * sum(int(a) == int(b) for a, b in zip(preds, dev_labels)) / len(dev_labels)
     names_path = os.path.join(args.data, "label", "names.txt")

@@ -11,11 +11,10 @@ import sys
 import time
 
 from benchlib import Device, rel, sha256_of, write_json, write_predictions
-
 # preprocess/prepare_glue.py's layout: 'valid' (a slice of train held out at preparation) is what fairseq-train
 # validates on and everything chooses by (checkpoints, learning rates, importance); 'dev' (GLUE's dev set) only
 # reports
-SELECTION_SUBSET, REPORT_SUBSET = "valid", "dev"
+from preprocess.prepare_glue import REPORT_SUBSET, SELECTION_SUBSET
 
 
 def teacher_record(path, metric, score):

