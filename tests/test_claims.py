@@ -152,6 +152,34 @@ def test_variator_cost_cell_puts_speed_beside_flops():
     assert f"end-to-end speed x{e2e['median']:.2f} [{e2e['min']:.2f}, {e2e['max']:.2f}]" in cell, cell
 
 
+def test_glue_rows_say_what_chose_from_their_tables_data(tmp_path, monkeypatch):
+    """A GLUE row's "what chose what" is read from its table: a table measured on data with the held-out slice of
+    train (settings' selection from glue_bench.selection_record) says the slice chose and dev only reported; an
+    older table, and one prepared with --select-fraction 0, say dev both chose and reported."""
+    held_out = {"subset": "valid", "source": "train", "fraction": 0.1, "seed": 1, "report": "dev"}
+    on_dev = dict(held_out, source="dev", fraction=0)
+    write_table(tmp_path, {"SST-2": {"comparisons": [old_row()], "settings": {"lr": 1e-4, "selection": held_out}}}, "new")
+    write_table(tmp_path, {"SST-2": {"comparisons": [old_row()], "settings": {"lr": 1e-4}}}, "old")
+    write_table(tmp_path, {"MRPC": {"comparisons": [old_row()], "settings": {"selection": on_dev}}}, "zero")
+    ghost = claims.glue_selection(" and the pruned heads and neurons (importance)")
+    monkeypatch.setattr(claims, "CLAIMS", [
+        spec(method="N", json="results/claims/new.json", selection=ghost),
+        spec(method="O", json="results/claims/old.json", selection=ghost),
+        spec(method="Z", json="results/claims/zero.json", selection=claims.glue_selection(extra="; batches chose")),
+        spec(method="T", selection="nothing chosen")])
+    text = claims.render(str(tmp_path), ["--out", "x"])
+    new, old, zero = (row_of(text, m).split("|")[6] for m in "NOZ")
+    assert "('valid', 0.1 of train" in new and "chose the teacher's learning rate and checkpoint and the pruned " \
+        "heads and neurons (importance); GLUE's dev set reports the last checkpoint's score and chose nothing" in new
+    assert "dev both chose and reported" in old and "importance" in old and "held out" not in old
+    assert "dev both chose and reported" in zero and zero.rstrip().endswith("; batches chose")
+    assert row_of(text, "T").split("|")[6].strip() == "nothing chosen"
+    # the notes name which rows chose on the held-out slice and which on dev
+    notes = text[text.index("Notes:"):]
+    assert "GLUE rows chosen on a held-out slice of train (A beats B)" in notes
+    assert "GLUE rows measured before the held-out slice (A beats B; A beats B)" in notes
+
+
 def test_the_committed_claims_table_is_what_the_script_writes_from_the_committed_json():
     """results/claims.md (what README quotes) is scripts/bench/claims.py's rendering of results/claims/*.json as committed:
     no row edited by hand, none left behind by a newer measurement."""
