@@ -7,7 +7,8 @@
 Each claim names the benchmark table (a driver's JSON, written with ``--seeds``) holding the paired
 comparison it rests on, and says what the paper claims in the paper's words, the budget it was measured at
 and what chose what (which data picked the teacher, the importance scores and the checkpoints, and which
-data reported the score). Three kinds of claim:
+data reported the score; a GLUE row reads it from its table's settings: glue_bench.selection_record says whether
+the data held a slice of train out to choose on, with GLUE's dev set only reporting). Three kinds of claim:
 
 * **better** -- "A - B > threshold": 0 for "A beats B", -2 for "a drop under 2 points";
 * **parity** -- "A on par with B": equivalence within +-``margin`` (TOST; the 90% interval inside);
