@@ -361,7 +361,8 @@ def test_the_claim_check_catches_a_verdict_without_budget_a_foreign_interval_and
     (tmp_path / "claims.md").write_text(
         "| method | ... |\n"
         "| A | beats B | paper | A - B > 0 | 300 updates on a CPU | sel | A vs B | f1 | 3 | 1.00 | 0.50 | "
-        "+0.50 [+0.10, +0.90] | ... | 0.01 | 0.02 | - | reproduced at 300 updates on a CPU | `x.md` |\n"
+        "+0.50 [+0.10, +0.90]; 90% [+0.15, +0.85] | ... | 0.01 | 0.02 | - | reproduced at 300 updates on a CPU | "
+        "`x.md` |\n"  # a parity row's cell: the quote gives its head, the 95% interval
         "| C | on par | paper | \\|A - B\\| < 1 | 800 updates on a CPU | sel | C vs D | f1 | 3 | 1.00 | 0.50 | "
         "+0.50 (no interval: not re-tested) | - | - | - | - | not recomputed with the cluster test; rerun | `y.md` |\n")
     good = ("A beats B by +0.50 [+0.10, +0.90], reproduced at 300 updates on a CPU; C is not recomputed with the "
@@ -389,6 +390,12 @@ CLAIM_QUOTE = re.compile(r"^claim: (?P<comparison>.+), (?P<metric>\S+) (?P<value
 # the README's method names (the table's first column) -> results/claims.md's method column
 DECISION_METHODS = {"PET": "PET", "PET's competitors": "PET", "Variator": "Variator", "GhostBERT": "GhostBERT",
                     "APC": "APC"}
+
+
+def interval_head(cell):
+    """The head of a claims row's A - B cell: its number and 95% interval, without a note in brackets or a parity
+    row's 90% interval ('+0.13 [-1.06, +1.33]; 90% [-0.86, +1.12]' -> '+0.13 [-1.06, +1.33]')."""
+    return cell.split(" (")[0].split(";")[0]
 
 
 def claims_verdict(row):
@@ -447,10 +454,10 @@ def decision_table_problems(text, results_dir, name="README.md"):
             def holds(r):
                 comparison_ok = (m["comparison"] == r[6] if r[6] != "-" else m["comparison"] in r[1])
                 metric_ok = m["metric"] == (r[7] if r[7] != "-" else "ratio")
-                return (r[0] == family and comparison_ok and metric_ok and r[11].split(" (")[0] == m["value"]
+                return (r[0] == family and comparison_ok and metric_ok and interval_head(r[11]) == m["value"]
                         and claims_verdict(r) == m["verdict"])
             if not any(holds(r) for r in rows or []):
-                near = [f"{r[6]}, {r[7]} {r[11].split(' (')[0]}, {claims_verdict(r)}" for r in rows or []
+                near = [f"{r[6]}, {r[7]} {interval_head(r[11])}, {claims_verdict(r)}" for r in rows or []
                         if r[0] == family]
                 problems.append(f"{where}: '{quote}' is no row of results/claims.md; its {family} rows say: "
                                 + " | ".join(near))
@@ -468,7 +475,8 @@ def test_the_decision_table_check_catches_a_drifted_number_budget_verdict_and_a_
     (tmp_path / "claims.md").write_text(
         "| method | ... |\n"
         "| A | beats B | paper | A - B > 0 | 300 updates on a CPU | sel | A vs B | f1 | 3 | 1.00 | 0.50 | "
-        "+0.50 [+0.10, +0.90] | ... | 0.01 | 0.02 | - | reproduced at 300 updates on a CPU | `x.md` |\n"
+        "+0.50 [+0.10, +0.90]; 90% [+0.15, +0.85] | ... | 0.01 | 0.02 | - | reproduced at 300 updates on a CPU | "
+        "`x.md` |\n"  # a parity row's cell: the quote gives its head, the 95% interval
         "| A | keeps 97% of its teacher | paper | A / teacher > 0.96 | 480 updates on a CPU | sel | - | - | - | - | - | "
         "1.012 (ratio; no interval) | - | - | - | - | not recomputed with the cluster test (outputs not kept); "
         "rerun: `x` | `y.md` |\n")
