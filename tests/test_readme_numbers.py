@@ -361,8 +361,7 @@ def test_the_claim_check_catches_a_verdict_without_budget_a_foreign_interval_and
     (tmp_path / "claims.md").write_text(
         "| method | ... |\n"
         "| A | beats B | paper | A - B > 0 | 300 updates on a CPU | sel | A vs B | f1 | 3 | 1.00 | 0.50 | "
-        "+0.50 [+0.10, +0.90]; 90% [+0.15, +0.85] | ... | 0.01 | 0.02 | - | reproduced at 300 updates on a CPU | "
-        "`x.md` |\n"  # a parity row's cell: the quote gives its head, the 95% interval
+        "+0.50 [+0.10, +0.90] | ... | 0.01 | 0.02 | - | reproduced at 300 updates on a CPU | `x.md` |\n"
         "| C | on par | paper | \\|A - B\\| < 1 | 800 updates on a CPU | sel | C vs D | f1 | 3 | 1.00 | 0.50 | "
         "+0.50 (no interval: not re-tested) | - | - | - | - | not recomputed with the cluster test; rerun | `y.md` |\n")
     good = ("A beats B by +0.50 [+0.10, +0.90], reproduced at 300 updates on a CPU; C is not recomputed with the "

@@ -533,10 +533,11 @@ NOTES = [
 def glue_notes(rows):
     """The notes on what chose what in the GLUE rows: those chosen on the held-out slice of train and those
     measured before it (dev both chose and reported)."""
-    on_dev = [row["spec"]["claim"] for row in rows if callable(row["spec"]["selection"])
-              and row.get("data") and chosen_on(selection_in(row["data"])) == "dev"]
-    held_out = [row["spec"]["claim"] for row in rows if callable(row["spec"]["selection"])
-                and row.get("data") and chosen_on(selection_in(row["data"])) == "held-out"]
+    chose = {"held-out": [], "dev": []}
+    for row in rows:
+        if callable(row["spec"]["selection"]) and row.get("data"):
+            chose[chosen_on(selection_in(row["data"]))].append(row["spec"]["claim"])
+    held_out, on_dev = chose["held-out"], chose["dev"]
     notes = []
     if held_out:
         notes.append("- GLUE rows chosen on a held-out slice of train (" + "; ".join(held_out) + "): "
