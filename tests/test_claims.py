@@ -211,6 +211,29 @@ def test_bleu_tokenisation_finds_the_degenerate_repeats_behind_the_gap(tmp_path,
     assert "without them: BLEU (tok) 99.08, sacreBLEU 100.00 (gap +0.92, was +6.48)" in out
 
 
+def test_tokenisation_note_reads_its_numbers_from_the_apc_table(tmp_path):
+    """The note on BLEU (tok) against sacreBLEU names every system of results/claims/apc_mt.json whose two means
+    differ by more than 0.05 (with each seed's pair) and the largest gap of the others, all read from the table:
+    a rerun that moves a score moves the note."""
+    def row(name, tok, sacre):
+        return {"name": name, "bleu_tok": {"mean": sum(tok) / 3, "values": dict(zip("123", tok))},
+                "sacrebleu": {"mean": sum(sacre) / 3, "values": dict(zip("123", sacre))}}
+    table = {"sizes": {"measure": {"rows": [row("teacher", [36.0] * 3, [36.03] * 3),
+                                            row("pruning+FT 128", [34.0, 35.0, 36.0], [35.0, 35.5, 36.0])]}},
+             "word-kd": {"measure": {"rows": [row("teacher", [36.0] * 3, [36.03] * 3),
+                                              row("word-KD student 128", [20.0] * 3, [20.02] * 3)]}}}
+    assert claims.tokenisation_note(str(tmp_path)) == []  # no table, no note
+    os.makedirs(tmp_path / "results" / "claims")
+    (tmp_path / claims.APC_MT_JSON).write_text(json.dumps(table))
+    note, = claims.tokenisation_note(str(tmp_path))
+    assert note.startswith("- Tokenised BLEU vs sacreBLEU (results/claims/apc_mt.md, pruning+FT 128: 35.00 vs 35.50, "
+                           "seed 1 34.00 vs 35.00, seed 2 35.00 vs 35.50, seed 3 36.00 vs 36.00; every other system "
+                           "within 0.03): degenerate hypotheses.")
+    table["sizes"]["measure"]["rows"][1] = row("pruning+FT 128", [35.0] * 3, [35.01] * 3)
+    (tmp_path / claims.APC_MT_JSON).write_text(json.dumps(table))
+    assert claims.tokenisation_note(str(tmp_path)) == []  # every gap within 0.05: nothing to explain
+
+
 def test_a_drivers_table_marks_rows_of_the_older_test():
     """benchlib.significance_lines re-rendering an older table (--report-only): its rows keep their numbers but are
     marked as the older (seed, example) test, and the note says why, so no old interval passes for the new test."""

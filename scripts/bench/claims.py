@@ -484,10 +484,24 @@ def render(root, argv):
                          f"{row['source']}.")
         if row.get("commands"):
             details.append(f"- {spec['method']}, {spec['claim']}: " + "; ".join(f"`{cmd}`" for cmd in row["commands"]))
-    lines += ["", "Notes:", "", *notes, *NOTES, *glue_notes(rows)]
+    lines += ["", "Notes:", "", *notes, *NOTES, *tokenisation_note(root), *glue_notes(rows)]
     if details:
         lines += ["", "Commands behind the measured rows:", "", *details]
     return "\n".join(lines) + "\n"
+
+
+APC_MT_JSON = "results/claims/apc_mt.json"
+TOKENISATION_GAP = 0.05  # BLEU (tok) and sacreBLEU of one system's mean this far apart: named in the note
+TOKENISATION_INVESTIGATION = (
+    "degenerate hypotheses. Seed 1's model of pruning+FT 128, retrained on 2026-11-27 "
+    "with bench_apc's own fairseq-train command for that row (seed 1, 300 updates, one thread on this 2-core CPU; "
+    "only `--save-dir` changed), decoded by `fairseq-generate work/data-bin/multi30k.de-en --user-dir user_dir "
+    "--path CHECKPOINT --gen-subset test --beam 5 --batch-size 128 --remove-bpe --cpu`, scored 34.83 "
+    "(BLEU (tok)) and 35.90 (sacreBLEU), as the table's seed 1 did then, and `python scripts/bench/bleu_tokenisation.py LOG` finds 26 of its 1,000 hypotheses repeating a token 5 or "
+    "more times in a row (`a woman 's 's 's 's ...`): 383 tokens that BLEU (tok) counts as unmatched vanish when the "
+    "Moses detokeniser glues the repeats onto the word (`woman's's's...`, one 13a token; 374 of them `'s`). Without "
+    "those 26 hypotheses both scores are 37.66; the shipped teacher has 5 such hypotheses and a gap of -0.01. The "
+    "claims use sacreBLEU throughout; BLEU (tok) penalises these degenerate outputs more.")
 
 
 NOTES = [
@@ -517,17 +531,33 @@ NOTES = [
     "- Variator: the paper's 53% is of the whole T5 model's FLOPs with plugins in encoder and decoder; ours plug "
     "the encoder's FFNs only, which saves the encoder FLOPs shown (its FFNs' share beside), little of a whole "
     "translation model dominated by beam-search decoding; the measured speed-ups are beside them.",
-    "- Tokenised BLEU vs sacreBLEU (results/claims/apc_mt.md, pruning+FT 128: 35.55 vs 36.16, seed 1 34.83 vs 35.90, "
-    "seed 3 35.62 vs 36.26; every other system within 0.05): degenerate hypotheses. Seed 1's model, retrained here "
-    "with bench_apc's own fairseq-train command for that row (seed 1, 300 updates, one thread on this 2-core CPU; "
-    "only `--save-dir` changed), decoded by `fairseq-generate work/data-bin/multi30k.de-en --user-dir user_dir "
-    "--path CHECKPOINT --gen-subset test --beam 5 --batch-size 128 --remove-bpe --cpu`, scores 34.83 and 35.90 "
-    "again, and `python scripts/bench/bleu_tokenisation.py LOG` finds 26 of its 1,000 hypotheses repeating a token 5 or "
-    "more times in a row (`a woman 's 's 's 's ...`): 383 tokens that BLEU (tok) counts as unmatched vanish when the "
-    "Moses detokeniser glues the repeats onto the word (`woman's's's...`, one 13a token; 374 of them `'s`). Without "
-    "those 26 hypotheses both scores are 37.66; the shipped teacher has 5 such hypotheses and a gap of -0.01. The "
-    "claims use sacreBLEU throughout; BLEU (tok) penalises these degenerate outputs more.",
 ]
+
+
+def tokenisation_note(root):
+    """The note on BLEU (tok) against sacreBLEU, its numbers read from the APC translation table: each system
+    whose two means differ by more than TOKENISATION_GAP, with every seed's pair, the largest gap of the
+    others, then the investigation of the largest (bleu_tokenisation.py on that seed's decoding)."""
+    path = os.path.join(root, APC_MT_JSON)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        data = json.load(f)
+    systems = {row["name"]: row for part in ("sizes", "word-kd") if isinstance(data.get(part), dict)
+               for row in data[part]["measure"]["rows"] if "bleu_tok" in row and "sacrebleu" in row}
+    gap = {name: abs(row["bleu_tok"]["mean"] - row["sacrebleu"]["mean"]) for name, row in systems.items()}
+    apart = [name for name in systems if gap[name] > TOKENISATION_GAP]
+    if not apart:
+        return []
+    cells = []
+    for name in apart:
+        tok, sacre = systems[name]["bleu_tok"], systems[name]["sacrebleu"]
+        cells.append(f"{name}: {tok['mean']:.2f} vs {sacre['mean']:.2f}, " + ", ".join(
+            f"seed {seed} {tok['values'][seed]:.2f} vs {sacre['values'][seed]:.2f}" for seed in sorted(tok["values"])))
+    others = [gap[name] for name in systems if name not in apart]
+    within = f"; every other system within {max(others):.2f}" if others else ""
+    return [f"- Tokenised BLEU vs sacreBLEU ({APC_MT_JSON.replace('.json', '.md')}, " + "; ".join(cells) + within
+            + "): " + TOKENISATION_INVESTIGATION]
 
 
 def glue_notes(rows):
