@@ -306,6 +306,8 @@ VERDICT = re.compile(r"\b(not reproduced|reproduced|inconclusive|not recomputed)
                      r"[^;()]*? on a CPU))?", re.I)
 NOT_A_VERDICT = re.compile(r"\b(level with|both reproduced|at this budget)\b", re.I)
 INTERVAL = re.compile(r"\[[+-]?\d+(?:\.\d+)?, [+-]?\d+(?:\.\d+)?\]")
+# a difference quoted with its interval ("+0.75 [-0.86, +2.35]"): the table's A - B of the row holding that interval
+QUOTED_DIFFERENCE = re.compile(r"(?<![\w.])([+-]\d+(?:\.\d+)?) (" + INTERVAL.pattern + ")")
 
 
 def claims_rows(results_dir):
@@ -347,6 +349,8 @@ def claim_problems(text, results_dir, name="README.md"):
                 problems.append(f"{where}: no row of results/claims.md says '{verdict} at {budget}'")
         problems += [f"{where}: the interval {i} is not in results/claims.md" for i in INTERVAL.findall(prose)
                      if i not in table]
+        problems += [f"{where}: '{m.group(0)}' is not a difference and interval of results/claims.md"
+                     for m in QUOTED_DIFFERENCE.finditer(prose) if m.group(2) in table and m.group(0) not in table]
     return problems
 
 
@@ -371,6 +375,8 @@ def test_the_claim_check_catches_a_verdict_without_budget_a_foreign_interval_and
            "A beats B, reproduced at 800 updates on a CPU (results/claims.md).\n": "no row of results/claims.md says",
            "A beats B by +0.50 [+0.10, +0.95], reproduced at 300 updates on a CPU (results/claims.md).\n":
                "[+0.10, +0.95] is not in",
+           "A beats B by +0.55 [+0.10, +0.90], reproduced at 300 updates on a CPU (results/claims.md).\n":
+               "'+0.55 [+0.10, +0.90]' is not a difference and interval",
            "C is level with D, inconclusive at 800 updates on a CPU (results/claims.md).\n": "'level with'",
            "C, not recomputed at 300 updates on a CPU (results/claims.md).\n": "no row of budget",
            "A beats B, reproduced at 300 updates on a CPU (results/claims/x.md).\n": "does not cite results/claims.md"}
