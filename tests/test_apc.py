@@ -1109,3 +1109,39 @@ def test_size_search_prunes_by_the_closed_form_trains_feasible_candidates_and_re
     stamps = {n: os.path.getmtime(os.path.join(out, "trials", n, "DONE")) for n in trials}
     search(args)  # the study is finished: nothing is trained again
     assert {n: os.path.getmtime(os.path.join(out, "trials", n, "DONE")) for n in trials} == stamps
+
+
+def test_bench_apc_processes_sharing_a_work_folder_take_turns(tmp_path, monkeypatch):
+    """bench_apc.claimed: a second bench process on the same stage (``--seeds 3`` beside ``--seeds 1,2,3``) waits
+    while the first, alive, holds ``STAGE.running``, then runs; a marker left by a dead process is not waited for;
+    a process removes only its own marker. (Two processes once measured one seed at once and wrote the same
+    hypothesis files.)"""
+    import importlib
+    import subprocess
+    import threading
+    import time
+
+    from conftest import REPO
+    monkeypatch.syspath_prepend(os.path.join(REPO, "scripts", "bench"))
+    bench = importlib.import_module("bench_apc")
+    stage = str(tmp_path / "seed3" / "measure_word-kd")
+    other = subprocess.Popen(["sleep", "1.5"])
+    threading.Thread(target=other.wait, daemon=True).start()  # reaped when it ends, as a real process would be
+    os.makedirs(os.path.dirname(stage))
+    with open(stage + ".running", "w") as f:
+        f.write(str(other.pid))
+    start = time.monotonic()
+    with bench.claimed(stage, lambda: False, poll=0.05):
+        assert other.poll() is not None and time.monotonic() - start >= 1.0  # waited for the live holder
+        assert open(stage + ".running").read() == str(os.getpid())
+    assert not os.path.exists(stage + ".running")
+    with open(stage + ".running", "w") as f:
+        f.write(str(other.pid))  # dead now: a crashed run's marker
+    start = time.monotonic()
+    with bench.claimed(stage, lambda: False, poll=0.05):
+        assert time.monotonic() - start < 1.0
+        with open(stage + ".running", "w") as f:
+            f.write("1")  # taken over by another process meanwhile: not ours to remove
+    assert open(stage + ".running").read() == "1"
+    with bench.claimed(stage, lambda: True, poll=0.05):  # what the holder makes exists: no wait
+        pass

@@ -41,14 +41,16 @@ Seeds (``--seeds 1,2,3``): every stage per seed in ``--work``/seed<k>/; tables g
 every seed.
 
 ``--max-sentences N`` measures on the test sentences with id below N (the committed tables: 500, to fit
-the measurement into a shared 2-core machine's time). Runs of one work folder are shared between the
-two ``--parts`` (a ``.running`` marker makes the second wait for the first).
+the measurement into a shared 2-core machine's time). Runs of one work folder are shared between
+processes (other ``--parts``, or ``--seeds 3`` beside ``--seeds 1,2,3``): at every training and measurement a
+``.running`` marker makes the second wait for the first, then reuse what it made.
 
 Our choices: dropout 0.1 in fine-tuning (the teacher trained with 0.3; the paper does not say),
 max 2,048 tokens per batch, one thread per run. ``--device cuda`` with ``--fp16`` or ``--bf16`` runs every
 command on the GPU (benchlib.add_device_args; default: the CPU in float32); ``--jobs N`` trains N seeds at once.
 """
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -114,21 +116,34 @@ def train(args, work, name, init_ckpt, flags, recipe=None):
     save_dir = os.path.join(work, name)
     last = os.path.join(save_dir, "checkpoint_last.pt")
     done = os.path.join(save_dir, "DONE")
-    running = save_dir + ".running"  # another bench process (e.g. the other --parts) trains it now: wait for it
-    while not os.path.exists(done) and os.path.exists(running) and _alive(int(open(running).read() or 0)):
-        time.sleep(30)
     start = ["--finetune-from-model", init_ckpt] if init_ckpt else []
     cmd = [*Device(args).train(), args.data, "--user-dir", "user_dir", *flags,
            *(recipe if recipe is not None else apc_train_flags(args)), *start, "--save-dir", save_dir]
-    if not os.path.exists(done):
-        os.makedirs(save_dir, exist_ok=True)
-        with open(running, "w") as f:
-            f.write(str(os.getpid()))
-        log("$ " + " ".join(str(c) for c in cmd))
-    stage(save_dir, [cmd], args.threads, logfile=save_dir + ".log")
-    if os.path.exists(running):
-        os.remove(running)
+    with claimed(save_dir, lambda: os.path.exists(done)):
+        if not os.path.exists(done):
+            os.makedirs(save_dir, exist_ok=True)
+            log("$ " + " ".join(str(c) for c in cmd))
+        stage(save_dir, [cmd], args.threads, logfile=save_dir + ".log")
     return last
+
+
+@contextlib.contextmanager
+def claimed(path, finished, poll=30):
+    """Run the block as the one bench process working on ``path``: another process sharing the work folder (the
+    other --parts, or a run of other --seeds) that holds ``path.running`` is waited for until it ends, then the
+    block runs (it skips what ``finished()`` says that process made). Without it two processes measuring one seed
+    wrote the same hypothesis files at once."""
+    running = path + ".running"
+    while not finished() and os.path.exists(running) and _alive(int(open(running).read() or 0)):
+        time.sleep(poll)
+    os.makedirs(os.path.dirname(running) or ".", exist_ok=True)
+    with open(running, "w") as f:
+        f.write(str(os.getpid()))
+    try:
+        yield
+    finally:
+        if os.path.exists(running) and open(running).read() == str(os.getpid()):
+            os.remove(running)
 
 
 def best_of(last, validations):
@@ -203,6 +218,11 @@ def measure_models(args, work, tag, models):
     tag = tag + (f"_first{args.max_sentences}" if args.max_sentences else "")
     out_json = os.path.join(work, f"measure_{tag}.json")
     names = ["teacher"] + [m[0] for m in models]
+    with claimed(os.path.join(work, f"measure_{tag}"), lambda: False):
+        return _measure_models(args, work, tag, models, out_json, names)
+
+
+def _measure_models(args, work, tag, models, out_json, names):
     if not (os.path.exists(out_json) and [r["name"] for r in json.load(open(out_json))["rows"]] == names):
         run_shown([PY, "-m", "user_dir.tools.measure", args.data, "--path", args.teacher, *[m[1] for m in models],
                    "--names", *names, "--runs", args.runs, *Device(args).measure(), "--threads", args.threads,
