@@ -484,7 +484,8 @@ def render(root, argv):
                          f"{row['source']}.")
         if row.get("commands"):
             details.append(f"- {spec['method']}, {spec['claim']}: " + "; ".join(f"`{cmd}`" for cmd in row["commands"]))
-    lines += ["", "Notes:", "", *notes, *NOTES, *tokenisation_note(root), *glue_notes(rows)]
+    not_retested = NOT_RETESTED_NOTES if any(row.get("r") is None for row in rows) else []
+    lines += ["", "Notes:", "", *notes, *not_retested, *NOTES, *tokenisation_note(root), *glue_notes(rows)]
     if details:
         lines += ["", "Commands behind the measured rows:", "", *details]
     return "\n".join(lines) + "\n"
@@ -504,11 +505,17 @@ TOKENISATION_INVESTIGATION = (
     "claims use sacreBLEU throughout; BLEU (tok) penalises these degenerate outputs more.")
 
 
-NOTES = [
+NOT_RETESTED_NOTES = [
     "- Not recomputed: the tables measured before issue 44 kept their per-example outputs under work/ (not in the "
     "repository), and their (seed, example) intervals counted each test sentence once per seed (up to sqrt(3) too "
     "narrow), so those rows show the scores and A - B only, with the command that measures them again; every "
     "driver now keeps each comparison's outputs in its JSON (`benchlib.bleu_comparison` / `glue_comparison`).",
+    "- Per-seed cells of rows not re-tested come from the table's own per-seed scores (named in the cell; "
+    "BLEU (tok) where a table keeps no per-seed sacreBLEU).",
+]
+
+
+NOTES = [
     "- Dropped row: 'APC beats a same-size word-KD student' at 300 updates compared APC, which starts from the "
     "teacher's weights, with a student trained from scratch for the same 300 updates, far from converged; at 2,000 "
     "updates that student (37.86 BLEU on the first 500 test sentences, results/apc_300_updates.md, one seed) is above "
@@ -519,8 +526,6 @@ NOTES = [
     "min(400, updates / 2) warm-up updates, validated 4 times at equal intervals; APC, pruning + FT and the teacher "
     "control use cross-entropy from the teacher's weights with Adam lr 1e-4 decaying linearly to 0, validated at "
     "updates 100, 200 and 300.",
-    "- Per-seed cells of rows not re-tested come from the table's own per-seed scores (named in the cell; "
-    "BLEU (tok) where a table keeps no per-seed sacreBLEU).",
     "- A corpus BLEU pooled over seeds can lie above every seed's: its brevity penalty reads the pooled lengths, so "
     "seeds that are short by different amounts pool to a length near the references' (the PET row's word-KD: its "
     "pooled score is above its best seed's). The per-seed differences beside each pooled one show the spread the "
