@@ -218,27 +218,25 @@ def measure_models(args, work, tag, models):
     tag = tag + (f"_first{args.max_sentences}" if args.max_sentences else "")
     out_json = os.path.join(work, f"measure_{tag}.json")
     names = ["teacher"] + [m[0] for m in models]
-    with claimed(os.path.join(work, f"measure_{tag}"), lambda: False):
-        return _measure_models(args, work, tag, models, out_json, names)
-
-
-def _measure_models(args, work, tag, models, out_json, names):
-    if not (os.path.exists(out_json) and [r["name"] for r in json.load(open(out_json))["rows"]] == names):
-        run_shown([PY, "-m", "user_dir.tools.measure", args.data, "--path", args.teacher, *[m[1] for m in models],
-                   "--names", *names, "--runs", args.runs, *Device(args).measure(), "--threads", args.threads,
-                   *(["--max-sentences", args.max_sentences] if args.max_sentences else []),
-                   "--out", os.path.join(work, f"measure_{tag}.md"), "--json", out_json], os.path.join(work, "log.txt"),
-                  args.threads, alone=True)  # timed: nothing else of this run at the same time (--jobs)
     references = multi30k_references(os.path.join(args.work, "test.raw.en"))
     outputs = {}
-    for name, checkpoint, best in models:
-        slug = os.path.join(work, "hypotheses", re.sub(r"[^A-Za-z0-9_.-]+", "_", name))
-        outputs[name] = {"hypotheses": generate_hypotheses(args.data, checkpoint, slug + ".last.txt", args.threads,
-                                                           max_sentences=args.max_sentences, device=args)}
-        if best:
-            hyps = generate_hypotheses(args.data, best, slug + ".best.txt", args.threads,
-                                       max_sentences=args.max_sentences, device=args)
-            outputs[name]["sacrebleu_best"] = sacrebleu_of(hyps, references)
+    with claimed(os.path.join(work, f"measure_{tag}"), lambda: False):
+        if not (os.path.exists(out_json) and [r["name"] for r in json.load(open(out_json))["rows"]] == names):
+            run_shown([PY, "-m", "user_dir.tools.measure", args.data, "--path", args.teacher, *[m[1] for m in models],
+                       "--names", *names, "--runs", args.runs, *Device(args).measure(), "--threads", args.threads,
+                       *(["--max-sentences", args.max_sentences] if args.max_sentences else []),
+                       "--out", os.path.join(work, f"measure_{tag}.md"), "--json", out_json],
+                      os.path.join(work, "log.txt"), args.threads,
+                      alone=True)  # timed: nothing else of this run at the same time (--jobs)
+        for name, checkpoint, best in models:
+            slug = os.path.join(work, "hypotheses", re.sub(r"[^A-Za-z0-9_.-]+", "_", name))
+            outputs[name] = {"hypotheses": generate_hypotheses(args.data, checkpoint, slug + ".last.txt",
+                                                               args.threads, max_sentences=args.max_sentences,
+                                                               device=args)}
+            if best:
+                hyps = generate_hypotheses(args.data, best, slug + ".best.txt", args.threads,
+                                           max_sentences=args.max_sentences, device=args)
+                outputs[name]["sacrebleu_best"] = sacrebleu_of(hyps, references)
     return {"measure": json.load(open(out_json)), "outputs": outputs}
 
 

@@ -498,7 +498,8 @@ TOKENISATION_INVESTIGATION = (
     "with bench_apc's own fairseq-train command for that row (seed 1, 300 updates, one thread on this 2-core CPU; "
     "only `--save-dir` changed), decoded by `fairseq-generate work/data-bin/multi30k.de-en --user-dir user_dir "
     "--path CHECKPOINT --gen-subset test --beam 5 --batch-size 128 --remove-bpe --cpu`, scored 34.83 "
-    "(BLEU (tok)) and 35.90 (sacreBLEU), as the table's seed 1 did then, and `python scripts/bench/bleu_tokenisation.py LOG` finds 26 of its 1,000 hypotheses repeating a token 5 or "
+    "(BLEU (tok)) and 35.90 (sacreBLEU), as the table's seed 1 did then, and "
+    "`python scripts/bench/bleu_tokenisation.py LOG` finds 26 of its 1,000 hypotheses repeating a token 5 or "
     "more times in a row (`a woman 's 's 's 's ...`): 383 tokens that BLEU (tok) counts as unmatched vanish when the "
     "Moses detokeniser glues the repeats onto the word (`woman's's's...`, one 13a token; 374 of them `'s`). Without "
     "those 26 hypotheses both scores are 37.66; the shipped teacher has 5 such hypotheses and a gap of -0.01. The "
@@ -542,7 +543,7 @@ NOTES = [
 def tokenisation_note(root):
     """The note on BLEU (tok) against sacreBLEU, its numbers read from the APC translation table: each system
     whose two means differ by more than TOKENISATION_GAP, with every seed's pair, the largest gap of the
-    others, then the investigation of the largest (bleu_tokenisation.py on that seed's decoding)."""
+    others, then TOKENISATION_INVESTIGATION (bleu_tokenisation.py on pruning+FT 128's seed-1 decoding, dated)."""
     path = os.path.join(root, APC_MT_JSON)
     if not os.path.exists(path):
         return []
