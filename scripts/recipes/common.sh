@@ -10,6 +10,11 @@
 #                                METRIC choosing checkpoints and PRIMARY_METRIC of the score line) or translation (DATA
 #                                by shipped_translation_data when not given)
 #   score_measure JSON NAME      the score line from fc-measure's JSON (the student NAME against the teacher)
+#   language_pair                SRC and TGT read off DATA's file names unless given
+#   student_training             STUDENT_TRAINING: the optimiser, schedule, batch, dropout and stopping rule every
+#                                translation student shares (pet.sh, competitors.sh): one rule for every method
+#   write_result NAME CHECKPOINT STAGES... -- TRAIN_STAGES...   WORK/result.json (scripts/experiments/record.py) from
+#                                WORK/measure.json and WORK/outputs/NAME.txt, with the variables named in RECORD_VARS
 #   bert_teachers                (the GPU reproductions) TEACHERS: a folder of GLUE teachers as scripts/recipes/glue_teachers.sh
 #                                leaves them, fine-tuned here from HF_MODEL unless given
 # Switches every recipe takes: SMOKE=1 (a tiny budget: an end-to-end check, numbers meaningless), DRY_RUN=1
@@ -78,8 +83,26 @@ delete $dir (or choose another work folder) to run it again"
   fi
   mkdir -p "$dir"
   echo "--- $name: $line"
-  if ! "$@" 2>&1 | tee -a "$WORK/$name.log"; then die "stage $name failed; its log: $WORK/$name.log"; fi
+  local started cpu_before
+  started="$(date +%s.%N)"; children_cpu cpu_before
+  if ! "$@" 2>&1 | tee -a "$WORK/$name.log"; then
+    attempt_time "$dir" "$started" "$cpu_before"; die "stage $name failed; its log: $WORK/$name.log"
+  fi
+  attempt_time "$dir" "$started" "$cpu_before"
   printf '%s\n' "$line" > "$dir/DONE"
+}
+
+# children_cpu VAR: user + system seconds of every child this shell has waited for (bash's times, run in this shell:
+# in a command substitution it would count a subshell's children); attempt_time DIR START CPU0 appends one attempt's
+# wall and CPU seconds to DIR/TIMES (scripts/experiments/record.py sums them)
+children_cpu() {
+  local -n _cpu="$1"; local file; file="$(mktemp)"; times > "$file"
+  _cpu="$(tail -1 "$file" | awk '{ split($1, u, "m"); split($2, s, "m"); printf "%.2f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }')"
+  rm -f "$file"
+}
+attempt_time() {
+  local now cpu_now; now="$(date +%s.%N)"; children_cpu cpu_now
+  awk -v a="$2" -v b="$now" -v c0="$3" -v c1="$cpu_now" 'BEGIN { printf "%.1f %.1f\n", b - a, c1 - c0 }' >> "$1/TIMES"
 }
 
 flags_of() {
@@ -108,8 +131,10 @@ interval() {
   else _every="${2%)} / $3)"; fi
 }
 
+SHIPPED_DATA_STAGE=()  # (data) once shipped_translation_data has made DATA in WORK
 shipped_translation_data() {
   [ -n "${DATA:-}" ] && return 0
+  SHIPPED_DATA_STAGE=(data)
   [ "$TEACHER" -ef "$SHIPPED/teacher.pt" ] || die "DATA=...: the binarised data $TEACHER was trained on"
   DATA="$WORK/data-bin"
   local lines=(); [ "$SMOKE" = 1 ] && lines=(--train-lines 1000)
@@ -153,13 +178,15 @@ score_measure() {
 import json, os, sys
 path, name, task, metric = sys.argv[1:]
 rows = {r["name"]: r for r in json.load(open(path))["rows"]}
-student, teacher = rows[name], rows["teacher"]
+student, teacher = rows[name], rows.get("teacher")
 if task:
     key, what = metric, f"{task} dev {metric}"
 else:
     key, what = "bleu_tok", "BLEU (tok)"
-print(f"score: {name} {what} {student[key]:.2f} (teacher {teacher[key]:.2f}) at {student['compression_rate']:.2f}% of "
-      f"the teacher's non-embedding parameters, {student['sentences']} sentences -- {os.path.relpath(path[:-5])}.md")
+against = (f" (teacher {teacher[key]:.2f}) at {student['compression_rate']:.2f}% of the teacher's non-embedding "
+           f"parameters" if teacher else f", {student['non_embedding_params']:,} non-embedding parameters")
+print(f"score: {name} {what} {student[key]:.2f}{against}, {student['sentences']} sentences -- "
+      f"{os.path.relpath(path[:-5])}.md")
 PY
 }
 
@@ -175,4 +202,49 @@ bert_teachers() {
   local cmd=(env HF_MODEL="$HF_MODEL" GLUE_DIR="$GLUE_DIR" GPU=1 TASKS="$TASKS" LRS="$TEACHER_LRS"
              SEGMENTS="${SEGMENTS:-0}" WORK="$TEACHERS" bash "$ROOT/scripts/recipes/glue_teachers.sh")
   if [ "$DRY_RUN" = 1 ]; then show "${cmd[@]}"; echo; else "${cmd[@]}"; fi
+}
+
+language_pair() {
+  if [ -z "${SRC:-}" ] || [ -z "${TGT:-}" ]; then  # the language pair from the data-bin's file names
+    local pair
+    pair=$(cd "$DATA" 2>/dev/null && ls train.*-*.*.idx 2>/dev/null | head -1 | cut -d. -f2 || true)
+    [ -n "$pair" ] || [ "$DRY_RUN" = 1 ] || die "$DATA has no train.SRC-TGT.*.idx (a fairseq translation data-bin?)"
+    [ -n "$pair" ] || pair=de-en
+    SRC="${SRC:-${pair%-*}}"; TGT="${TGT:-${pair#*-}}"
+  fi
+  RAW_REFERENCE=()  # untokenised references for sacreBLEU, where the preparer kept them
+  [ -f "$DATA/text/test.raw.$TGT" ] && RAW_REFERENCE=(--raw-reference "$DATA/text/test.raw.$TGT")
+  return 0
+}
+
+# The one training rule of every translation student (PET's KD stage and each competitor), all variables:
+#   LR [1e-3], LR_WARMUP [500] (inverse_sqrt from 1e-7), MAX_TOKENS [2048], DROPOUT [0.1], SEED [1];
+#   the stopping rule: PATIENCE [3] validations without a better validation loss (PET's paper: "stops improving on
+#   the validation set over three epochs"; fairseq's --patience), validated every VALIDATE_EVERY [1] epochs, at most
+#   MAX_EPOCHS [60] epochs (a cap, stated); UPDATES=N instead trains exactly N updates (PATIENCE ignored).
+#   The checkpoint of best validation loss is the one scored.
+student_training() {
+  LR="${LR:-1e-3}"; LR_WARMUP="${LR_WARMUP:-500}"; MAX_TOKENS="${MAX_TOKENS:-2048}"; DROPOUT="${DROPOUT:-0.1}"
+  SEED="${SEED:-1}"; PATIENCE="${PATIENCE:-3}"; VALIDATE_EVERY="${VALIDATE_EVERY:-1}"; MAX_EPOCHS="${MAX_EPOCHS:-60}"
+  STUDENT_TRAINING=(--optimizer adam --adam-betas '(0.9,0.98)' --lr "$LR" --lr-scheduler inverse_sqrt
+    --warmup-updates "$LR_WARMUP" --warmup-init-lr 1e-7 --weight-decay 1e-4 --dropout "$DROPOUT"
+    --max-tokens "$MAX_TOKENS" $DEVICE_FLAGS --seed "$SEED" --no-epoch-checkpoints --log-format simple
+    --log-interval 50 --validate-interval "$VALIDATE_EVERY" --best-checkpoint-metric loss)
+  if [ -n "${UPDATES:-}" ]; then STOPPING=(--max-update "$UPDATES" --max-epoch 0)
+  else STOPPING=(--max-epoch "$MAX_EPOCHS" --patience "$PATIENCE"); fi
+  [ "$SMOKE" = 1 ] && STUDENT_TRAINING+=(--max-valid-steps 2) && STOPPING=(--max-update "${UPDATES:-3}" --max-epoch 0)
+  return 0
+}
+
+write_result() {
+  local name="$1" checkpoint="$2"; shift 2
+  local stages=() train=() var vars=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do stages+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  train=("$@")
+  for var in ${RECORD_VARS:-}; do vars+=(--var "$var=${!var:-}"); done
+  "$PY" "$ROOT/scripts/experiments/record.py" "$WORK" --recipe "$RECIPE" --name "$name" --stages "${stages[@]}" \
+    --train-stages "${train[@]}" --checkpoint "$checkpoint" --measure "$WORK/measure.json" \
+    --outputs "$WORK/outputs/$name.txt" --teacher "$TEACHER" --data "$DATA" --device-flags="$DEVICE_FLAGS" \
+    "${vars[@]}"
 }

@@ -20,71 +20,74 @@
 #                     The paper's (320, 240) are 62.5% / 47% of its 512-wide teacher; against the shipped 256-wide,
 #                     3+3-layer teacher, 128/96 put the student under 10% of its non-embedding parameters (PET
 #                     Table 7 compares at ~9.5%). Set them for your teacher.
-#   WARMUP_EPOCHS [3], KD_EPOCHS [20]: the stages' lengths (the paper trains KD until validation stops improving;
-#                     ours was still improving at 10 epochs, results/pet_multi30k.md); WARMUP_EPOCHS=0: no
-#                     warm-up (PET Table 9). WARMUP_UPDATES / KD_UPDATES bound them by updates instead (the demo).
-#   SEED [1], LR [1e-3], MAX_TOKENS [2048], EXTRA (more fairseq-train flags), DEVICE_FLAGS [--cpu]
-#   RUNS [3]: timed runs of the measurement; MEASURE_EXTRA: more fc-measure flags; MEASURE_ALSO="name=path ...":
-#   more checkpoints in the same table; REPORT [WORK_DIR/pet.md]: where scripts/bench/pet_report.py's report goes.
+#   WARMUP_EPOCHS [3]: the warm-up on the simplified task (the paper's 3 epochs; 0: no warm-up, PET Table 9);
+#                     WARMUP_UPDATES bounds it by updates instead.
+#   The KD stage follows the rule every translation student shares (scripts/recipes/common.sh, student_training):
+#   PATIENCE [3] validations without a lower validation loss end it (the paper: until the model "stops improving on
+#   the validation set over three epochs"; PATIENCE=0: never), VALIDATE_EVERY [1] epochs, at most MAX_EPOCHS [60];
+#   KD_UPDATES=N trains exactly N updates instead (the demo). LR [1e-3], LR_WARMUP [500], MAX_TOKENS [2048],
+#   DROPOUT [0.1], SEED [1]; TEACHER_CACHE: a cache of the teacher's outputs on the training set
+#   (python -m user_dir.tools.teacher_cache), read instead of running the teacher; EXTRA (more fairseq-train flags),
+#   DEVICE_FLAGS [--cpu].
+#   RUNS [3]: timed runs of the measurement; MEASURE_TEACHER [1]: 0 scores the student alone (the grids: speed is
+#   measured on its own, scripts/experiments/grid.py); MEASURE_EXTRA: more fc-measure flags; MEASURE_ALSO="name=path
+#   ...": more checkpoints in the same table; REPORT [WORK_DIR/pet.md]: scripts/bench/pet_report.py's report.
+# Last, WORK_DIR/result.json records the run (scripts/experiments/record.py).
 # The paper's GPU recipe (IWSLT'14 / WMT'17, --fp16) is scripts/recipes/pet_gpu.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 begin pet "$@"
-WARMUP_EPOCHS="${WARMUP_EPOCHS:-3}"; KD_EPOCHS="${KD_EPOCHS:-20}"; SEED="${SEED:-1}"
-ENC_DIM="${ENC_DIM:-128}"; DEC_DIM="${DEC_DIM:-96}"; LR="${LR:-1e-3}"; MAX_TOKENS="${MAX_TOKENS:-2048}"
-RUNS="${RUNS:-3}"; MEASURE_EXTRA="${MEASURE_EXTRA:-}"; TRAIN_EXTRA=""
+WARMUP_EPOCHS="${WARMUP_EPOCHS:-3}"; ENC_DIM="${ENC_DIM:-128}"; DEC_DIM="${DEC_DIM:-96}"
+RUNS="${RUNS:-3}"; MEASURE_TEACHER="${MEASURE_TEACHER:-1}"; MEASURE_EXTRA="${MEASURE_EXTRA:-}"
+UPDATES="${KD_UPDATES:-}"
+student_training
 if [ "$SMOKE" = 1 ]; then
-  WARMUP_UPDATES="${WARMUP_UPDATES:-2}"; KD_UPDATES="${KD_UPDATES:-3}"; RUNS=1; MAX_TOKENS=1024
-  TRAIN_EXTRA="--max-valid-steps 2"; MEASURE_EXTRA="--max-sentences 20 ${SMOKE_DECODE[*]} $MEASURE_EXTRA"
+  WARMUP_UPDATES="${WARMUP_UPDATES:-2}"; RUNS=1; MAX_TOKENS=1024
+  MEASURE_EXTRA="--max-sentences 20 ${SMOKE_DECODE[*]} $MEASURE_EXTRA"; student_training
 fi
-# a stage runs for its epochs, or for a fixed number of updates when *_UPDATES is set (the same result on every
-# machine, unlike a time bound)
-bound() { if [ -n "${2:-}" ]; then echo "--max-update $2 --max-epoch 0"; else echo "--max-epoch $1"; fi; }
-WARMUP_BOUND=$(bound "$WARMUP_EPOCHS" "${WARMUP_UPDATES:-}")
-KD_BOUND=$(bound "$KD_EPOCHS" "${KD_UPDATES:-}")
+RECORD_VARS="ENC_DIM DEC_DIM WARMUP_EPOCHS WARMUP_UPDATES KD_UPDATES PATIENCE VALIDATE_EVERY MAX_EPOCHS LR LR_WARMUP MAX_TOKENS DROPOUT SEED EXTRA DEVICE_FLAGS"
+WARMUP_BOUND=(--max-epoch "$WARMUP_EPOCHS")
+[ -n "${WARMUP_UPDATES:-}" ] && WARMUP_BOUND=(--max-update "$WARMUP_UPDATES" --max-epoch 0)
 shipped_translation_data
-if [ -z "${SRC:-}" ] || [ -z "${TGT:-}" ]; then  # the language pair from the data-bin's file names
-  pair=$(cd "$DATA" 2>/dev/null && ls train.*-*.*.idx 2>/dev/null | head -1 | cut -d. -f2 || true)
-  [ -n "$pair" ] || [ "$DRY_RUN" = 1 ] || die "$DATA has no train.SRC-TGT.*.idx (a fairseq translation data-bin?)"
-  [ -n "$pair" ] || pair=de-en
-  SRC="${SRC:-${pair%-*}}"; TGT="${TGT:-${pair#*-}}"
-fi
-RAW_REFERENCE=()  # untokenised references for sacreBLEU, where the preparer kept them
-[ -f "$DATA/text/test.raw.$TGT" ] && RAW_REFERENCE=(--raw-reference "$DATA/text/test.raw.$TGT")
+language_pair
 say "teacher $TEACHER, data $DATA ($SRC->$TGT); student widths $ENC_DIM/$DEC_DIM, work $WORK"
+CACHE=(); [ -n "${TEACHER_CACHE:-}" ] && CACHE=(--teacher-cache "$(absolute "$TEACHER_CACHE")")
 
 STUDENT=(--user-dir "$ROOT/user_dir" --arch pet_transformer_iwslt --encoder-embed-dim "$ENC_DIM"
-  --decoder-embed-dim "$DEC_DIM" --share-decoder-input-output-embed --dropout 0.1
-  --optimizer adam --adam-betas '(0.9,0.98)' --lr "$LR" --lr-scheduler inverse_sqrt --warmup-updates 500
-  --warmup-init-lr 1e-7 --weight-decay 1e-4 --max-tokens "$MAX_TOKENS" $DEVICE_FLAGS --seed "$SEED"
-  --no-epoch-checkpoints --log-format simple --log-interval 50 --source-lang "$SRC" --target-lang "$TGT"
-  --teacher-path "$TEACHER" ${EXTRA:-} $TRAIN_EXTRA)
+  --decoder-embed-dim "$DEC_DIM" --share-decoder-input-output-embed "${STUDENT_TRAINING[@]}"
+  --source-lang "$SRC" --target-lang "$TGT" --teacher-path "$TEACHER" ${EXTRA:-})
 
-START_FROM=()
+START_FROM=(); TRAINED=()
 if [ "$WARMUP_EPOCHS" -gt 0 ]; then
-  say "1/3 warm-up on the simplified task (--criterion pet_warmup, $WARMUP_BOUND)"
-  stage warmup fairseq-train "$DATA" "${STUDENT[@]}" --criterion pet_warmup $WARMUP_BOUND --save-dir "$WORK/warmup"
-  START_FROM=(--finetune-from-model "$WORK/warmup/checkpoint_last.pt")
+  say "1/3 warm-up on the simplified task (--criterion pet_warmup, ${WARMUP_BOUND[*]})"
+  stage warmup fairseq-train "$DATA" "${STUDENT[@]}" --criterion pet_warmup "${WARMUP_BOUND[@]}" --save-dir "$WORK/warmup"
+  START_FROM=(--finetune-from-model "$WORK/warmup/checkpoint_last.pt"); TRAINED=(warmup)
 fi
-say "2/3 word-level KD from the warmed-up student (--criterion kd, $KD_BOUND)"
+say "2/3 word-level KD from the warmed-up student (--criterion kd, ${STOPPING[*]})"
 stage kd fairseq-train "$DATA" "${STUDENT[@]}" --criterion kd --label-smoothing 0.1 --kd-alpha 0.5 --kd-temperature 1 \
-  $KD_BOUND "${START_FROM[@]}" --save-dir "$WORK/kd"
+  "${CACHE[@]}" "${STOPPING[@]}" "${START_FROM[@]}" --save-dir "$WORK/kd"
 
 ALSO_PATHS=(); ALSO_NAMES=()
+[ "$MEASURE_TEACHER" = 1 ] && ALSO_PATHS=("$TEACHER") && ALSO_NAMES=(teacher)
 for ITEM in ${MEASURE_ALSO:-}; do
   [ -f "${ITEM#*=}" ] || die "MEASURE_ALSO item $ITEM: no checkpoint ${ITEM#*=}"
   ALSO_NAMES+=("${ITEM%%=*}"); ALSO_PATHS+=("${ITEM#*=}")
 done
 say "3/3 teacher vs PET: BLEU on test (beam 5), parameters, size, speed ($RUNS timed runs)"
-stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$WORK/kd/checkpoint_best.pt" \
-  "${ALSO_PATHS[@]}" --names teacher pet "${ALSO_NAMES[@]}" "${RAW_REFERENCE[@]}" --beam 5 --batch-size 128 \
-  --runs "$RUNS" $MEASURE_EXTRA --out "$WORK/measure.md" --json "$WORK/measure.json"
+stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "${ALSO_PATHS[@]:0:1}" "$WORK/kd/checkpoint_best.pt" \
+  "${ALSO_PATHS[@]:1}" --names "${ALSO_NAMES[@]:0:1}" pet "${ALSO_NAMES[@]:1}" "${RAW_REFERENCE[@]}" --beam 5 \
+  --batch-size 128 --runs "$RUNS" "${TOOL_DEVICE[@]}" $MEASURE_EXTRA --out "$WORK/measure.md" --json "$WORK/measure.json" \
+  --outputs-dir "$WORK/outputs"
 [ "$DRY_RUN" = 1 ] && exit 0
+write_result pet "$WORK/kd/checkpoint_best.pt" "${SHIPPED_DATA_STAGE[@]}" "${TRAINED[@]}" kd measure -- "${TRAINED[@]}" kd
 
-STAGES="WARMUP_EPOCHS=$WARMUP_EPOCHS KD_EPOCHS=$KD_EPOCHS"; LENGTHS="$WARMUP_EPOCHS epochs|$KD_EPOCHS epochs"
-[ -n "${WARMUP_UPDATES:-}" ] && STAGES="$STAGES WARMUP_UPDATES=$WARMUP_UPDATES" && LENGTHS="$WARMUP_UPDATES updates|${LENGTHS#*|}"
-[ -n "${KD_UPDATES:-}" ] && STAGES="$STAGES KD_UPDATES=$KD_UPDATES" && LENGTHS="${LENGTHS%|*}|$KD_UPDATES updates"
-"$PY" "$ROOT/scripts/bench/pet_report.py" "$WORK" --out "${REPORT:-$WORK/pet.md}" \
+STAGES="WARMUP_EPOCHS=$WARMUP_EPOCHS"; WARMUP_LENGTH="$WARMUP_EPOCHS epochs"
+[ -n "${WARMUP_UPDATES:-}" ] && STAGES="$STAGES WARMUP_UPDATES=$WARMUP_UPDATES" && WARMUP_LENGTH="$WARMUP_UPDATES updates"
+if [ -n "${KD_UPDATES:-}" ]; then STAGES="$STAGES KD_UPDATES=$KD_UPDATES"; KD_LENGTH="$KD_UPDATES updates"
+else STAGES="$STAGES PATIENCE=$PATIENCE MAX_EPOCHS=$MAX_EPOCHS"
+  KD_LENGTH="epochs until the validation loss had not improved for $PATIENCE validations (at most $MAX_EPOCHS)"; fi
+LENGTHS="$WARMUP_LENGTH|$KD_LENGTH"
+[ "$MEASURE_TEACHER" = 1 ] && "$PY" "$ROOT/scripts/bench/pet_report.py" "$WORK" --out "${REPORT:-$WORK/pet.md}" \
   --command "$STAGES SEED=$SEED${EXTRA:+ EXTRA='$EXTRA'} bash scripts/recipes/pet.sh ${1:-}" \
   --recipe "$SRC->$TGT; ${LENGTHS%|*} of warm-up on the simplified task, then ${LENGTHS#*|} of word-level KD from the warmed-up checkpoint; seed $SEED; student widths $ENC_DIM/$DEC_DIM, 4+4 logical layers from 2+2 physical, pairs (1,3),(2,4), encoder Q<->K, decoder Q_self = Q_ed; scored at the checkpoint of best validation loss"
 score_measure "$WORK/measure.json" pet

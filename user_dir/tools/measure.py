@@ -194,7 +194,7 @@ def translation_scores(outputs: List[str], references: List[str], ids: List[int]
     return scores
 
 
-def machine_description() -> str:
+def cpu_name() -> str:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -202,6 +202,11 @@ def machine_description() -> str:
         cpu = names[0] if names else cpu
     except OSError:
         pass
+    return cpu
+
+
+def machine_description() -> str:
+    cpu = cpu_name()
     import torch
 
     return (f"{cpu}, {os.cpu_count()} cores visible, torch {torch.__version__}, "
@@ -236,6 +241,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--fp16", action="store_true", help="run the models in half precision")
     p.add_argument("--out", default=None, help="write the Markdown table here")
     p.add_argument("--json", default=None, help="write every figure, per run, as JSON here")
+    p.add_argument("--outputs-dir", default=None,
+                   help="write each model's per-example outputs (hypotheses, or predictions) to DIR/NAME.txt, one "
+                        "line per example in id order, from its first run (what the paired tests resample)")
     p.add_argument("--engine", nargs="+", default=["auto"], choices=ENGINES,
                    help="inference engine, one for all --path or one per path: fairseq (a checkpoint file), "
                         "ctranslate2 (a directory converted by fc-ct2 convert), auto (by what the path is; default)")
@@ -368,6 +376,11 @@ def main(argv=None) -> List[dict]:
                                    else 100.0 * row["non_embedding_params"] / ref["non_embedding_params"])
         row["speedup"] = row["sentences_per_s"] / ref["sentences_per_s"]
 
+    if args.outputs_dir:
+        os.makedirs(args.outputs_dir, exist_ok=True)
+        for name in names:
+            with open(os.path.join(args.outputs_dir, name + ".txt"), "w") as f:
+                f.writelines(f"{output}\n" for output in runs[name][0]["outputs"])
     table = format_table(rows, args, reference)
     print(table)
     if args.out:

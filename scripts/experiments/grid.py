@@ -1,0 +1,434 @@
+#!/usr/bin/env python
+"""One runner for every grid: plan it, run it (locally, on a lent accelerator, on Slurm), file each finished cell.
+
+    python scripts/experiments/grid.py plan grids/pet.toml
+    python scripts/experiments/grid.py run grids/pet.toml --jobs 2 --threads 1 [--only pet,word-kd] [--seeds 1]
+    python scripts/experiments/grid.py run grids/pet.toml --executor slurm --partition gpu --device-flags=--fp16
+    python scripts/experiments/grid.py run grids/pet.toml --executor device --budget 540 --pack $OUT/grid.tar.gz
+    python scripts/experiments/grid.py unpack grid.tar.gz                # here: carry a device call's state back in
+
+A grid is a TOML file (grids/*.toml): its inputs (TEACHER, DATA and the command that prepares DATA when it is
+missing), the seeds, variables every cell shares, and its cells, each a recipe of scripts/recipes/ with its variables.
+A cell at one seed runs ``VARS... SEED=s bash scripts/recipes/RECIPE WORK`` in its own work folder
+(work/grid/CELL-sSEED-KEY): the recipe resumes an interrupted run (a finished stage is skipped; fairseq-train resumes
+from checkpoint_last.pt) and ends by writing WORK/result.json, which the runner files in the store
+(scripts/experiments/store.py: results/store/records.jsonl and the outputs). A cell is done when the store holds a
+record with its key; nothing done is run again.
+
+The key is the sha256 of the cell's commands as the recipe prints them (DRY_RUN=1, the work folder written WORK) and of
+the teacher checkpoint: change a recipe's command, a variable or the teacher, and the cell is another one. A record
+whose data fingerprint differs from the grid's data now is stale, shown as such by plan and never rendered as current.
+
+``plan`` prints every cell with its state (done, stale, running, started, to do) and its estimated time on a CPU core
+and on a GPU, from rates measured on earlier runs (the wall time of the store's records of the same cell, or of the
+same recipe, per device): never assumed; a cell with no measured rate shows ``?``.
+
+Executors (``--executor``):
+* ``local`` (default): ``--jobs`` cells at a time, ``--threads`` per job (two one-thread jobs on 2 cores);
+* ``slurm``: one submitit job per cell, submitted as one array (``--partition``, ``--timeout-min``, ``--gpus``);
+  ``--cluster local`` runs the same jobs as local processes (the tests);
+* ``device``: on the lent accelerator, inside one command's time limit: cells run ``--jobs`` at a time until
+  ``--budget`` seconds, when the running ones are stopped; every started cell's work folder (checkpoints, stage
+  markers, logs, results) is packed into ``--pack`` every ``--pack-every`` seconds and at the end, so a call killed at
+  its limit still leaves its state behind; ``unpack`` here carries the pack back in and files the finished cells.
+``--commit`` commits the store (git) as each cell lands.
+"""
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import tomllib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import store as store_lib  # noqa: E402
+from record import data_fingerprint, sha256_of  # noqa: E402
+
+RECIPES = os.path.join(ROOT, "scripts", "recipes")
+
+
+def rooted(path):
+    return path if os.path.isabs(path) else os.path.join(ROOT, path)
+
+
+class Cell:
+    """One recipe at one seed: its variables, work folder and key."""
+
+    def __init__(self, grid, name, recipe, variables, seed):
+        self.grid, self.name, self.recipe, self.seed = grid, name, recipe, seed
+        self.variables = {k: str(v) for k, v in variables.items()}
+        self.variables["SEED"] = str(seed)
+        self._key = None
+
+    @property
+    def label(self):
+        return f"{self.name}-s{self.seed}"
+
+    def environment(self, threads=None, device_flags=None):
+        env = dict(os.environ)
+        env.update(self.grid.inputs)
+        env.update(self.variables)
+        if device_flags is not None:
+            env["DEVICE_FLAGS"] = device_flags
+        if threads:
+            env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        env["PYTHON"] = env.get("PYTHON", sys.executable)
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        return env
+
+    def command(self, work):
+        return ["bash", os.path.join(RECIPES, self.recipe), work]
+
+    @property
+    def key(self):
+        """sha256 of the commands the recipe prints for this cell (its work folder written WORK) and the teacher."""
+        if self._key is None:
+            placeholder = os.path.join(self.grid.scratch, "dry", self.label)
+            env = self.environment()
+            env["DRY_RUN"] = "1"
+            proc = subprocess.run(self.command(placeholder), env=env, capture_output=True, text=True, cwd=ROOT)
+            if proc.returncode != 0:
+                raise SystemExit(f"grid: cell {self.label}: the recipe's dry run failed:\n{proc.stderr[-2000:]}")
+            commands = [line.replace(placeholder, "WORK").replace(ROOT, "ROOT")
+                        for line in proc.stdout.splitlines() if line and not line.startswith(("===", "---"))]
+            digest = hashlib.sha256("\n".join(commands).encode())
+            digest.update(self.grid.teacher_sha.encode())
+            self._key = digest.hexdigest()
+        return self._key
+
+    @property
+    def work(self):
+        return os.path.join(self.grid.work, f"{self.label}-{self.key[:10]}")
+
+
+class Grid:
+    def __init__(self, path, work=None, store=None):
+        with open(path, "rb") as f:
+            spec = tomllib.load(f)
+        self.path, self.spec = path, spec
+        self.name = spec.get("name") or os.path.splitext(os.path.basename(path))[0]
+        inputs = spec.get("inputs", {})
+        self.inputs = {k: rooted(str(v)) if k in ("TEACHER", "DATA") else str(v) for k, v in inputs.items()
+                       if k != "prepare"}
+        self.prepare = inputs.get("prepare")
+        self.teacher = self.inputs.get("TEACHER", os.path.join(ROOT, "checkpoints", "multi30k.de-en", "teacher.pt"))
+        self.inputs["TEACHER"] = self.teacher
+        if not os.path.exists(self.teacher):
+            raise SystemExit(f"grid {path}: inputs.TEACHER = {self.teacher}: no such checkpoint")
+        self.teacher_sha = sha256_of(self.teacher)
+        self.work = os.path.abspath(work or os.path.join(ROOT, "work", "grid"))
+        self.scratch = os.path.join(self.work, ".scratch")
+        self.store = store_lib.Store(store or os.path.join(ROOT, "results", "store"))
+        seeds = spec.get("seeds", [1])
+        shared = spec.get("variables", {})
+        self.cells = []
+        for entry in spec.get("cell", []):
+            for field in ("name", "recipe"):
+                if field not in entry:
+                    raise SystemExit(f"grid {path}: a [[cell]] has no '{field}'")
+            if not os.path.exists(os.path.join(RECIPES, entry["recipe"])):
+                raise SystemExit(f"grid {path}: cell {entry['name']}: no recipe scripts/recipes/{entry['recipe']}")
+            variables = dict(shared, **entry.get("variables", {}))
+            for seed in entry.get("seeds", seeds):
+                self.cells.append(Cell(self, entry["name"], entry["recipe"], variables, seed))
+        if not self.cells:
+            raise SystemExit(f"grid {path}: no [[cell]]")
+
+    def select(self, only=None, seeds=None):
+        cells = self.cells
+        if only:
+            names = set(only.split(","))
+            unknown = names - {c.name for c in cells}
+            if unknown:
+                raise SystemExit(f"--only {only}: no cell {', '.join(sorted(unknown))} in {self.path}")
+            cells = [c for c in cells if c.name in names]
+        if seeds:
+            wanted = {int(s) for s in seeds.split(",")}
+            cells = [c for c in cells if c.seed in wanted]
+        return cells
+
+    def prepare_data(self):
+        data = self.inputs.get("DATA")
+        if data and not os.path.exists(data) and self.prepare:
+            command = self.prepare.replace("{DATA}", shlex.quote(data)).replace("{ROOT}", shlex.quote(ROOT))
+            print(f"grid: preparing {data}: {command}", flush=True)
+            subprocess.run(command, shell=True, check=True, cwd=ROOT,
+                           env=dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]))
+
+    def data_fingerprint(self):
+        data = self.inputs.get("DATA")
+        return data_fingerprint(data) if data and os.path.exists(data) else None
+
+    def state(self, cell):
+        record = self.store.get(cell.key)
+        if record is not None:
+            current = self.data_fingerprint()
+            if current and record["data"]["fingerprint"] != current:
+                return "stale"
+            return "done"
+        if alive(os.path.join(cell.work, ".running")):
+            return "running"
+        if os.path.isdir(cell.work):
+            return "started"
+        if any(r.get("cell") == cell.name and r.get("seed") == cell.seed for r in self.store.records()):
+            return "stale"
+        return "to do"
+
+
+def alive(marker):
+    try:
+        with open(marker) as f:
+            pid = int(f.read().split()[0])
+        os.kill(pid, 0)
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def estimate(grid, cell, device):
+    """Seconds for CELL on DEVICE ('cpu' or 'gpu') from the store's records: the mean wall of the same cell's records,
+    else of the same recipe and variables but the seed, else of the same recipe; None when nothing was measured."""
+    records = [r for r in grid.store.records() if r["machine"].get("device", "cpu") == device]
+    same_cell = [r for r in records if r.get("cell") == cell.name and r.get("grid") == grid.name]
+    variables = {k: v for k, v in cell.variables.items() if k != "SEED"}
+    same_vars = [r for r in records if r["recipe"] == cell.recipe and
+                 all(r["variables"].get(k, "") == v for k, v in variables.items() if k in r["variables"])]
+    same_recipe = [r for r in records if r["recipe"] == cell.recipe]
+    for pool in (same_cell, same_vars, same_recipe):
+        if pool:
+            return sum(r["wall_s"] for r in pool) / len(pool)
+    return None
+
+
+def hours(seconds):
+    return "?" if seconds is None else f"{seconds / 3600:.2f} h"
+
+
+def plan(grid, cells):
+    counts = {}
+    lines = [f"grid {grid.name} ({os.path.relpath(grid.path, ROOT)}): {len(cells)} cells; teacher "
+             f"{os.path.relpath(grid.teacher, ROOT)} ({grid.teacher_sha[:12]}); store {os.path.relpath(grid.store.root, ROOT)}",
+             f"{'cell':<28} {'state':<8} {'CPU core':>9} {'GPU':>9}  key         work"]
+    totals = {"cpu": 0.0, "gpu": 0.0}
+    unknown = {"cpu": 0, "gpu": 0}
+    for cell in cells:
+        state = grid.state(cell)
+        counts[state] = counts.get(state, 0) + 1
+        est = {d: estimate(grid, cell, d) for d in ("cpu", "gpu")}
+        for d in est:
+            if state != "done":
+                if est[d] is None:
+                    unknown[d] += 1
+                else:
+                    totals[d] += est[d]
+        lines.append(f"{cell.label:<28} {state:<8} {hours(est['cpu']):>9} {hours(est['gpu']):>9}  {cell.key[:10]}  "
+                     f"{os.path.relpath(cell.work, ROOT)}")
+    left = ", ".join(f"{d.upper()} {totals[d] / 3600:.1f} h" + (f" + {unknown[d]} cells unmeasured" if unknown[d] else "")
+                     for d in ("cpu", "gpu"))
+    lines.append("states: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; left to run: {left}")
+    print("\n".join(lines))
+
+
+def run_cell(grid_path, work_root, store_root, label, threads=None, device_flags=None, commit=False, log=print):
+    """Run one cell to its record (the local executor's job, and each submitit job's body): rerunning the recipe
+    resumes it; returns the record, or raises with the log's tail."""
+    grid = Grid(grid_path, work_root, store_root)
+    (cell,) = [c for c in grid.cells if c.label == label]
+    existing = grid.store.get(cell.key)
+    if existing is not None:
+        return existing
+    os.makedirs(cell.work, exist_ok=True)
+    marker = os.path.join(cell.work, ".running")
+    with open(marker, "w") as f:
+        f.write(f"{os.getpid()}\n")
+    logfile = os.path.join(cell.work, "grid.log")
+    started = time.time()
+    log(f"grid: {cell.label} started ({os.path.relpath(cell.work, ROOT)})")
+    try:
+        with open(logfile, "a") as out:
+            proc = subprocess.run(cell.command(cell.work), env=cell.environment(threads, device_flags), cwd=ROOT,
+                                  stdout=out, stderr=subprocess.STDOUT)
+        if proc.returncode != 0:
+            with open(logfile) as f:
+                tail = f.read()[-3000:]
+            raise RuntimeError(f"cell {cell.label} failed (exit {proc.returncode}); its log {logfile}:\n{tail}")
+        with open(os.path.join(cell.work, "result.json")) as f:
+            result = json.load(f)
+        record = grid.store.add(cell.key, grid.name, cell.name, cell.seed, result, cell.work)
+    finally:
+        if os.path.exists(marker):
+            os.remove(marker)
+    log(f"grid: {cell.label} done in {(time.time() - started) / 60:.1f} min: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in record["metrics"].items()))
+    if commit:
+        grid.store.commit(f"store: {grid.name} {cell.label} ({cell.key[:10]})")
+    return record
+
+
+def run_local(grid, cells, args):
+    failures = []
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        futures = {pool.submit(run_cell, grid.path, grid.work, grid.store.root, c.label, args.threads,
+                               args.device_flags, args.commit): c for c in cells}
+        for future in concurrent.futures.as_completed(futures):
+            try:
+                future.result()
+            except Exception as error:  # one failed cell does not stop the others
+                failures.append(str(error))
+                print(f"grid: {error}", file=sys.stderr, flush=True)
+    return failures
+
+
+def run_slurm(grid, cells, args):
+    import submitit
+
+    folder = os.path.join(grid.work, "submitit")
+    executor = submitit.AutoExecutor(folder=folder, cluster=args.cluster)
+    params = {"timeout_min": args.timeout_min, "cpus_per_task": args.threads or 1, "name": f"grid-{grid.name}"}
+    if args.cluster != "local":
+        params.update(slurm_partition=args.partition, gpus_per_node=args.gpus, slurm_array_parallelism=args.jobs)
+    executor.update_parameters(**{k: v for k, v in params.items() if v is not None})
+    labels = [c.label for c in cells]
+    n = len(labels)
+    jobs = executor.map_array(run_cell, [grid.path] * n, [grid.work] * n, [grid.store.root] * n, labels,
+                              [args.threads] * n, [args.device_flags] * n, [False] * n)
+    print(f"grid: {n} jobs submitted ({jobs[0].job_id.split('_')[0] if jobs else '-'}); logs in {folder}", flush=True)
+    failures = []
+    for label, job in zip(labels, jobs):
+        try:
+            job.result()
+        except Exception as error:
+            failures.append(f"{label}: {error}")
+    if args.commit:
+        grid.store.commit(f"store: {grid.name} ({n - len(failures)} cells from Slurm)")
+    return failures
+
+
+def pack(grid, cells, destination):
+    """Every started cell's work folder and the store into one archive, written atomically."""
+    tmp = destination + ".tmp"
+    with tarfile.open(tmp, "w:gz") as tar:
+        for cell in cells:
+            if os.path.isdir(cell.work):
+                tar.add(cell.work, arcname=os.path.join("work", os.path.basename(cell.work)),
+                        filter=lambda info: None if info.name.endswith(".running") else info)
+        tar.add(grid.store.root, arcname="store")
+    os.replace(tmp, destination)
+
+
+def run_device(grid, cells, args):
+    """Cells until the budget, the state packed periodically and at the end (the accelerator's executor)."""
+    if not args.pack:
+        raise SystemExit("--executor device: --pack PATH (e.g. $OUT/grid.tar.gz) is where the state goes")
+    deadline = time.time() + args.budget
+    stop = threading.Event()
+    procs = {}
+
+    def packer():
+        while not stop.wait(args.pack_every):
+            pack(grid, cells, args.pack)
+
+    def one(cell):
+        if grid.store.get(cell.key) is not None or time.time() > deadline - args.margin:
+            return
+        os.makedirs(cell.work, exist_ok=True)
+        with open(os.path.join(cell.work, "grid.log"), "a") as out:
+            proc = subprocess.Popen(cell.command(cell.work), env=cell.environment(args.threads, args.device_flags),
+                                    cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            procs[cell.label] = proc
+            try:
+                proc.wait(timeout=max(1, deadline - args.margin - time.time()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
+                print(f"grid: {cell.label} stopped at the budget; it resumes from its checkpoint", flush=True)
+                return
+        if proc.returncode == 0:
+            with open(os.path.join(cell.work, "result.json")) as f:
+                grid.store.add(cell.key, grid.name, cell.name, cell.seed, json.load(f), cell.work)
+            print(f"grid: {cell.label} done", flush=True)
+        else:
+            print(f"grid: {cell.label} failed (exit {proc.returncode}); see {cell.work}/grid.log", flush=True)
+
+    thread = threading.Thread(target=packer, daemon=True)
+    thread.start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(one, cells))
+    finally:
+        stop.set()
+        pack(grid, cells, args.pack)
+    left = [c.label for c in cells if grid.store.get(c.key) is None]
+    print(f"grid: packed {args.pack}; " + (f"left: {', '.join(left)} (run again to resume)" if left else "every cell done"))
+    return []
+
+
+def unpack(grid, archive):
+    """A device call's pack into work/grid and the store: started cells resume from their checkpoints here or in the
+    next call; finished ones are filed (records already in this store are kept, never duplicated)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=grid.work if os.path.isdir(grid.work) else None) as tmp:
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+        os.makedirs(grid.work, exist_ok=True)
+        for name in sorted(os.listdir(os.path.join(tmp, "work"))) if os.path.isdir(os.path.join(tmp, "work")) else []:
+            dest = os.path.join(grid.work, name)
+            subprocess.run(["cp", "-a", os.path.join(tmp, "work", name) + "/.", dest + "/"] if os.path.isdir(dest)
+                           else ["cp", "-a", os.path.join(tmp, "work", name), dest], check=True)
+        carried = store_lib.Store(os.path.join(tmp, "store"))
+        added = grid.store.merge(carried)
+    print(f"grid: unpacked {archive}: {added} new records")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("action", choices=("plan", "run", "unpack"))
+    p.add_argument("grid", help="a grid file (grids/*.toml)")
+    p.add_argument("archive", nargs="?", help="unpack: the pack a device call left")
+    p.add_argument("--only", help="cells by name, comma-separated")
+    p.add_argument("--seeds", help="seeds, comma-separated (default: the grid's)")
+    p.add_argument("--work", default=None, help="work folders' root (default work/grid)")
+    p.add_argument("--store", default=None, help="the store (default results/store)")
+    p.add_argument("--executor", choices=("local", "slurm", "device"), default="local")
+    p.add_argument("--jobs", type=int, default=1, help="cells at a time (default 1)")
+    p.add_argument("--threads", type=int, default=None, help="threads per cell (OMP_NUM_THREADS)")
+    p.add_argument("--device-flags", default=None, help="the recipes' DEVICE_FLAGS (default theirs: --cpu)")
+    p.add_argument("--commit", action="store_true", help="git-commit the store as each cell lands")
+    p.add_argument("--cluster", default=None, help="slurm: submitit's cluster (default: auto; 'local' for tests)")
+    p.add_argument("--partition", default=None, help="slurm: the partition")
+    p.add_argument("--gpus", type=int, default=None, help="slurm: GPUs per job")
+    p.add_argument("--timeout-min", type=int, default=24 * 60, help="slurm: a job's time limit (default 1 day)")
+    p.add_argument("--budget", type=float, default=540, help="device: seconds this call may run cells (default 540)")
+    p.add_argument("--margin", type=float, default=30, help="device: seconds kept to stop cells and pack")
+    p.add_argument("--pack", default=None, help="device: the archive the state goes to")
+    p.add_argument("--pack-every", type=float, default=60, help="device: seconds between packs (default 60)")
+    args = p.parse_args(argv)
+    grid = Grid(args.grid, args.work, args.store)
+    if args.action == "unpack":
+        if not args.archive:
+            p.error("unpack ARCHIVE")
+        return unpack(grid, args.archive)
+    grid.prepare_data()
+    cells = grid.select(args.only, args.seeds)
+    if args.action == "plan":
+        return plan(grid, cells)
+    todo = [c for c in cells if grid.state(c) != "done"]
+    print(f"grid: {len(todo)} of {len(cells)} cells to run ({args.executor})", flush=True)
+    runner = {"local": run_local, "slurm": run_slurm, "device": run_device}[args.executor]
+    failures = runner(grid, todo, args)
+    if failures:
+        raise SystemExit(f"grid: {len(failures)} cells failed")
+
+
+if __name__ == "__main__":
+    main()

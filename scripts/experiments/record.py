@@ -1,0 +1,181 @@
+#!/usr/bin/env python
+"""WORK/result.json: what one recipe run made, machine-readable, written by the recipe's last step.
+
+    python scripts/experiments/record.py WORK --recipe pet.sh --name pet --stages data warmup kd measure \\
+        --train-stages warmup kd --checkpoint WORK/kd/checkpoint_best.pt --measure WORK/measure.json \\
+        --teacher T.pt --data DATA-BIN --device-flags "--cpu" --var SEED=1 --var ENC_DIM=128 ...
+
+The record holds: the recipe and its variables; every stage's exact command (its DONE file, as scripts/recipes/common.sh
+writes it) with the wall and CPU seconds of each attempt (its TIMES file); the sha256 of the teacher checkpoint and a
+fingerprint of the data (its dictionaries and the index of every subset); the scored checkpoint; the metrics of the
+student's row in fc-measure's JSON on the report split; its per-example outputs (fc-measure --outputs-dir); for each
+training stage its updates, completed epochs, the epoch of its best checkpoint and its best validation value; the total
+wall and CPU time; the device and the machine. The grid runner (scripts/experiments/grid.py) files it in the store.
+"""
+import argparse
+import glob
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from user_dir.tools.measure import cpu_name  # noqa: E402
+
+
+def sha256_of(path, chunk=1 << 20):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def data_fingerprint(data):
+    """sha256 over the data-bin's dictionaries and every subset's index (.idx: the sizes and offsets of every example),
+    so a re-binarised or re-split corpus gets another fingerprint without reading the .bin files."""
+    files = sorted(glob.glob(os.path.join(data, "**", "dict*.txt"), recursive=True)
+                   + glob.glob(os.path.join(data, "**", "*.idx"), recursive=True))
+    if not files:
+        raise SystemExit(f"record: {data} holds no dict*.txt or *.idx (a fairseq data-bin?)")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(os.path.relpath(path, data).encode() + b"\0" + sha256_of(path).encode() + b"\0")
+    return digest.hexdigest()
+
+
+def machine(device_flags=""):
+    cpu = cpu_name()
+    described = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+                 "threads": os.environ.get("OMP_NUM_THREADS")}
+    try:
+        import torch
+
+        described["torch"] = torch.__version__
+        if "--cpu" not in device_flags.split() and torch.cuda.is_available():
+            described["gpu"] = torch.cuda.get_device_name()
+    except ImportError:
+        pass
+    described["device"] = "gpu" if "gpu" in described else "cpu"
+    return described
+
+
+def stage_times(directory):
+    """[(wall, cpu), ...] of every finished attempt of a stage (common.sh appends a line per attempt)."""
+    path = os.path.join(directory, "TIMES")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [tuple(float(x) for x in line.split()[:2]) for line in f if line.strip()]
+
+
+def training_state(directory):
+    """Updates, completed epochs, best checkpoint's epoch and best validation value of one fairseq-train stage."""
+    import torch
+
+    last = os.path.join(directory, "checkpoint_last.pt")
+    if not os.path.exists(last):
+        return None
+    state = torch.load(last, map_location="cpu", weights_only=False)
+    extra = state.get("extra_state") or {}
+    iterator = extra.get("train_iterator") or {}
+    epoch = iterator.get("epoch", 1)
+    done_epochs = epoch - 1 if iterator.get("iterations_in_epoch", 0) == 0 else epoch - 1 + 0.5
+    out = {"updates": int(state["optimizer_history"][-1]["num_updates"]), "epochs": done_epochs,
+           "best_validation": extra.get("best")}
+    best = os.path.join(directory, "checkpoint_best.pt")
+    if os.path.exists(best):
+        best_state = torch.load(best, map_location="cpu", weights_only=False)
+        best_it = (best_state.get("extra_state") or {}).get("train_iterator") or {}
+        out["best_epoch"] = best_it.get("epoch", 1) - 1 if best_it.get("iterations_in_epoch", 0) == 0 \
+            else best_it.get("epoch")
+        out["best_updates"] = int(best_state["optimizer_history"][-1]["num_updates"])
+    return out
+
+
+def relative(path):
+    path = os.path.abspath(path)
+    rel = os.path.relpath(path, ROOT)
+    return path if rel.startswith(os.pardir) else rel
+
+
+def build(args):
+    work = os.path.abspath(args.work)
+    commands, wall, cpu = [], 0.0, 0.0
+    for name in args.stages:
+        done = os.path.join(work, name, "DONE")
+        if not os.path.exists(done):
+            raise SystemExit(f"record: stage {name} is not finished ({done} missing)")
+        with open(done) as f:
+            command = f.read().strip()
+        times = stage_times(os.path.join(work, name))
+        wall += sum(t[0] for t in times)
+        cpu += sum(t[1] for t in times)
+        python = os.environ.get("PYTHON")
+        if python and command.startswith(python + " "):
+            command = "python" + command[len(python):]
+        commands.append({"stage": name, "command": command.replace(work, "WORK").replace(ROOT + "/", ""),
+                         "attempts": len(times), "wall_s": round(sum(t[0] for t in times), 1),
+                         "cpu_s": round(sum(t[1] for t in times), 1)})
+    training = {name: training_state(os.path.join(work, name)) for name in args.train_stages}
+    with open(args.measure) as f:
+        measured = json.load(f)
+    rows = {r["name"]: r for r in measured["rows"]}
+    if args.name not in rows:
+        raise SystemExit(f"record: {args.measure} has no row named {args.name!r} (rows: {', '.join(rows)})")
+    row = rows[args.name]
+    metric_keys = ("bleu_tok", "sacrebleu", "accuracy", "f1", "mcc", "pearson", "spearman")
+    variables = dict(v.split("=", 1) for v in args.var)
+    record = {
+        "recipe": args.recipe, "name": args.name, "variables": variables,
+        "commands": commands,
+        "teacher": {"path": relative(args.teacher), "sha256": sha256_of(args.teacher)},
+        "data": {"path": relative(args.data), "fingerprint": data_fingerprint(args.data)},
+        "checkpoint": relative(args.checkpoint),
+        "split": args.split,
+        "metrics": {k: row[k] for k in metric_keys if k in row},
+        "params": {"total": row.get("params"), "non_embedding": row.get("non_embedding_params")},
+        "sentences": row.get("sentences"),
+        "outputs": os.path.relpath(os.path.abspath(args.outputs), work) if args.outputs else None,
+        "training": training,
+        "updates": sum((t or {}).get("updates", 0) for t in training.values()),
+        "epochs": sum((t or {}).get("epochs", 0) for t in training.values()),
+        "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+        "machine": machine(args.device_flags), "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+    return record
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("work", help="the recipe's work folder")
+    p.add_argument("--recipe", required=True, help="the recipe's file name (e.g. pet.sh)")
+    p.add_argument("--name", required=True, help="the student's row name in --measure")
+    p.add_argument("--stages", nargs="+", required=True, help="the recipe's stages, in order")
+    p.add_argument("--train-stages", nargs="*", default=[], help="the stages that ran fairseq-train")
+    p.add_argument("--checkpoint", required=True, help="the checkpoint scored")
+    p.add_argument("--measure", required=True, help="fc-measure's --json of the scoring stage")
+    p.add_argument("--outputs", default=None, help="the student's per-example outputs (fc-measure --outputs-dir)")
+    p.add_argument("--split", default="test", help="the report split the metrics are measured on")
+    p.add_argument("--teacher", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--device-flags", default="")
+    p.add_argument("--var", action="append", default=[], help="NAME=VALUE of a recipe variable (repeatable)")
+    p.add_argument("--out", default=None, help="default WORK/result.json")
+    args = p.parse_args(argv)
+    record = build(args)
+    out = args.out or os.path.join(args.work, "result.json")
+    tmp = out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(tmp, out)
+    metrics = ", ".join(f"{k} {v:.2f}" for k, v in record["metrics"].items())
+    print(f"result: {record['name']} {metrics}; {record['updates']} updates, {record['epochs']:g} epochs, "
+          f"{record['wall_s'] / 60:.1f} min wall -- {os.path.relpath(out)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The store: every finished grid cell, append-only, in results/store/.
+
+    records.jsonl          one JSON line per finished cell: its key (scripts/experiments/grid.py), grid, cell, seed and
+                           the recipe's WORK/result.json (scripts/experiments/record.py)
+    outputs/KEY.txt.gz     the cell's per-example outputs (hypotheses or predictions), one line per example
+
+Lines are only ever appended (under a file lock, so parallel jobs, local or on Slurm, can file at once); a key filed
+twice keeps its first record. Whatever a reader sees is rendered from here (scripts/experiments/render.py).
+"""
+import fcntl
+import gzip
+import json
+import os
+import shutil
+import subprocess
+
+
+class Store:
+    def __init__(self, root):
+        self.root = os.path.abspath(root)
+        self.path = os.path.join(self.root, "records.jsonl")
+        self._cache = None
+
+    def records(self):
+        """Every record, in filing order (re-read when the file changed)."""
+        stamp = os.stat(self.path).st_mtime_ns if os.path.exists(self.path) else None
+        if self._cache is None or self._cache[0] != stamp:
+            rows = []
+            if stamp is not None:
+                with open(self.path) as f:
+                    rows = [json.loads(line) for line in f if line.strip()]
+            self._cache = (stamp, rows)
+        return self._cache[1]
+
+    def get(self, key):
+        return next((r for r in self.records() if r["key"] == key), None)
+
+    def find(self, grid=None, cell=None, seed=None):
+        return [r for r in self.records() if (grid is None or r.get("grid") == grid)
+                and (cell is None or r.get("cell") == cell) and (seed is None or r.get("seed") == seed)]
+
+    def outputs_path(self, key):
+        return os.path.join(self.root, "outputs", f"{key}.txt.gz")
+
+    def outputs(self, record):
+        """The record's per-example outputs, a list of lines."""
+        with gzip.open(self.outputs_path(record["key"]), "rt") as f:
+            return f.read().splitlines()
+
+    def _append(self, record, outputs_file=None):
+        os.makedirs(os.path.join(self.root, "outputs"), exist_ok=True)
+        with open(self.path + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._cache = None
+            if self.get(record["key"]) is not None:
+                return self.get(record["key"])
+            if outputs_file:
+                tmp = self.outputs_path(record["key"]) + ".tmp"
+                with open(outputs_file, "rb") as src, gzip.GzipFile(tmp, "wb", mtime=0) as dst:
+                    shutil.copyfileobj(src, dst)
+                os.replace(tmp, self.outputs_path(record["key"]))
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record, sort_keys=True) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            self._cache = None
+        return record
+
+    def add(self, key, grid, cell, seed, result, work):
+        """File one cell's WORK/result.json and its outputs."""
+        record = dict(result, key=key, grid=grid, cell=cell, seed=seed)
+        outputs = os.path.join(work, result["outputs"]) if result.get("outputs") else None
+        if outputs and not os.path.exists(outputs):
+            raise FileNotFoundError(f"{work}/result.json names outputs {result['outputs']}, which are missing")
+        return self._append(record, outputs)
+
+    def merge(self, other):
+        """Another store's records (a device call's, carried back) that this one lacks; returns how many."""
+        added = 0
+        for record in other.records():
+            if self.get(record["key"]) is None:
+                source = other.outputs_path(record["key"])
+                if os.path.exists(source):
+                    os.makedirs(os.path.join(self.root, "outputs"), exist_ok=True)
+                    shutil.copyfile(source, self.outputs_path(record["key"]))
+                self._append(record)
+                added += 1
+        return added
+
+    def commit(self, message):
+        """git add + commit the store alone (the cell's record lands even if the session ends next)."""
+        top = subprocess.run(["git", "-C", self.root, "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+        if top.returncode != 0:
+            return
+        subprocess.run(["git", "-C", self.root, "add", "records.jsonl", "outputs"], check=True)
+        subprocess.run(["git", "-C", self.root, "commit", "-q", "-m", message, "--", "records.jsonl", "outputs"],
+                       check=False)
