@@ -62,6 +62,7 @@ setup(
             "fc-serve=user_dir.serving.serve:cli_main",
             "fc-significance=user_dir.tools.significance:cli_main",
             "fc-train-bf16=user_dir.tools.train_bf16:cli_main",
+            "fc-teacher-cache=user_dir.tools.teacher_cache:cli_main",
             "fc-prepare-multi30k=preprocess.prepare_multi30k:cli_main",
             "fc-prepare-translation=preprocess.prepare_translation:cli_main",
             "fc-prepare-glue=preprocess.prepare_glue:cli_main",

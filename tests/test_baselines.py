@@ -31,12 +31,13 @@ PLAIN_STUDENT = ["--arch", "transformer_iwslt_de_en", "--encoder-layers", "2", "
 
 
 def test_layer_maps_skip_last_explicit_and_bad_indices():
-    assert parse_layer_map("skip", 2, 4, "--pkd-encoder-map") == [(1, 2), (2, 4)]  # PKD: i <- 2i
-    assert parse_layer_map("skip", 2, 3, "--pkd-encoder-map") == [(1, 1), (2, 3)]
-    assert parse_layer_map("skip", 3, 3, "--pkd-encoder-map") == [(1, 1), (2, 2), (3, 3)]
-    assert parse_layer_map("last", 2, 6, "--pkd-decoder-map") == [(2, 6)]
+    # intermediate layers only: the last ones are left to the KD loss (tests/test_patient_kd.py: the paper's maps)
+    assert parse_layer_map("skip", 3, 6, "--pkd-encoder-map") == [(1, 2), (2, 4)]  # PKD: i <- 2i
+    assert parse_layer_map("skip", 2, 3, "--pkd-encoder-map") == [(1, 1)]
+    assert parse_layer_map("skip", 3, 3, "--pkd-encoder-map") == [(1, 1), (2, 2)]
+    assert parse_layer_map("last", 2, 6, "--pkd-decoder-map") == [(1, 5)]
     assert parse_layer_map("none", 2, 6, "--pkd-decoder-map") == []
-    assert parse_layer_map("1:3, 2:6", 2, 6, "--pkd-decoder-map") == [(1, 3), (2, 6)]
+    assert parse_layer_map("1:3, 2:5", 3, 6, "--pkd-decoder-map") == [(1, 3), (2, 5)]
     with pytest.raises(PatientKDConfigError, match=r"--pkd-decoder-map .*teacher layer 7 is out of range 1..6"):
         parse_layer_map("1:7", 2, 6, "--pkd-decoder-map")
     with pytest.raises(PatientKDConfigError, match=r"--pkd-encoder-map .*student layer 0 is out of range"):
@@ -75,16 +76,17 @@ def test_patient_kd_loss_is_kd_plus_beta_times_normalised_hidden_distance():
     from user_dir.common.word_kd_criterion import WordKDCriterion
 
     task, model, sample = _task_and_student(PLAIN_STUDENT)
-    cfg = PatientKDConfig(teacher_path=TEACHER, label_smoothing=0.1, pkd_beta=10.0,
+    cfg = PatientKDConfig(teacher_path=TEACHER, label_smoothing=0.1, pkd_beta=10.0, sentence_avg=False,
                           encoder_layers=2, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=24)
     crit = PatientKDCriterion.build_criterion(cfg, task)
-    assert crit.encoder_map == [(1, 1), (2, 3)] and crit.decoder_map == [(1, 1), (2, 3)]
+    assert crit.encoder_map == [(1, 1)] and crit.decoder_map == [(1, 1)]  # the last layers are left to KD
     model.train()
     loss, sample_size, log = crit(model, sample)
     loss.backward()
     assert math.isfinite(loss.item()) and log["pkd_loss"] > 0
 
-    # the same number by hand: word-KD loss + beta * sum of ||proj(h_s)/|.| - h_t/|.|||^2
+    # the same number by hand: word-KD loss + beta * L_PT * sample_size, L_PT the mean over matched layer pairs of
+    # F.mse_loss of the normalised states (the authors' units), fairseq dividing the whole by sample_size
     kd_only = WordKDCriterion(task, False, 0.1, teacher_path=TEACHER)
     kd_loss, _, _ = kd_only(model, sample)
     net = sample["net_input"]
@@ -94,15 +96,16 @@ def test_patient_kd_loss_is_kd_plus_beta_times_normalised_hidden_distance():
         s_dec = model.decoder(net["prev_output_tokens"], encoder_out=s_enc, return_all_hiddens=True)
         t_enc = teacher.encoder(net["src_tokens"], src_lengths=net["src_lengths"], return_all_hiddens=True)
         t_dec = teacher.decoder(net["prev_output_tokens"], encoder_out=t_enc, return_all_hiddens=True)
-        expected = 0.0
+        per_pair = []
         for s_states, t_states, proj, tokens in (
                 (s_enc["encoder_states"], t_enc["encoder_states"], crit.encoder_proj, net["src_tokens"]),
                 (s_dec[1]["inner_states"], t_dec[1]["inner_states"], crit.decoder_proj, net["prev_output_tokens"])):
             keep = tokens.ne(1)
-            for s, t in ((1, 1), (2, 3)):
-                h_s = F.normalize(proj(s_states[s].transpose(0, 1))[keep], dim=-1)
-                h_t = F.normalize(t_states[t].transpose(0, 1)[keep], dim=-1)
-                expected += ((h_s - h_t) ** 2).sum().item()
+            h_s = F.normalize(proj(s_states[1].transpose(0, 1))[keep], dim=-1)
+            h_t = F.normalize(t_states[1].transpose(0, 1)[keep], dim=-1)
+            per_pair.append(F.mse_loss(h_s, h_t).item())
+        expected = sum(per_pair) / len(per_pair) * sample_size
+    assert sample_size == sample["ntokens"]
     assert log["pkd_loss"] == pytest.approx(expected, rel=1e-4)
     assert loss.item() == pytest.approx(kd_loss.item() + 10.0 * expected, rel=1e-4)
 

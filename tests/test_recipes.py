@@ -129,7 +129,7 @@ def test_variator_recipe_on_glue(smoke):
     run = glue_run(smoke, "variator-glue")
     assert re.match(r"score: variator k=2 RTE dev accuracy [\d.]+ \(backbone alone [\d.]+\), ", score_line(run))
     # adaptation started from the pre-trained plugin
-    assert f"--variator-plugins {run['work']}/pretrained-k2.pt" in open(os.path.join(run["work"], "plugin", "DONE")).read()
+    assert "--variator-plugins WORK/pretrained-k2.pt" in open(os.path.join(run["work"], "plugin", "DONE")).read()
 
 
 # ---- the GPU reproductions: dry runs -----------------------------------------------------------------------------

@@ -299,8 +299,14 @@ def run_slurm(grid, cells, args):
     executor.update_parameters(**{k: v for k, v in params.items() if v is not None})
     labels = [c.label for c in cells]
     n = len(labels)
-    jobs = executor.map_array(run_cell, [grid.path] * n, [grid.work] * n, [grid.store.root] * n, labels,
-                              [args.threads] * n, [args.device_flags] * n, [False] * n)
+    jobs = []
+    with executor.batch():  # one array job
+        for label in labels:
+            command = [sys.executable, os.path.abspath(__file__), "cell", grid.path, label, "--work", grid.work,
+                       "--store", grid.store.root]
+            command += ["--threads", str(args.threads)] if args.threads else []
+            command += [f"--device-flags={args.device_flags}"] if args.device_flags is not None else []
+            jobs.append(executor.submit(submitit.helpers.CommandFunction(command, cwd=ROOT, verbose=False)))
     print(f"grid: {n} jobs submitted ({jobs[0].job_id.split('_')[0] if jobs else '-'}); logs in {folder}", flush=True)
     failures = []
     for label, job in zip(labels, jobs):
@@ -313,16 +319,21 @@ def run_slurm(grid, cells, args):
     return failures
 
 
+PACKING = threading.Lock()
+
+
 def pack(grid, cells, destination):
-    """Every started cell's work folder and the store into one archive, written atomically."""
-    tmp = destination + ".tmp"
-    with tarfile.open(tmp, "w:gz") as tar:
-        for cell in cells:
-            if os.path.isdir(cell.work):
-                tar.add(cell.work, arcname=os.path.join("work", os.path.basename(cell.work)),
-                        filter=lambda info: None if info.name.endswith(".running") else info)
-        tar.add(grid.store.root, arcname="store")
-    os.replace(tmp, destination)
+    """Every started cell's work folder and the store into one archive, written atomically (one packer at a time)."""
+    with PACKING:
+        tmp = destination + ".tmp"
+        with tarfile.open(tmp, "w:gz") as tar:
+            for cell in cells:
+                if os.path.isdir(cell.work):
+                    tar.add(cell.work, arcname=os.path.join("work", os.path.basename(cell.work)),
+                            filter=lambda info: None if info.name.endswith(".running") else info)
+            if os.path.isdir(grid.store.root):
+                tar.add(grid.store.root, arcname="store")
+        os.replace(tmp, destination)
 
 
 def run_device(grid, cells, args):
@@ -386,15 +397,16 @@ def unpack(grid, archive):
             subprocess.run(["cp", "-a", os.path.join(tmp, "work", name) + "/.", dest + "/"] if os.path.isdir(dest)
                            else ["cp", "-a", os.path.join(tmp, "work", name), dest], check=True)
         carried = store_lib.Store(os.path.join(tmp, "store"))
-        added = grid.store.merge(carried)
+        added = grid.store.merge(carried) if os.path.isdir(carried.root) else 0
     print(f"grid: unpacked {archive}: {added} new records")
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("action", choices=("plan", "run", "unpack"))
+    p.add_argument("action", choices=("plan", "run", "unpack", "cell"))
     p.add_argument("grid", help="a grid file (grids/*.toml)")
-    p.add_argument("archive", nargs="?", help="unpack: the pack a device call left")
+    p.add_argument("archive", nargs="?", help="unpack: the pack a device call left; cell: the cell's label (a Slurm "
+                                              "job's body)")
     p.add_argument("--only", help="cells by name, comma-separated")
     p.add_argument("--seeds", help="seeds, comma-separated (default: the grid's)")
     p.add_argument("--work", default=None, help="work folders' root (default work/grid)")
@@ -418,6 +430,8 @@ def main(argv=None):
         if not args.archive:
             p.error("unpack ARCHIVE")
         return unpack(grid, args.archive)
+    if args.action == "cell":
+        return run_cell(args.grid, grid.work, grid.store.root, args.archive, args.threads, args.device_flags)
     grid.prepare_data()
     cells = grid.select(args.only, args.seeds)
     if args.action == "plan":

@@ -117,7 +117,8 @@ def build(args):
         python = os.environ.get("PYTHON")
         if python and command.startswith(python + " "):
             command = "python" + command[len(python):]
-        commands.append({"stage": name, "command": command.replace(work, "WORK").replace(ROOT + "/", ""),
+        command = command.replace(work, "WORK").replace(ROOT + "/", "").replace("ROOT/", "")
+        commands.append({"stage": name, "command": command,
                          "attempts": len(times), "wall_s": round(sum(t[0] for t in times), 1),
                          "cpu_s": round(sum(t[1] for t in times), 1)})
     training = {name: training_state(os.path.join(work, name)) for name in args.train_stages}

@@ -73,7 +73,7 @@ stage() {
   line="$(show "$@")"
   if [ "$DRY_RUN" = 1 ]; then printf '%s\n' "$line"; return 0; fi
   if [ -f "$dir/DONE" ]; then
-    [ "$(cat "$dir/DONE")" = "$line" ] || die "stage $name in $dir was finished with another command:
+    [ "$(placed "$(cat "$dir/DONE")")" = "$(placed "$line")" ] || die "stage $name in $dir was finished with another command:
   $(cat "$dir/DONE")
 now:
   $line
@@ -89,8 +89,12 @@ delete $dir (or choose another work folder) to run it again"
     attempt_time "$dir" "$started" "$cpu_before"; die "stage $name failed; its log: $WORK/$name.log"
   fi
   attempt_time "$dir" "$started" "$cpu_before"
-  printf '%s\n' "$line" > "$dir/DONE"
+  placed "$line" > "$dir/DONE"
 }
+
+# placed LINE: LINE with the work folder written WORK and the checkout ROOT, so that a work folder carried to another
+# place (a lent accelerator's copy of the checkout, and back) resumes there
+placed() { local line="${1//"$WORK"/WORK}"; printf '%s\n' "${line//"$ROOT"/ROOT}"; }
 
 # children_cpu VAR: user + system seconds of every child this shell has waited for (bash's times, run in this shell:
 # in a command substitution it would count a subshell's children); attempt_time DIR START CPU0 appends one attempt's

@@ -1,0 +1,165 @@
+"""The experiment layer (scripts/experiments/): one PET cell through each executor -- local processes, the lent
+accelerator's (its budget stop and pack faked here on the CPU), submitit's (its local executor) -- files the same
+record and outputs; a grid killed with kill -9 inside a cell and rerun ends as an uninterrupted run; plan shows
+states and measured estimates; a stale record is shown as stale."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO
+
+GRID = os.path.join(REPO, "scripts", "experiments", "grid.py")
+sys.path.insert(0, os.path.join(REPO, "scripts", "experiments"))
+import store as store_lib  # noqa: E402
+
+# what must agree between two runs of one cell (times, dates and paths may not)
+SAME = ("key", "cell", "seed", "recipe", "metrics", "params", "updates", "epochs", "variables", "training")
+
+
+def grid_file(tmp, data):
+    path = tmp / "smoke.toml"
+    path.write_text(f'''name = "smoke"
+seeds = [1]
+[inputs]
+DATA = "{data}"
+prepare = "python -m preprocess.prepare_multi30k --src de --tgt en --dest {{DATA}} --bpe-codes {{ROOT}}/checkpoints/multi30k.de-en/code --srcdict {{ROOT}}/checkpoints/multi30k.de-en/dict.de.txt --train-lines 600"
+[variables]
+SMOKE = 1
+MEASURE_TEACHER = 0
+RUNS = 1
+[[cell]]
+name = "pet"
+recipe = "pet.sh"
+''')
+    return str(path)
+
+
+def grid(*args, **kwargs):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    return subprocess.run([sys.executable, GRID, *args], capture_output=True, text=True, env=env, cwd=REPO,
+                          timeout=900, **kwargs)
+
+
+def ok(proc):
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def only_record(store):
+    records = store_lib.Store(store).records()
+    assert len(records) == 1, records
+    return records[0]
+
+
+def same(a, b, store_a, store_b):
+    for field in SAME:
+        assert a[field] == b[field], field
+    assert [c["command"] for c in a["commands"]] == [c["command"] for c in b["commands"]]
+    assert store_lib.Store(store_a).outputs(a) == store_lib.Store(store_b).outputs(b)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The PET cell run once, uninterrupted, by the local executor."""
+    tmp = tmp_path_factory.mktemp("grid")
+    path = grid_file(tmp, tmp / "data")
+    store, work = str(tmp / "store"), str(tmp / "work")
+    out = ok(grid("run", path, "--store", store, "--work", work, "--threads", "1"))
+    assert "pet-s1 done" in out
+    return {"grid": path, "store": store, "work": work, "tmp": tmp, "record": only_record(store)}
+
+
+def test_a_local_run_files_a_complete_record(reference):
+    record = reference["record"]
+    assert record["recipe"] == "pet.sh" and record["seed"] == 1 and record["variables"]["SEED"] == "1"
+    assert [c["stage"] for c in record["commands"]] == ["warmup", "kd", "measure"]
+    assert all(c["wall_s"] > 0 and c["cpu_s"] > 0 for c in record["commands"]), record["commands"]
+    assert record["training"]["kd"]["updates"] == 3 and record["training"]["warmup"]["updates"] == 2
+    assert record["teacher"]["sha256"] and record["data"]["fingerprint"]
+    assert set(record["metrics"]) == {"bleu_tok", "sacrebleu"}
+    assert len(store_lib.Store(reference["store"]).outputs(record)) == 20  # SMOKE scores 20 test sentences
+    # a second run finds the cell done and runs nothing
+    again = ok(grid("run", reference["grid"], "--store", reference["store"], "--work", reference["work"]))
+    assert "0 of 1 cells to run" in again
+    plan = ok(grid("plan", reference["grid"], "--store", reference["store"], "--work", reference["work"]))
+    line = next(line for line in plan.splitlines() if line.startswith("pet-s1"))
+    assert " done " in line and f"{record['wall_s'] / 3600:.2f} h" in line  # the estimate: the measured wall
+
+
+def test_kill_9_inside_a_cell_then_rerun_ends_as_an_uninterrupted_run(reference, tmp_path):
+    store, work = str(tmp_path / "store"), str(tmp_path / "work")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    proc = subprocess.Popen([sys.executable, GRID, "run", reference["grid"], "--store", store, "--work", work],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline:  # inside the cell: its warm-up finished, its KD stage started
+        if any(os.path.exists(os.path.join(work, d, "kd.log")) for d in os.listdir(work)) if os.path.isdir(work) else False:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the KD stage never started")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not os.path.exists(os.path.join(store, "records.jsonl"))
+    plan = ok(grid("plan", reference["grid"], "--store", store, "--work", work))
+    assert "started" in plan  # its work folder is there, its marker's process is gone
+    ok(grid("run", reference["grid"], "--store", store, "--work", work))
+    resumed = only_record(store)
+    assert next(c for c in resumed["commands"] if c["stage"] == "warmup")["attempts"] == 1  # not run again
+    same(resumed, reference["record"], store, reference["store"])
+
+
+def test_the_accelerator_executor_stops_at_its_budget_packs_and_resumes_elsewhere(reference, tmp_path):
+    """The device executor on the CPU: a budget that ends inside the cell stops it and packs its state; the pack,
+    carried to another work folder and store, resumes there (finished stages kept) to the same record."""
+    pack = str(tmp_path / "pack.tar.gz")
+    store, work = str(tmp_path / "device-store"), str(tmp_path / "device-work")
+    out = ok(grid("run", reference["grid"], "--executor", "device", "--budget", "20", "--margin", "0",
+                  "--pack", pack, "--store", store, "--work", work))
+    assert "stopped at the budget" in out and "left: pet-s1" in out
+    here_store, here_work = str(tmp_path / "store"), str(tmp_path / "work")
+    ok(grid("unpack", reference["grid"], pack, "--store", here_store, "--work", here_work))
+    (cell,) = os.listdir(here_work)
+    assert os.path.exists(os.path.join(here_work, cell, "warmup.log"))  # what the stopped call had made came back
+    out = ok(grid("run", reference["grid"], "--executor", "device", "--budget", "600", "--pack", pack,
+                  "--store", here_store, "--work", here_work))
+    assert "every cell done" in out
+    final_store, final_work = str(tmp_path / "final-store"), str(tmp_path / "final-work")
+    ok(grid("unpack", reference["grid"], pack, "--store", final_store, "--work", final_work))
+    record = only_record(final_store)
+    same(record, reference["record"], final_store, reference["store"])
+
+
+def test_the_submitit_executor_files_the_same_record(reference, tmp_path):
+    pytest.importorskip("submitit")
+    store, work = str(tmp_path / "store"), str(tmp_path / "work")
+    out = ok(grid("run", reference["grid"], "--executor", "slurm", "--cluster", "local", "--threads", "1",
+                  "--timeout-min", "15", "--store", store, "--work", work))
+    assert "1 jobs submitted" in out
+    same(only_record(store), reference["record"], store, reference["store"])
+
+
+def test_a_record_of_other_data_is_stale(reference, tmp_path):
+    store = str(tmp_path / "store")
+    record = dict(reference["record"])
+    record["data"] = dict(record["data"], fingerprint="0" * 64)
+    os.makedirs(store)
+    with open(os.path.join(store, "records.jsonl"), "w") as f:
+        f.write(json.dumps(record) + "\n")
+    plan = ok(grid("plan", reference["grid"], "--store", store, "--work", reference["work"]))
+    assert next(line for line in plan.splitlines() if line.startswith("pet-s1")).split()[1] == "stale"
+
+
+def test_bad_grids_are_refused_naming_the_field(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[[cell]]\nname = "x"\nrecipe = "nope.sh"\n')
+    proc = grid("plan", str(path))
+    assert proc.returncode != 0 and "no recipe scripts/recipes/nope.sh" in proc.stderr
+    path.write_text('[[cell]]\nname = "x"\n')
+    proc = grid("plan", str(path))
+    assert proc.returncode != 0 and "has no 'recipe'" in proc.stderr
