@@ -168,7 +168,9 @@ def test_smoke_run_end_to_end(translation_smoke):
     assert teacher["sentences"] == 20
     assert teacher["quality"] == pytest.approx(next(r["sacrebleu"] for r in recipe["rows"] if r["name"] == "teacher"))
     assert teacher["quality"] > 25 and rows[("pet:128x96", "fairseq")]["quality"] < 5
-    assert teacher["front_speed"] and teacher["speedup"] == 1.0
+    # the teacher is its own speed reference; whether it lies on the measured front depends on the machine (a test
+    # never asserts an ordering of measured speeds)
+    assert teacher["speedup"] == 1.0 and isinstance(teacher["front_speed"], bool)
     assert rows[("pet:128x96", "ct2-int8")]["params"] == rows[("pet:128x96", "fairseq")]["params"] > 0
     assert all(r["latency_ms"] > 0 and r["size_mb"] > 0 and r["peak_memory_mb"] > 0 for r in rows.values())
     assert any("user_dir.deploy.ct2_engine convert" in c for c in rows[("pet:128x96", "ct2-int8")]["commands"])

@@ -124,13 +124,6 @@ def variator_k4(where, budget, name, parts, part, selection, work=""):
 
 
 CLAIMS = [
-    dict(method="PET", kind="better", threshold=0.0,
-         claim="the shared-layer student (warm-up + KD) beats a word-KD student of the same size",
-         paper="PET Table 7 (IWSLT'14 DE->EN): PET 34.36 BLEU at 9.51% of the teacher, above the KD baselines",
-         budget="800 updates on a CPU", selection=MT_SELECTION + " (both students from scratch, same schedule)",
-         json="results/claims/pet_vs_wordkd.json", label=r"^pet vs word-kd$",
-         command="python scripts/bench/bench_translation.py --methods pet word-kd --seeds 1,2,3 --jobs 2 --threads 1 "
-                 "--work work/claims/pet-mt --out results/claims/pet_vs_wordkd"),
     variator_k4("translation encoder", "400 updates per plugin on a CPU", "variator_mt", "--parts translation",
                 "translation", MT_SELECTION, "--work work/claims/variator-mt "),
     dict(method="GhostBERT", kind="better", threshold=0.0,
@@ -431,6 +424,13 @@ def render(root, argv):
     for row, p in zip(tested, holm([row["r"]["claim_p"] for row in tested])):
         row["holm"] = p
     lines = ["# The papers' central claims, as measured here", "",
+             "## PET against the competitors its paper names", "",
+             "Rendered from the store (results/store) by `python scripts/experiments/render.py`, from the cells of "
+             "grids/pet.toml (`python scripts/experiments/grid.py run grids/pet.toml`); the claims are data "
+             "(grids/claims.toml). Every student trains by one rule (scripts/recipes/common.sh, student_training); "
+             "the test is the one below, with Holm's correction over the rows of this table.", "",
+             "<!-- rendered: claims-pet -->", "<!-- /rendered -->", "",
+             "## The other claims, from the benchmark tables (to be rerun through the grid runner)", "",
              f"Made by `{invocation('claims.py', argv)}` from the benchmark tables named in each row "
              "(scripts/bench/claims.py's docstring says how). Each row states the paper's claim in its terms, the test "
              "it sets (a threshold or margin on A - B, or a ratio to the teacher), the budget (updates per model, on "
@@ -599,6 +599,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     out = args.out or default_out("claims") + ".md"
     write_text(out, render(args.root, argv))
+    sys.path.insert(0, os.path.join(ROOT, "scripts", "experiments"))
+    import render as rendered  # the blocks of the store (scripts/experiments/render.py)
+
+    rendered.render()
     print(f"wrote {out}")
 
 

@@ -141,6 +141,7 @@ def build(args):
         "params": {"total": row.get("params"), "non_embedding": row.get("non_embedding_params")},
         "sentences": row.get("sentences"),
         "outputs": os.path.relpath(os.path.abspath(args.outputs), work) if args.outputs else None,
+        "references": os.path.abspath(args.references) if args.references else None,
         "training": training,
         "updates": sum((t or {}).get("updates", 0) for t in training.values()),
         "epochs": sum((t or {}).get("epochs", 0) for t in training.values()),
@@ -160,6 +161,8 @@ def main(argv=None):
     p.add_argument("--checkpoint", required=True, help="the checkpoint scored")
     p.add_argument("--measure", required=True, help="fc-measure's --json of the scoring stage")
     p.add_argument("--outputs", default=None, help="the student's per-example outputs (fc-measure --outputs-dir)")
+    p.add_argument("--references", default=None,
+                   help="the references the outputs are scored against (raw text for sacreBLEU), filed beside them")
     p.add_argument("--split", default="test", help="the report split the metrics are measured on")
     p.add_argument("--teacher", required=True)
     p.add_argument("--data", required=True)

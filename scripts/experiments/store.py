@@ -3,12 +3,14 @@
     records.jsonl          one JSON line per finished cell: its key (scripts/experiments/grid.py), grid, cell, seed and
                            the recipe's WORK/result.json (scripts/experiments/record.py)
     outputs/KEY.txt.gz     the cell's per-example outputs (hypotheses or predictions), one line per example
+    references/SHA.txt.gz  the references they are scored against, by the sha256 of their text (record: references)
 
 Lines are only ever appended (under a file lock, so parallel jobs, local or on Slurm, can file at once); a key filed
 twice keeps its first record. Whatever a reader sees is rendered from here (scripts/experiments/render.py).
 """
 import fcntl
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -47,6 +49,26 @@ class Store:
         with gzip.open(self.outputs_path(record["key"]), "rt") as f:
             return f.read().splitlines()
 
+    def references(self, record):
+        """The references the record's outputs are scored against, a list of lines (None when it names none)."""
+        if not record.get("references"):
+            return None
+        with gzip.open(os.path.join(self.root, "references", f"{record['references']}.txt.gz"), "rt") as f:
+            return f.read().splitlines()
+
+    def _file_references(self, path):
+        """Copy a references file in by the sha256 of its bytes; returns that name."""
+        with open(path, "rb") as f:
+            data = f.read()
+        name = hashlib.sha256(data).hexdigest()
+        dest = os.path.join(self.root, "references", f"{name}.txt.gz")
+        if not os.path.exists(dest):
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with gzip.GzipFile(dest + ".tmp", "wb", mtime=0) as out:
+                out.write(data)
+            os.replace(dest + ".tmp", dest)
+        return name
+
     def _append(self, record, outputs_file=None):
         os.makedirs(os.path.join(self.root, "outputs"), exist_ok=True)
         with open(self.path + ".lock", "w") as lock:
@@ -69,6 +91,8 @@ class Store:
     def add(self, key, grid, cell, seed, result, work):
         """File one cell's WORK/result.json and its outputs."""
         record = dict(result, key=key, grid=grid, cell=cell, seed=seed)
+        if result.get("references"):
+            record["references"] = self._file_references(result["references"])
         outputs = os.path.join(work, result["outputs"]) if result.get("outputs") else None
         if outputs and not os.path.exists(outputs):
             raise FileNotFoundError(f"{work}/result.json names outputs {result['outputs']}, which are missing")
@@ -83,6 +107,11 @@ class Store:
                 if os.path.exists(source):
                     os.makedirs(os.path.join(self.root, "outputs"), exist_ok=True)
                     shutil.copyfile(source, self.outputs_path(record["key"]))
+                if record.get("references"):
+                    name = f"{record['references']}.txt.gz"
+                    os.makedirs(os.path.join(self.root, "references"), exist_ok=True)
+                    shutil.copyfile(os.path.join(other.root, "references", name),
+                                    os.path.join(self.root, "references", name))
                 self._append(record)
                 added += 1
         return added
@@ -92,6 +121,6 @@ class Store:
         top = subprocess.run(["git", "-C", self.root, "rev-parse", "--show-toplevel"], capture_output=True, text=True)
         if top.returncode != 0:
             return
-        subprocess.run(["git", "-C", self.root, "add", "records.jsonl", "outputs"], check=True)
-        subprocess.run(["git", "-C", self.root, "commit", "-q", "-m", message, "--", "records.jsonl", "outputs"],
-                       check=False)
+        parts = [p for p in ("records.jsonl", "outputs", "references") if os.path.exists(os.path.join(self.root, p))]
+        subprocess.run(["git", "-C", self.root, "add", *parts], check=True)
+        subprocess.run(["git", "-C", self.root, "commit", "-q", "-m", message, "--", *parts], check=False)

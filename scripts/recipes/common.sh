@@ -250,5 +250,5 @@ write_result() {
   "$PY" "$ROOT/scripts/experiments/record.py" "$WORK" --recipe "$RECIPE" --name "$name" --stages "${stages[@]}" \
     --train-stages "${train[@]}" --checkpoint "$checkpoint" --measure "$WORK/measure.json" \
     --outputs "$WORK/outputs/$name.txt" --teacher "$TEACHER" --data "$DATA" --device-flags="$DEVICE_FLAGS" \
-    "${vars[@]}"
+    ${RAW_REFERENCE[1]:+--references "${RAW_REFERENCE[1]}"} "${vars[@]}"
 }

@@ -312,6 +312,27 @@ def verdict(result: Dict, alpha: float = 0.05) -> str:
     return "inconclusive"
 
 
+def detectable_difference(interval_se: float, seed_sd: float, seeds: int, alpha: float = 0.05,
+                          power: float = 0.8) -> Dict:
+    """The smallest true difference |A - B| a row of ``seeds`` paired seeds detects with probability ``power``
+    under :func:`claim_verdict`'s rule, which needs both (a) the cluster interval off the threshold and (b) every
+    seed's own difference on that side:
+    (a) ``(z_{1-alpha/2} + z_power) * interval_se``, the usual two-sided normal approximation, with
+        ``interval_se`` the cluster bootstrap's standard error of the pooled difference (its 95% interval's width
+        / 3.92);
+    (b) ``seed_sd * Phi^-1(power^(1/seeds))``: k independent seed differences of spread ``seed_sd`` all share the
+        sign of a true difference d with probability Phi(d / seed_sd)^k.
+    Returns ``dict(detectable, interval_part, seeds_part)``; the detectable difference is the larger part."""
+    from scipy.stats import norm
+
+    if seeds < 1:
+        raise ValueError(f"seeds {seeds}: at least 1")
+    interval_part = (norm.ppf(1 - alpha / 2) + norm.ppf(power)) * interval_se
+    seeds_part = seed_sd * norm.ppf(power ** (1.0 / seeds))
+    return {"detectable": float(max(interval_part, seeds_part)), "interval_part": float(interval_part),
+            "seeds_part": float(seeds_part)}
+
+
 # ---- keeping per-example outputs compactly (results-side JSON) -------------------------------------------
 
 

@@ -176,20 +176,26 @@ def _reference_lines(path: str, flag: str, ids: List[int]) -> List[str]:
     return [lines[i] for i in ids]
 
 
+def detokenise(lines: List[str], lang: Optional[str]) -> List[str]:
+    """Moses-detokenised lines, as sacreBLEU is scored here (the outputs fc-measure --outputs-dir keeps are tokenised)."""
+    from sacremoses import MosesDetokenizer
+
+    detok = MosesDetokenizer(lang=lang or "en")
+    return [detok.detokenize(line.split()) for line in lines]
+
+
 def translation_scores(outputs: List[str], references: List[str], ids: List[int], target_lang: str,
                        raw_reference: Optional[str], tokenized_reference: Optional[str] = None) -> dict:
     import sacrebleu
-    from sacremoses import MosesDetokenizer
 
     if tokenized_reference:  # the text itself: no <unk> where a reference word is outside the dictionary
         references = _reference_lines(tokenized_reference, "--tokenized-reference", ids)
     scores = {"bleu_tok": sacrebleu.corpus_bleu(outputs, [references], tokenize="none", force=True).score}
-    detok = MosesDetokenizer(lang=target_lang or "en")
-    hyps = [detok.detokenize(h.split()) for h in outputs]
+    hyps = detokenise(outputs, target_lang)
     if raw_reference:
         refs = _reference_lines(raw_reference, "--raw-reference", ids)
     else:
-        refs = [detok.detokenize(r.split()) for r in references]
+        refs = detokenise(references, target_lang)
     scores["sacrebleu"] = sacrebleu.corpus_bleu(hyps, [refs]).score
     return scores
 

@@ -1,0 +1,246 @@
+#!/usr/bin/env python
+"""Everything a reader sees, rendered from the store: the marked blocks of the project's Markdown pages.
+
+    python scripts/experiments/render.py            # re-render every block in place
+    python scripts/experiments/render.py --check    # exit 1 naming each block that is not current (the tests run it)
+
+A block is the text between ``<!-- rendered: NAME -->`` and ``<!-- /rendered -->`` in README.md, results/*.md and the
+method pages (user_dir/*/README.md, NOTES.md); NAME is one of BLOCKS below, a function of the store
+(results/store, scripts/experiments/store.py) and the claims (grids/claims.toml). Nobody types a result into a page.
+
+Claims (grids/claims.toml): for each, the records of A's and B's cells in the store, paired by seed, current (their
+teacher and data those of A's first record); the test of user_dir/common/significance.py: the metric pooled over
+seeds, a percentile bootstrap over test examples as clusters across seeds, a two-sided sign-flip p, Holm over every
+claim with a p, and claim_verdict's one rule. Each row prints the smallest difference its seeds and test can detect
+(significance.detectable_difference), from its own cells once measured, from the 'prior' table's spread before.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+import tomllib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+import store as store_lib  # noqa: E402
+
+CLAIMS = os.path.join(ROOT, "grids", "claims.toml")
+BLOCK = re.compile(r"(<!-- rendered: ([\w-]+) -->\n)(.*?)(<!-- /rendered -->)", re.S)
+METRIC_NAMES = {"sacrebleu": "sacreBLEU", "bleu_tok": "BLEU (tok)", "accuracy": "accuracy", "f1": "F1",
+                "mcc": "Matthews corr.", "pearson": "Pearson", "spearman": "Spearman"}
+
+
+def load_claims(path=CLAIMS):
+    with open(path, "rb") as f:
+        return tomllib.load(f)["claim"]
+
+
+def paired_records(store, claim):
+    """{seed: (A's record, B's record)} for the seeds both have, each the latest filed of its cell and seed, and the
+    seeds each side has alone."""
+    def latest(cell):
+        by_seed = {}
+        for record in store.find(grid=claim["grid"], cell=cell):
+            by_seed[record["seed"]] = record
+        return by_seed
+    a, b = latest(claim["a"]), latest(claim["b"])
+    return {s: (a[s], b[s]) for s in sorted(set(a) & set(b))}, a, b
+
+
+def statistics_of(store, records, metric):
+    """(seeds, n, d) statistics of each record's outputs against its references."""
+    from user_dir.common.significance import bleu_statistics
+    from user_dir.tools.measure import detokenise
+
+    if metric != "sacrebleu":
+        raise NotImplementedError(f"metric {metric}: only sacreBLEU claims are rendered from the store so far")
+    references = None
+    hyps = []
+    for record in records:
+        refs = store.references(record) or _any_references(store, record)
+        outputs = store.outputs(record)
+        refs = refs[:len(outputs)]
+        if references is not None and refs != references:
+            raise ValueError(f"record {record['key'][:10]}: other references than its pair's")
+        references = refs
+        hyps.append(detokenise(outputs, "en"))
+    return bleu_statistics(hyps, references)
+
+
+def _any_references(store, record):
+    """References of a record filed before records named theirs: those of another record on the same data."""
+    for other in store.records():
+        if other.get("references") and other["data"]["fingerprint"] == record["data"]["fingerprint"]:
+            return store.references(other)
+    raise ValueError(f"record {record['key'][:10]} ({record['cell']} seed {record['seed']}) names no references and "
+                     "no other record on its data does")
+
+
+def prior_spread(claim):
+    """(interval standard error, per-seed sd) of the prior table's comparison, or None."""
+    prior = claim.get("prior")
+    if not prior:
+        return None
+    with open(os.path.join(ROOT, prior["table"])) as f:
+        table = json.load(f)
+    (comparison,) = [c for c in table["comparisons"] if c["label"] == prior["comparison"]]
+    return (comparison["high"] - comparison["low"]) / 3.92, comparison["per_seed_std"], prior
+
+
+def budget_text(records):
+    """Epochs trained per seed (the stopping rule's outcome) and the best checkpoint's epoch."""
+    def epochs(record):
+        parts = []
+        for stage, state in record["training"].items():
+            if state:
+                parts.append(f"{state['epochs']:g}" + (f" (best {state['best_epoch']})" if "best_epoch" in state else ""))
+        return " + ".join(parts)
+    return "; ".join(f"s{r['seed']} {epochs(r)}" for r in records)
+
+
+def rule_text(record):
+    v = record["variables"]
+    if v.get("UPDATES") or v.get("KD_UPDATES"):
+        return f"{v.get('UPDATES') or v.get('KD_UPDATES')} updates"
+    return f"patience {v.get('PATIENCE')} epochs on validation loss, at most {v.get('MAX_EPOCHS')} epochs"
+
+
+def device_text(records):
+    gpus = {r["machine"].get("gpu") for r in records if r["machine"].get("gpu")}
+    return ", ".join(sorted(gpus)) if gpus else f"CPU ({records[0]['machine']['cpu']}, 1 thread a run)"
+
+
+def evaluate(store, claims):
+    """Every claim's row: its state, and when both sides have their seeds, the test."""
+    from user_dir.common.significance import claim_verdict, cluster_test, detectable_difference, holm
+
+    rows = []
+    for claim in claims:
+        pairs, a, b = paired_records(store, claim)
+        row = {"claim": claim, "a_seeds": sorted(a), "b_seeds": sorted(b), "pairs": pairs}
+        prior = prior_spread(claim)
+        if prior:
+            row["prior_detectable"] = detectable_difference(prior[0], prior[1], 3)["detectable"]
+        if len(pairs) >= 3:
+            recs_a = [pairs[s][0] for s in pairs]
+            recs_b = [pairs[s][1] for s in pairs]
+            result = cluster_test(statistics_of(store, recs_a, claim["metric"]),
+                                  statistics_of(store, recs_b, claim["metric"]), "bleu", 10000)
+            row["result"] = result
+            row["detectable"] = detectable_difference((result["high"] - result["low"]) / 3.92,
+                                                      result["per_seed_std"], result["seeds"])["detectable"]
+            row["records"] = (recs_a, recs_b)
+        rows.append(row)
+    tested = [r for r in rows if "result" in r]
+    for row, p in zip(tested, holm([r["result"]["p"] for r in tested])):
+        row["holm_p"] = p
+        row["verdict"] = claim_verdict(row["result"], row["claim"].get("threshold", 0.0), p=p)
+    return rows
+
+
+def seeds_text(records, metric):
+    values = [r["metrics"][metric] for r in records]
+    spread = f" +- {statistics.stdev(values):.2f}" if len(values) > 1 else ""
+    return f"{statistics.mean(values):.2f}{spread} ({', '.join(f'{v:.2f}' for v in values)})"
+
+
+def claims_table(store, claims):
+    rows = evaluate(store, claims)
+    lines = ["| claim | paper | metric | test | stopping rule | seeds | A: PET | B | A - B [95%] | per-seed A - B | p "
+             "| Holm p | detectable difference | epochs trained (A; B) | CPU hours (A + B) | verdict |",
+             "|" + " --- |" * 16]
+    for row in rows:
+        c = row["claim"]
+        name = c["claim"] + (" (ours)" if c.get("ours") else "")
+        test = f"A - B > {c.get('threshold', 0.0):g}"
+        metric = METRIC_NAMES[c["metric"]]
+        if "result" not in row:
+            detect = (f"about {row['prior_detectable']:.2f} before running (3 seeds; the spread of "
+                      f"{c['prior']['table']}, at 800 updates)") if "prior_detectable" in row else "-"
+            state = f"waiting: A {len(row['a_seeds'])}/3 seeds, B {len(row['b_seeds'])}/3 seeds in the store"
+            lines.append(f"| {name} | {c['paper']} | {metric} | {test} | grids/{c['grid']}.toml's | {state} | - | - | - | - "
+                         f"| - | - | {detect} | - | - | not yet tested |")
+            continue
+        r, (recs_a, recs_b) = row["result"], row["records"]
+        cpu_hours = sum(x["cpu_s"] for x in recs_a + recs_b) / 3600
+        lines.append(
+            f"| {name} | {c['paper']} | {metric} | {test} | {rule_text(recs_a[0])} | {r['seeds']} "
+            f"| {seeds_text(recs_a, c['metric'])} | {c['b']}: {seeds_text(recs_b, c['metric'])} "
+            f"| {r['diff']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] | {', '.join(f'{d:+.2f}' for d in r['per_seed'])} "
+            f"| {r['p']:.3g} | {row['holm_p']:.3g} | {row['detectable']:.2f} | {budget_text(recs_a)}; {budget_text(recs_b)} "
+            f"| {cpu_hours:.1f} on {device_text(recs_a + recs_b)} | {row['verdict']} at this stopping rule |")
+    return "\n".join(lines) + "\n"
+
+
+def claims_summary(store, claims):
+    """One line per claim, for the README and the method pages."""
+    out = []
+    for row in evaluate(store, claims):
+        c = row["claim"]
+        who = "ours" if c.get("ours") else "the paper's claim"
+        if "result" not in row:
+            out.append(f"- {c['claim']} ({who}): not yet tested; cells in the store: A {len(row['a_seeds'])}/3, "
+                       f"B {len(row['b_seeds'])}/3 ([results/claims.md](results/claims.md))")
+            continue
+        r = row["result"]
+        out.append(f"- {c['claim']} ({who}): {METRIC_NAMES[c['metric']]} {r['diff']:+.2f} [{r['low']:+.2f}, "
+                   f"{r['high']:+.2f}], {row['verdict']} at {rule_text(row['records'][0][0])}, {r['seeds']} seeds")
+    return "\n".join(out) + "\n"
+
+
+BLOCKS = {
+    "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
+    "claims-pet-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "PET"]),
+}
+
+
+def pages():
+    patterns = ["README.md", "results/*.md", "user_dir/*/README.md", "user_dir/*/NOTES.md", "user_dir/GLOSSARY.md"]
+    return sorted({p for pattern in patterns for p in glob.glob(os.path.join(ROOT, pattern))})
+
+
+def render(check=False, store_root=None, files=None):
+    """Re-render (or with ``check`` only compare) every block of ``files`` (default: the project's pages); returns
+    'PAGE: BLOCK' of each block that was not current."""
+    store = store_lib.Store(store_root or os.path.join(ROOT, "results", "store"))
+    cache, stale = {}, []
+    for page in files or pages():
+        with open(page) as f:
+            text = f.read()
+
+        def replace(match):
+            name = match.group(2)
+            if name not in BLOCKS:
+                raise SystemExit(f"{os.path.relpath(page, ROOT)}: unknown rendered block {name!r} "
+                                 f"(one of {', '.join(BLOCKS)})")
+            if name not in cache:
+                cache[name] = BLOCKS[name](store)
+            if match.group(3) != cache[name]:
+                stale.append(f"{os.path.relpath(page, ROOT)}: {name}")
+            return match.group(1) + cache[name] + match.group(4)
+
+        new = BLOCK.sub(replace, text)
+        if new != text and not check:
+            with open(page, "w") as f:
+                f.write(new)
+    return stale
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is not current")
+    p.add_argument("--store", default=None, help="the store (default results/store)")
+    args = p.parse_args(argv)
+    stale = render(args.check, args.store)
+    if args.check and stale:
+        raise SystemExit("not current (python scripts/experiments/render.py):\n  " + "\n  ".join(stale))
+    print(("re-rendered: " if stale else "every block current") + ", ".join(stale))
+
+
+if __name__ == "__main__":
+    main()
