@@ -194,30 +194,52 @@ def alive(marker):
         return False
 
 
+RATES = os.path.join(ROOT, "grids", "rates.toml")
+
+
 def estimate(grid, cell, device):
-    """Seconds for CELL on DEVICE ('cpu' or 'gpu') from the store's records: the mean wall of the same cell's records,
-    else of the same recipe and variables but the seed, else of the same recipe; None when nothing was measured."""
+    """(seconds, bound) for CELL on DEVICE ('cpu' or 'gpu'), from what was measured: the mean wall of the store's
+    records of the same cell, else of the same recipe and variables but the seed; else grids/rates.toml's measured
+    updates/s for the recipe times the updates of the cell's records on another device, or, for a cell stopped by
+    patience, the updates of its epoch cap (bound = True: an upper bound). (None, False) when nothing was measured."""
     records = [r for r in grid.store.records() if r["machine"].get("device", "cpu") == device]
-    same_cell = [r for r in records if r.get("cell") == cell.name and r.get("grid") == grid.name]
     variables = {k: v for k, v in cell.variables.items() if k != "SEED"}
+    same_cell = [r for r in records if r.get("cell") == cell.name and r.get("grid") == grid.name]
     same_vars = [r for r in records if r["recipe"] == cell.recipe and
                  all(r["variables"].get(k, "") == v for k, v in variables.items() if k in r["variables"])]
-    same_recipe = [r for r in records if r["recipe"] == cell.recipe]
-    for pool in (same_cell, same_vars, same_recipe):
+    for pool in (same_cell, same_vars):
         if pool:
-            return sum(r["wall_s"] for r in pool) / len(pool)
-    return None
+            return sum(r["wall_s"] for r in pool) / len(pool), False
+    with open(RATES, "rb") as f:
+        rates = tomllib.load(f)
+    rate = next((r for r in rates.get("rate", []) if r["device"] == device and
+                 all((cell.recipe if k == "recipe" else variables.get(k)) == v for k, v in r["match"].items())), None)
+    if rate is None:
+        return None, False
+    elsewhere = [r for r in grid.store.records() if r.get("cell") == cell.name and r.get("grid") == grid.name]
+    if elsewhere:
+        return sum(r["updates"] for r in elsewhere) / len(elsewhere) / rate["updates_per_s"], False
+    data = os.path.basename(grid.inputs.get("DATA", ""))
+    per_epoch = rates.get("data", {}).get(data, {}).get("updates_per_epoch")
+    if not per_epoch or variables.get("SMOKE") == "1":
+        return None, False
+    fixed = variables.get("UPDATES") or variables.get("KD_UPDATES")
+    updates = int(fixed) if fixed else int(variables.get("MAX_EPOCHS", 60)) * per_epoch
+    if cell.recipe == "pet.sh":
+        updates += int(variables.get("WARMUP_EPOCHS", 3)) * per_epoch
+    return updates / rate["updates_per_s"], not fixed
 
 
-def hours(seconds):
-    return "?" if seconds is None else f"{seconds / 3600:.2f} h"
+def hours(estimated):
+    seconds, bound = estimated
+    return "?" if seconds is None else ("<= " if bound else "") + f"{seconds / 3600:.2f} h"
 
 
 def plan(grid, cells):
     counts = {}
     lines = [f"grid {grid.name} ({os.path.relpath(grid.path, ROOT)}): {len(cells)} cells; teacher "
              f"{os.path.relpath(grid.teacher, ROOT)} ({grid.teacher_sha[:12]}); store {os.path.relpath(grid.store.root, ROOT)}",
-             f"{'cell':<28} {'state':<8} {'CPU core':>9} {'GPU':>9}  key         work"]
+             f"{'cell':<28} {'state':<8} {'CPU core':>11} {'GPU':>11}  key         work"]
     totals = {"cpu": 0.0, "gpu": 0.0}
     unknown = {"cpu": 0, "gpu": 0}
     for cell in cells:
@@ -226,14 +248,16 @@ def plan(grid, cells):
         est = {d: estimate(grid, cell, d) for d in ("cpu", "gpu")}
         for d in est:
             if state != "done":
-                if est[d] is None:
+                if est[d][0] is None:
                     unknown[d] += 1
                 else:
-                    totals[d] += est[d]
-        lines.append(f"{cell.label:<28} {state:<8} {hours(est['cpu']):>9} {hours(est['gpu']):>9}  {cell.key[:10]}  "
+                    totals[d] += est[d][0]
+        lines.append(f"{cell.label:<28} {state:<8} {hours(est['cpu']):>11} {hours(est['gpu']):>11}  {cell.key[:10]}  "
                      f"{os.path.relpath(cell.work, ROOT)}")
     left = ", ".join(f"{d.upper()} {totals[d] / 3600:.1f} h" + (f" + {unknown[d]} cells unmeasured" if unknown[d] else "")
                      for d in ("cpu", "gpu"))
+    lines.append("(<= : a bound at the epoch cap of a cell stopped by patience; rates from the store's records, else "
+                 "grids/rates.toml's measured ones)")
     lines.append("states: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; left to run: {left}")
     print("\n".join(lines))
 
