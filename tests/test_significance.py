@@ -82,7 +82,9 @@ def test_per_seed_differences_and_the_verdict_needs_every_seed():
     assert claim_verdict(dict(made, per_seed=[1.2, 0.9, 0.8])) == "reproduced"
     assert claim_verdict(dict(made, per_seed=[1.2, 0.9, -0.1])) == "inconclusive"  # a seed disagrees
     assert claim_verdict(dict(made, per_seed=[1.2, 0.9, 0.8]), p=0.2) == "inconclusive"  # e.g. its Holm p
-    assert claim_verdict(dict(made, per_seed=[1.2, 0.9, 0.8]), threshold=-2.0, p=0.9) == "reproduced"
+    # a drop bound needs its own (Holm) p as well (one rule): with p 0.9 the same interval is no verdict
+    assert claim_verdict(dict(made, per_seed=[1.2, 0.9, 0.8]), threshold=-2.0, p=0.9) == "inconclusive"
+    assert claim_verdict(dict(made, per_seed=[1.2, 0.9, 0.8]), threshold=-2.0, p=0.01) == "reproduced"
 
 
 def test_holm_on_hand_made_ps():
@@ -176,3 +178,65 @@ def test_command_line_takes_one_file_per_seed(tmp_path):
     bad = run_cli("user_dir.tools.significance", "bleu", "--refs", tmp_path / "refs", "--a", tmp_path / "a1",
                   "--b", tmp_path / "missing", check=False)
     assert bad.returncode != 0 and "--b" in bad.stderr and "missing" in bad.stderr
+
+
+# ---- the one verdict rule (significance.claim_verdict), each branch ------------------------------------------------
+def _result(diff, low, high, per_seed, p, **extra):
+    return dict(diff=diff, low=low, high=high, per_seed=per_seed, p=p, **extra)
+
+
+def test_the_rule_for_a_claim_that_a_beats_b():
+    from user_dir.common.significance import claim_verdict
+
+    assert claim_verdict(_result(1.0, 0.4, 1.6, [0.8, 1.1, 0.9], 0.001)) == "reproduced"
+    assert claim_verdict(_result(1.0, 0.4, 1.6, [0.8, 1.1, 0.9], 0.001), p=0.2) == "inconclusive"  # Holm p too large
+    assert claim_verdict(_result(1.0, 0.4, 1.6, [0.8, -0.1, 0.9], 0.001)) == "inconclusive"  # a seed on the other side
+    assert claim_verdict(_result(-1.0, -1.6, -0.4, [-0.8, -1.1, -0.9], 0.001)) == "not reproduced"
+    assert claim_verdict(_result(-1.0, -1.6, -0.4, [-0.8, -1.1, -0.9], 0.3)) == "inconclusive"
+
+
+def test_a_drop_bound_needs_its_p_too():
+    """'A - B > -2' with the interval and every seed above -2 but the bound's own (Holm) p large: not a verdict."""
+    from user_dir.common.significance import claim_verdict
+
+    drop = _result(-0.5, -1.9, 0.8, [-0.4, -0.7, -0.3], 0.5, threshold_p=0.04)
+    assert claim_verdict(drop, -2.0, p=0.04) == "reproduced"
+    assert claim_verdict(drop, -2.0, p=0.12) == "inconclusive"
+    below = _result(-3.0, -3.8, -2.3, [-2.9, -3.2, -3.1], 0.001)
+    assert claim_verdict(below, -2.0, p=0.9) == "not reproduced"  # the interval itself is the test below the bound
+
+
+def test_parity_needs_equivalence_and_its_p_and_is_refuted_only_on_one_side():
+    from user_dir.common.significance import claim_verdict
+
+    same = _result(0.1, -0.5, 0.7, [0.2, -0.1, 0.3], 0.7, equivalent=True)
+    assert claim_verdict(same, kind="parity", margin=1.0, p=0.01) == "reproduced"
+    assert claim_verdict(same, kind="parity", margin=1.0, p=0.2) == "inconclusive"
+    apart = _result(2.0, 1.3, 2.8, [1.8, 2.2, 1.5], 0.001, equivalent=False)
+    assert claim_verdict(apart, kind="parity", margin=1.0, p=0.9) == "not reproduced"
+    # seeds beyond the margin but on both sides: no seed-consistent difference, so not a refutation
+    split = _result(1.6, 1.1, 2.1, [3.0, -1.5, 3.3], 0.01, equivalent=False)
+    assert claim_verdict(split, kind="parity", margin=1.0, p=0.9) == "inconclusive"
+
+
+def test_a_ratio_claim_reads_its_interval_and_every_seed():
+    from user_dir.common.significance import claim_verdict
+
+    assert claim_verdict(dict(low=0.97, high=1.02, per_seed=[0.98, 1.0, 0.99]), kind="ratio", ratio=0.96) == "reproduced"
+    assert claim_verdict(dict(low=0.9, high=0.95, per_seed=[0.92, 0.93, 0.94]), kind="ratio", ratio=0.96) == \
+        "not reproduced"
+    assert claim_verdict(dict(low=0.95, high=1.0, per_seed=[0.97, 0.98, 0.95]), kind="ratio", ratio=0.96) == \
+        "inconclusive"
+
+
+def test_the_detectable_difference_is_the_larger_of_the_interval_and_the_seeds_parts():
+    from scipy.stats import norm
+    from user_dir.common.significance import detectable_difference
+
+    d = detectable_difference(0.5, 1.0, 3)
+    assert d["interval_part"] == pytest.approx((norm.ppf(0.975) + norm.ppf(0.8)) * 0.5)
+    # every one of 3 seeds on the true difference's side with probability 0.8: Phi(d / sd)^3 = 0.8
+    assert norm.cdf(d["seeds_part"] / 1.0) ** 3 == pytest.approx(0.8)
+    assert d["detectable"] == max(d["interval_part"], d["seeds_part"])
+    # the rule wants every seed on one side: with more seeds (at the same interval) that alone needs a larger difference
+    assert detectable_difference(0.5, 1.0, 5)["seeds_part"] > d["seeds_part"]

@@ -366,20 +366,10 @@ def retest(spec, c, outputs):
 
 
 def claim_verdict(spec, r, holm_p):
-    from user_dir.common.significance import claim_verdict as mechanical
+    from user_dir.common.significance import claim_verdict as one_rule
 
-    if spec["kind"] == "better":
-        return mechanical(r, spec["threshold"], p=holm_p)
-    if spec["kind"] == "parity":
-        m = spec["margin"]
-        if r["equivalent"] and holm_p < 0.05:
-            return "reproduced"
-        outside = (r["low"] > m or r["high"] < -m) and all(abs(d) > m for d in r["per_seed"])
-        return "not reproduced" if outside else "inconclusive"
-    ratio = spec["ratio"]
-    if r["low"] > ratio and all(x > ratio for x in r["per_seed"]):
-        return "reproduced"
-    return "not reproduced" if r["high"] < ratio and all(x < ratio for x in r["per_seed"]) else "inconclusive"
+    return one_rule(r, spec.get("threshold", 0.0), p=holm_p, kind=spec["kind"].replace("retention", "ratio"),
+                    margin=spec.get("margin"), ratio=spec.get("ratio"))
 
 
 def claim_row(spec, root):

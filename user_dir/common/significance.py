@@ -289,13 +289,37 @@ def holm(ps: Sequence[float]) -> List[float]:
     return out
 
 
-def claim_verdict(result: Dict, threshold: float = 0.0, alpha: float = 0.05, p: Optional[float] = None) -> str:
-    """A claim "A - B > threshold": 'reproduced' when the 95% interval is above it, every seed's difference
-    too, and (for threshold 0) ``p`` < alpha; 'not reproduced' when interval and every seed are below it;
-    else 'inconclusive'. ``p`` defaults to the result's raw p (a table passes its Holm p)."""
-    p = result["p"] if p is None else p
+def claim_verdict(result: Dict, threshold: float = 0.0, alpha: float = 0.05, p: Optional[float] = None,
+                  kind: str = "better", margin: Optional[float] = None, ratio: Optional[float] = None) -> str:
+    """The one verdict rule of every claim (results/claims.md, the glossary and the pages say it as here).
+
+    ``p``: the claim's own test's p, Holm-corrected by the table (default the result's raw ``p``).
+    * ``kind="better"``, the claim "A - B > threshold" (a drop bound when threshold < 0): **reproduced** when the
+      95% interval lies above the threshold, every seed's own difference too, and p < alpha; **not reproduced**
+      when the interval and every seed lie below it (and, for threshold 0, p < alpha); else **inconclusive**.
+    * ``kind="parity"``, "|A - B| < margin": **reproduced** when TOST says equivalent (the 90% interval and every
+      seed inside the margin, ``result['equivalent']``) and p (TOST's) < alpha; **not reproduced** when the 95%
+      interval lies beyond the margin on one side and every seed beyond it on that same side; else
+      **inconclusive**.
+    * ``kind="ratio"``, "A / teacher > ratio": the 95% interval of the ratio and every seed's ratio above it:
+      reproduced; both below: not reproduced; else inconclusive (a retention row has no p)."""
+    p = result.get("p") if p is None else p
+    if kind == "ratio":
+        if result["low"] > ratio and all(x > ratio for x in result["per_seed"]):
+            return "reproduced"
+        if result["high"] < ratio and all(x < ratio for x in result["per_seed"]):
+            return "not reproduced"
+        return "inconclusive"
     seeds = result.get("per_seed") or [result["diff"]]
-    if result["low"] > threshold and all(d > threshold for d in seeds) and (threshold != 0 or p < alpha):
+    if kind == "parity":
+        if result["equivalent"] and p < alpha:
+            return "reproduced"
+        above = result["low"] > margin and all(d > margin for d in seeds)
+        below = result["high"] < -margin and all(d < -margin for d in seeds)
+        return "not reproduced" if above or below else "inconclusive"
+    if kind != "better":
+        raise ValueError(f"claim kind {kind!r}: better, parity or ratio")
+    if result["low"] > threshold and all(d > threshold for d in seeds) and p < alpha:
         return "reproduced"
     if result["high"] < threshold and all(d < threshold for d in seeds) and (threshold != 0 or p < alpha):
         return "not reproduced"
