@@ -28,3 +28,15 @@ def test_the_check_names_a_block_that_drifted(tmp_path):
     assert page.read_text() != text  # a check changes nothing
     render.render(files=[str(page)])
     assert page.read_text() == text and render.render(check=True, files=[str(page)]) == []
+
+
+def test_every_student_of_the_pet_grid_is_within_4_percent_of_pet():
+    """PET Table 7 keeps its competitors within about 4% of PET's non-embedding parameters: each cell's model, built
+    from its recipe's own fairseq-train command, is."""
+    sys.path.insert(0, os.path.dirname(RENDER))
+    import render
+
+    sizes = render.student_sizes(os.path.join(REPO, "grids", "pet.toml"), "pet",
+                                 os.path.join(REPO, "checkpoints", "multi30k.de-en"))
+    assert {s["cell"] for s in sizes} == {"pet", "patient-kd", "can", "word-kd"}
+    assert all(s["within"] for s in sizes), sizes

@@ -88,19 +88,22 @@ class Cell:
     def command(self, work):
         return ["bash", os.path.join(RECIPES, self.recipe), work]
 
+    def commands(self):
+        """The cell's commands as its recipe prints them (DRY_RUN=1), its work folder written WORK, the checkout ROOT."""
+        placeholder = os.path.join(self.grid.scratch, "dry", self.label)
+        env = self.environment()
+        env["DRY_RUN"] = "1"
+        proc = subprocess.run(self.command(placeholder), env=env, capture_output=True, text=True, cwd=ROOT)
+        if proc.returncode != 0:
+            raise SystemExit(f"grid: cell {self.label}: the recipe's dry run failed:\n{proc.stderr[-2000:]}")
+        return [line.replace(placeholder, "WORK").replace(ROOT, "ROOT")
+                for line in proc.stdout.splitlines() if line and not line.startswith(("===", "---"))]
+
     @property
     def key(self):
-        """sha256 of the commands the recipe prints for this cell (its work folder written WORK) and the teacher."""
+        """sha256 of the commands the recipe prints for this cell and of the teacher."""
         if self._key is None:
-            placeholder = os.path.join(self.grid.scratch, "dry", self.label)
-            env = self.environment()
-            env["DRY_RUN"] = "1"
-            proc = subprocess.run(self.command(placeholder), env=env, capture_output=True, text=True, cwd=ROOT)
-            if proc.returncode != 0:
-                raise SystemExit(f"grid: cell {self.label}: the recipe's dry run failed:\n{proc.stderr[-2000:]}")
-            commands = [line.replace(placeholder, "WORK").replace(ROOT, "ROOT")
-                        for line in proc.stdout.splitlines() if line and not line.startswith(("===", "---"))]
-            digest = hashlib.sha256("\n".join(commands).encode())
+            digest = hashlib.sha256("\n".join(self.commands()).encode())
             digest.update(self.grid.teacher_sha.encode())
             self._key = digest.hexdigest()
         return self._key

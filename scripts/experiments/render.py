@@ -193,7 +193,52 @@ def claims_summary(store, claims):
     return "\n".join(out) + "\n"
 
 
+def student_sizes(grid_path, reference_cell, data_dictionaries, margin=0.04):
+    """(cell, training command's architecture, non-embedding parameters, % against the reference cell) of each cell
+    of a grid, from the model its last fairseq-train command builds (fairseq's own parser; the dictionaries of
+    ``data_dictionaries``), counted by user_dir/common/counting.py."""
+    import shlex
+
+    from fairseq import options, tasks
+
+    import user_dir  # noqa: F401  (registers the plug-in's architectures)
+    from grid import Grid
+    from user_dir.common.counting import count_parameters
+
+    grid = Grid(grid_path)
+    sizes, seen = [], set()
+    for cell in grid.cells:
+        if cell.name in seen:
+            continue
+        seen.add(cell.name)
+        train = [line for line in cell.commands() if line.startswith("fairseq-train ")][-1]
+        args = shlex.split(train)[1:]
+        args[0] = data_dictionaries
+        args = [a.replace("ROOT", ROOT) for a in args]
+        parsed = options.parse_args_and_arch(options.get_training_parser(), input_args=args)
+        model = tasks.setup_task(parsed).build_model(parsed)
+        count = count_parameters(model)
+        arch = " ".join(a for a in shlex.split(train) if a.startswith("--") and any(
+            k in a for k in ("arch", "layers", "embed-dim", "ffn", "heads")))
+        sizes.append({"cell": cell.name, "arch": arch, "non_embedding": count.total - count.embedding})
+    reference = next(s["non_embedding"] for s in sizes if s["cell"] == reference_cell)
+    for size in sizes:
+        size["vs_reference"] = 100.0 * (size["non_embedding"] / reference - 1)
+        size["within"] = abs(size["non_embedding"] / reference - 1) <= margin
+    return sizes
+
+
+def sizes_table(grid_path, reference_cell):
+    sizes = student_sizes(grid_path, reference_cell, os.path.join(ROOT, "checkpoints", "multi30k.de-en"))
+    lines = ["| cell | non-embedding parameters | against PET | within 4% |", "| --- | --- | --- | --- |"]
+    for s in sizes:
+        lines.append(f"| {s['cell']} | {s['non_embedding']:,} | {s['vs_reference']:+.2f}% | "
+                     f"{'yes' if s['within'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
 BLOCKS = {
+    "pet-sizes": lambda store: sizes_table(os.path.join(ROOT, "grids", "pet.toml"), "pet"),
     "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
     "claims-pet-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "PET"]),
 }
