@@ -110,5 +110,10 @@ fi
 say "5/5 teacher vs APC"
 stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$MODEL" --names teacher apc --beam 5 \
   --batch-size 64 --runs "$RUNS" "${MEASURE_EXTRA[@]}" "${MEASURE_DEVICE[@]}" --out "$WORK/measure.md" \
-  --json "$WORK/measure.json"
-[ "$DRY_RUN" = 1 ] || score_measure "$WORK/measure.json" apc
+  --json "$WORK/measure.json" "${RAW_REFERENCE[@]}" --outputs-dir "$WORK/outputs"
+[ "$DRY_RUN" = 1 ] && exit 0
+RECORD_VARS="GLUE_TASK ENCODER_FFN_DIMS DECODER_FFN_DIMS ENCODER_ATTN_DIMS ENCODER_EMBED_DIMS INIT_METHOD STRATEGY CRITERION COMPRESS_UPDATES COMPRESS_LR FINETUNE_UPDATES FINETUNE_EPOCHS FINETUNE_LR BATCH SEED EXTRA DEVICE_FLAGS"
+TRAINED=(compress); [ "$FINETUNE_UPDATES" != 0 ] && TRAINED+=(finetune)
+write_result apc "$MODEL" "${SHIPPED_DATA_STAGE[@]}" init "${TRAINED[@]::1}" finalize "${TRAINED[@]:1}" measure -- \
+  "${TRAINED[@]}"
+score_measure "$WORK/measure.json" apc

@@ -14,7 +14,9 @@
 #   student_training             STUDENT_TRAINING: the optimiser, schedule, batch, dropout and stopping rule every
 #                                translation student shares (pet.sh, competitors.sh): one rule for every method
 #   write_result NAME CHECKPOINT STAGES... -- TRAIN_STAGES...   WORK/result.json (scripts/experiments/record.py) from
-#                                WORK/measure.json and WORK/outputs/NAME.txt, with the variables named in RECORD_VARS
+#                                WORK/measure.json and WORK/outputs/NAME.txt (fc-measure --outputs-dir), with the
+#                                variables named in RECORD_VARS; the references: RAW_REFERENCE's file (sacreBLEU's),
+#                                else WORK/outputs/references.txt (GLUE: the labels)
 #   bert_teachers                (the GPU reproductions) TEACHERS: a folder of GLUE teachers as scripts/recipes/glue_teachers.sh
 #                                leaves them, fine-tuned here from HF_MODEL unless given
 # Switches every recipe takes: SMOKE=1 (a tiny budget: an end-to-end check, numbers meaningless), DRY_RUN=1
@@ -33,6 +35,7 @@ TOOL_DEVICE=(); MEASURE_DEVICE=()
 [[ " $DEVICE_FLAGS " == *" --cpu "* ]] && TOOL_DEVICE=(--cpu) && MEASURE_DEVICE=(--cpu)
 [[ " $DEVICE_FLAGS " == *" --fp16 "* ]] && MEASURE_DEVICE+=(--fp16)
 SHIPPED="$ROOT/checkpoints/multi30k.de-en"
+RAW_REFERENCE=()  # language_pair: the untokenised references of a translation data-bin, for sacreBLEU
 RECIPE="$(basename "$0")"
 
 die() { echo "$RECIPE: $*" >&2; exit 2; }
@@ -151,6 +154,7 @@ glue_or_translation() {
   if [ -z "${GLUE_TASK:-}" ]; then
     MODE=translation
     shipped_translation_data
+    language_pair
     return 0
   fi
   MODE=glue
@@ -250,5 +254,5 @@ write_result() {
   "$PY" "$ROOT/scripts/experiments/record.py" "$WORK" --recipe "$RECIPE" --name "$name" --stages "${stages[@]}" \
     --train-stages "${train[@]}" --checkpoint "$checkpoint" --measure "$WORK/measure.json" \
     --outputs "$WORK/outputs/$name.txt" --teacher "$TEACHER" --data "$DATA" --device-flags="$DEVICE_FLAGS" \
-    ${RAW_REFERENCE[1]:+--references "${RAW_REFERENCE[1]}"} "${vars[@]}"
+    --references "${RAW_REFERENCE[1]:-$WORK/outputs/references.txt}" "${vars[@]}"
 }

@@ -98,5 +98,9 @@ stage finetune fairseq-train "$DATA" "${TASK[@]}" "${ARCH[@]}" "${COMMON[@]}" "$
 say "4/4 teacher vs GhostBERT (m = $WIDTH, $VARIANT)"
 stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$WORK/finetune/checkpoint_best.pt" \
   --names teacher "ghostbert-$VARIANT" --beam 5 --batch-size 64 --runs "$RUNS" "${MEASURE_EXTRA[@]}" "${MEASURE_DEVICE[@]}" \
-  --out "$WORK/measure.md" --json "$WORK/measure.json"
-[ "$DRY_RUN" = 1 ] || score_measure "$WORK/measure.json" "ghostbert-$VARIANT"
+  "${RAW_REFERENCE[@]}" --out "$WORK/measure.md" --json "$WORK/measure.json" --outputs-dir "$WORK/outputs"
+[ "$DRY_RUN" = 1 ] && exit 0
+RECORD_VARS="GLUE_TASK WIDTH VARIANT DISTILL_UPDATES FINETUNE_UPDATES DISTILL_EPOCHS FINETUNE_EPOCHS LR BATCH VALIDATIONS SEED EXTRA DEVICE_FLAGS"
+write_result "ghostbert-$VARIANT" "$WORK/finetune/checkpoint_best.pt" "${SHIPPED_DATA_STAGE[@]}" prune distill \
+  finetune measure -- distill finetune
+score_measure "$WORK/measure.json" "ghostbert-$VARIANT"

@@ -249,7 +249,8 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="write every figure, per run, as JSON here")
     p.add_argument("--outputs-dir", default=None,
                    help="write each model's per-example outputs (hypotheses, or predictions) to DIR/NAME.txt, one "
-                        "line per example in id order, from its first run (what the paired tests resample)")
+                        "line per example in id order, from its first run (what the paired tests resample), and the "
+                        "references (GLUE: the labels) to DIR/references.txt")
     p.add_argument("--engine", nargs="+", default=["auto"], choices=ENGINES,
                    help="inference engine, one for all --path or one per path: fairseq (a checkpoint file), "
                         "ctranslate2 (a directory converted by fc-ct2 convert), auto (by what the path is; default)")
@@ -387,6 +388,8 @@ def main(argv=None) -> List[dict]:
         for name in names:
             with open(os.path.join(args.outputs_dir, name + ".txt"), "w") as f:
                 f.writelines(f"{output}\n" for output in runs[name][0]["outputs"])
+        with open(os.path.join(args.outputs_dir, "references.txt"), "w") as f:  # the labels, or tokenised references
+            f.writelines(f"{reference}\n" for reference in runs[names[0]][0]["references"])
     table = format_table(rows, args, reference)
     print(table)
     if args.out:
