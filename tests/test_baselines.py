@@ -162,11 +162,13 @@ TINY_CAN = ["--arch", "can_transformer_iwslt", "--encoder-layers", "3", "--decod
 
 
 def can_closed_form_non_embedding(e, fe, d, fd, enc_layers, dec_layers):
-    """Standard post-norm encoder layers; CAN decoder layers: q, k_self, v_self (FFN-wide),
-    k_enc, v_enc (reading e-dim states), fc2 back to d, one LayerNorm. Biases everywhere."""
+    """Standard pre-norm encoder layers and the encoder's final LayerNorm; CAN decoder layers: q, k_self,
+    v_self (FFN-wide), k_enc, v_enc (reading e-dim states), fc1 (the FFN's first linear on the decoder
+    state), fc2 back to d, one LayerNorm; the decoder's final LayerNorm. Biases everywhere."""
     enc_layer = 4 * (e * e + e) + (e * fe + fe) + (fe * e + e) + 4 * e
-    dec_layer = 2 * (d * d + d) + (d * fd + fd) + (e * d + d) + (e * fd + fd) + (fd * d + d) + 2 * d
-    return enc_layers * enc_layer + dec_layers * dec_layer
+    dec_layer = (2 * (d * d + d) + (d * fd + fd) + (e * d + d) + (e * fd + fd) + (d * fd + fd) + (fd * d + d)
+                 + 2 * d)
+    return enc_layers * enc_layer + 2 * e + dec_layers * dec_layer + 2 * d
 
 
 def test_can_parameter_count_and_one_sublayer_per_decoder_layer(multi30k_slice):
@@ -177,9 +179,9 @@ def test_can_parameter_count_and_one_sublayer_per_decoder_layer(multi30k_slice):
     assert all(isinstance(layer, CompressedAttentionLayer) for layer in model.decoder.layers)
     assert len(model.encoder.layers) == 3 and len(model.decoder.layers) == 2
     assert count_parameters(model).non_embedding == can_closed_form_non_embedding(32, 64, 24, 48, 3, 2)
-    # the defaults are CAN's deep encoder and shallow decoder
+    # the defaults are the authors' deep encoder and shallow decoder (tests/test_can.py: the rest of them)
     _, default, _ = _task_and_student_on(multi30k_slice, ["--arch", "can_transformer_iwslt"])
-    assert len(default.encoder.layers) == 12 and len(default.decoder.layers) == 1
+    assert len(default.encoder.layers) == 12 and len(default.decoder.layers) == 2
 
 
 def test_can_beam_search_agrees_with_teacher_forcing(multi30k_slice):

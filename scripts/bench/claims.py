@@ -415,7 +415,7 @@ def render(root, argv):
         row["holm"] = p
     lines = ["# The papers' central claims, as measured here", "",
              "## PET against the competitors its paper names", "",
-             "Rendered from the store (results/store) by `python scripts/experiments/render.py`, from the cells of "
+             "Rendered from the store (`results/store`) by `python scripts/experiments/render.py`, from the cells of "
              "grids/pet.toml (`python scripts/experiments/grid.py run grids/pet.toml`); the claims are data "
              "(grids/claims.toml). Every student trains by one rule (scripts/recipes/common.sh, student_training); "
              "the test is the one below, with Holm's correction over the rows of this table.", "",

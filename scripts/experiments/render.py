@@ -185,7 +185,7 @@ def claims_summary(store, claims):
         who = "ours" if c.get("ours") else "the paper's claim"
         if "result" not in row:
             out.append(f"- {c['claim']} ({who}): not yet tested; cells in the store: A {len(row['a_seeds'])}/3, "
-                       f"B {len(row['b_seeds'])}/3 ([results/claims.md](results/claims.md))")
+                       f"B {len(row['b_seeds'])}/3")
             continue
         r = row["result"]
         out.append(f"- {c['claim']} ({who}): {METRIC_NAMES[c['metric']]} {r['diff']:+.2f} [{r['low']:+.2f}, "

@@ -15,7 +15,7 @@
 # Variables (defaults in brackets):
 #   KIND [word]; STUDENT_FLAGS: the student's architecture flags, default PET's size against the shipped teacher (the
 #   widths of scripts/recipes/pet.sh's student; CAN: a 6-layer encoder and 2 compressed decoder layers, as CAN's
-#   authors configure it), each within 4% of PET's non-embedding parameters (PET Table 7 keeps its competitors within
+#   authors configure it: 12 + 2 layers, at width 64), each within 4% of PET's non-embedding parameters (PET Table 7 keeps its competitors within
 #   about 4%; the counts: results/pet_sizes.md);
 #   PKD_BETA [100]: Patient-KD's weight (user_dir/baselines/patient_kd_criterion.py); SEQKD_DATA: a data-bin made by
 #   python -m user_dir.baselines.tools.seq_kd_data (default: made in WORK_DIR/seqkd-data);
@@ -33,7 +33,7 @@ shipped_translation_data
 language_pair
 
 PLAIN="--arch transformer_iwslt_de_en --encoder-layers 2 --decoder-layers 2 --encoder-embed-dim 128 --decoder-embed-dim 96 --encoder-ffn-embed-dim 256 --decoder-ffn-embed-dim 192 --encoder-attention-heads 4 --decoder-attention-heads 4 --share-decoder-input-output-embed"
-CAN="--arch can_transformer_iwslt --encoder-layers 6 --decoder-layers 2 --encoder-embed-dim 96 --decoder-embed-dim 96 --encoder-ffn-embed-dim 192 --decoder-ffn-embed-dim 192 --encoder-attention-heads 4 --decoder-attention-heads 4 --share-decoder-input-output-embed"
+CAN="--arch can_transformer_iwslt --encoder-layers 12 --decoder-layers 2 --encoder-embed-dim 64 --decoder-embed-dim 64 --encoder-ffn-embed-dim 128 --decoder-ffn-embed-dim 128 --encoder-attention-heads 4 --decoder-attention-heads 4 --share-decoder-input-output-embed"
 KD=(--label-smoothing 0.1 --kd-alpha 0.5 --kd-temperature 1 --teacher-path "$TEACHER")
 CACHE=(); [ -n "${TEACHER_CACHE:-}" ] && CACHE=(--teacher-cache "$(absolute "$TEACHER_CACHE")")
 TRAIN_DATA="$DATA"; DATA_STAGES=("${SHIPPED_DATA_STAGE[@]}")
