@@ -2,7 +2,9 @@
 """The report of ``scripts/recipes/glue_teachers.sh``: every task's teacher (the run with the best metric on the
 held-out selection set over the learning rates tried; dev for runs prepared before it existed), what each run trained (read from its checkpoints, so the report
 states the settings that made the numbers), how its inputs were truncated, and the model family's
-published dev scores beside them. glue_teachers.sh calls it last:
+published dev scores beside them. Every GLUE task is scored by its own metrics (user_dir/common/glue_metrics.py's
+TASK_METRICS: CoLA Matthews correlation, STS-B Pearson and Spearman, MRPC/QQP F1 and accuracy, the others
+accuracy), the first of them the one compared with the published score. glue_teachers.sh calls it last:
 
     python scripts/bench/glue_report.py work/glue --tasks SST-2 MRPC RTE --command "bash scripts/recipes/glue_teachers.sh" \\
         --out results/glue.md
@@ -37,6 +39,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)  # preprocess/ (the WordPiece counts), also where the package is not installed
 
 from glue_bench import REPORT_SUBSET, chosen_on, selection_record  # noqa: E402  (what chose: held-out or dev)
+
+# the table's metric columns: accuracy and F1 always (the report's shape since its first version), the other GLUE
+# metrics only when a row has them (CoLA: MCC; STS-B: Pearson, Spearman)
+METRIC_NAMES = {"accuracy": "accuracy", "f1": "F1", "mcc": "MCC", "pearson": "Pearson", "spearman": "Spearman"}
+ALWAYS_SHOWN = ("accuracy", "f1")
+
+
+def task_metrics(task):
+    """The GLUE metrics of ``task``, the primary first (user_dir/common/glue_metrics.py, imported on first use:
+    it loads fairseq)."""
+    from user_dir.common.glue_metrics import TASK_METRICS
+
+    return TASK_METRICS[task]
+
+
+def primary_metric(task, row):
+    """The metric a row is compared by (its task's first GLUE metric), or accuracy in a row that lacks it."""
+    return next((m for m in task_metrics(task) if row.get(m) is not None), "accuracy")
 
 
 def run_settings(run_dir):
@@ -105,11 +125,34 @@ def report_subset(data_dir):
     return REPORT_SUBSET if os.path.isfile(os.path.join(data_dir, "input0", f"{REPORT_SUBSET}.idx")) else "valid"
 
 
-def majority_class(data_dir):
+def majority_class(data_dir, task):
+    """(accuracy of predicting the reported subset's most frequent label, {metric: its score} for the task's
+    metrics other than accuracy and F1); (None, {}) for a regression task (STS-B: no classes)."""
     from fairseq.data import data_utils
 
-    labels = data_utils.load_indexed_dataset(os.path.join(data_dir, "label", report_subset(data_dir)), None)
-    return 100.0 * max(collections.Counter(int(t[0]) for t in labels).values()) / len(labels)
+    from preprocess.prepare_glue import TASKS
+    from user_dir.common.glue_metrics import METRIC_FUNCTIONS
+
+    if TASKS[task].regression:
+        return None, {}
+    labels = [int(t[0]) for t in
+              data_utils.load_indexed_dataset(os.path.join(data_dir, "label", report_subset(data_dir)), None)]
+    label, count = collections.Counter(labels).most_common(1)[0]
+    # the labels are dictionary ids: the accuracy and MCC of a constant prediction do not depend on the numbering
+    # (F1, which names a positive class, would: it is left out, as accuracy's column already shows the baseline)
+    others = {m: METRIC_FUNCTIONS[m]([label] * len(labels), labels)
+              for m in task_metrics(task) if m not in ALWAYS_SHOWN}
+    return 100.0 * count / len(labels), others
+
+
+def constant_prediction(data_dir):
+    """The mean of a regression task's training scores (label/train.label), the trivial predictor of STS-B."""
+    path = os.path.join(data_dir, "label", "train.label")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        scores = [float(line) for line in f if line.strip()]
+    return sum(scores) / len(scores) if scores else None
 
 
 def train_size(data_dir):
@@ -157,10 +200,30 @@ def longer_than(task, glue_dir, vocab, max_length):
     return counts
 
 
-def table_row(r):
-    return (f"| {r['task']} | {r['accuracy']:.2f} | " + (f"{r['f1']:.2f}" if r["f1"] is not None else "-")
-            + f" | {r['majority_class']:.2f} | {r['published']} | {r['gap']:+.2f}"
-            + (f" (acc {r['gap_accuracy']:+.2f})" if r["gap_accuracy"] is not None else "")
+def metric_columns(rows):
+    """The table's metric columns: accuracy and F1, then MCC, Pearson, Spearman where a row has them."""
+    return list(ALWAYS_SHOWN) + [m for m in METRIC_NAMES if m not in ALWAYS_SHOWN
+                                 and any(r.get(m) is not None for r in rows)]
+
+
+def _cell(value, form=".2f"):
+    return "-" if value is None else format(value, form)
+
+
+def majority_cell(r):
+    """The majority-class baseline: its accuracy, with its score in the task's own metric where the table's score is
+    neither accuracy nor F1 (CoLA: MCC); '-' for regression (the note below the table says why)."""
+    if r.get("majority_class") is None:
+        return "-"
+    others = r.get("majority_class_scores") or {}
+    return f"{r['majority_class']:.2f}" + "".join(f" ({METRIC_NAMES[m]} {v:.2f})" for m, v in others.items())
+
+
+def table_row(r, metrics=ALWAYS_SHOWN):
+    gap = "-" if r.get("gap") is None else f"{r['gap']:+.2f}"
+    return ("| " + " | ".join([r["task"]] + [_cell(r.get(m)) for m in metrics]) + " | "
+            + f"{majority_cell(r)} | {_cell(r.get('published'), '')} | {gap}"
+            + (f" (acc {r['gap_accuracy']:+.2f})" if r.get("gap_accuracy") is not None else "")
             + f" | {r['lr']:g}" + "".join(f" ({x})" for x in r["model_choices"])
             + f" | {r['updates']:,} ({r['epochs']:.2f}) | {r['params']:,} | {r['non_embedding_params']:,} | "
             f"{r['train_seconds'] / 60:.0f} min | {r['truncation']} |")
@@ -211,9 +274,21 @@ def changed(old, new):
     """Whether a task's row is another measurement than its earlier one (not one measured again): its
     score as printed, lr, updates, truncation or model differ."""
     printed = lambda x: None if x is None else f"{x:.2f}"  # noqa: E731  (an earlier glue.md holds 2 decimals)
-    return (printed(old["accuracy"]) != printed(new["accuracy"]) or printed(old["f1"]) != printed(new["f1"])
+    return (any(printed(old.get(m)) != printed(new.get(m)) for m in METRIC_NAMES)
             or f"{old['lr']:g}" != f"{new['lr']:g}" or old["updates"] != new["updates"]
             or old["truncation"] != new["truncation"] or old["model_choices"] != new["model_choices"])
+
+
+def published_comparison(task, row):
+    """(published dev score, gap of the row's primary metric to it, gap of its accuracy where the primary is another
+    metric: MRPC, whose README does not name its metric) of a task's measured row (measure.json holds exactly the
+    task's GLUE metrics); (None, None, None) where PUBLISHED has no score for the task."""
+    published = PUBLISHED[COMPARED].get(task)
+    if published is None:
+        return None, None, None
+    metric = primary_metric(task, row)
+    return (published, row[metric] - published,
+            row["accuracy"] - published if metric != "accuracy" and row.get("accuracy") is not None else None)
 
 
 def measured_rows(work, tasks):
@@ -235,8 +310,8 @@ def measured_rows(work, tasks):
             settings[os.path.basename(run_dir)] = run_settings(run_dir)
         s = settings[chosen]
         chose = chosen_on({"selection": selection_record(data_dir)})
-        score = row["f1"] if task == "MRPC" else row["accuracy"]
-        published = PUBLISHED[COMPARED][task]
+        published, gap, gap_accuracy = published_comparison(task, row)
+        majority, majority_scores = majority_class(data_dir, task)
         run_lines = []
         for run, r in settings.items():
             run_lines.append(
@@ -250,9 +325,10 @@ def measured_rows(work, tasks):
                 + f"; truncation {truncation(data_dir, r)}"
                 + (f"; trained by `{r['command']}`" if r["command"] else ""))
         rows.append({
-            "task": task, "accuracy": row["accuracy"], "f1": row.get("f1"),
-            "majority_class": majority_class(data_dir), "published": published, "gap": score - published,
-            "gap_accuracy": row["accuracy"] - published if task == "MRPC" else None, "lr": s["lr"],
+            "task": task, **{m: row.get(m) for m in METRIC_NAMES}, "metrics": list(task_metrics(task)),
+            "majority_class": majority, "majority_class_scores": majority_scores,
+            "constant_prediction": None if majority is not None else constant_prediction(data_dir),
+            "published": published, "gap": gap, "gap_accuracy": gap_accuracy, "lr": s["lr"],
             "model_choices": model_choices(s), "updates": s["updates"], "epochs": s["updates"] / per_epoch(s),
             "params": row["params"], "non_embedding_params": row["non_embedding_params"],
             "train_seconds": s["seconds"], "truncation": truncation(data_dir, s), "run": chosen,
@@ -261,6 +337,34 @@ def measured_rows(work, tasks):
             "measure_command": measured.get("command"), "machine": measured["machine"], "date": measured.get("date"),
             "precision": "full", "chosen_on": chose})
     return rows
+
+
+def metric_notes(rows, metrics):
+    """The lines below the table that a report needs only once it holds a task beyond accuracy and F1, one the model
+    family published no score for, or a regression task (none of them for SST-2, MRPC and RTE)."""
+    notes = []
+    if list(metrics) != list(ALWAYS_SHOWN):
+        each = "; ".join(f"{r['task']} " + ", ".join(METRIC_NAMES[m] for m in task_metrics(r["task"])) for r in rows)
+        notes.append(f"Metrics: each task's own GLUE metrics (Wang et al. 2019, Table 1; "
+                     f"user_dir/common/glue_metrics.py), the first the one compared with the published score: {each}. "
+                     "'-': a metric the task does not report.")
+        if any(r.get("majority_class_scores") for r in rows):
+            notes[-1] += (" Majority class: the accuracy of always predicting the dev set's most frequent label, and "
+                          "in brackets its score in the task's own metric where that is neither accuracy nor F1 (a "
+                          "constant prediction's Matthews correlation is 0).")
+    unpublished = [r["task"] for r in rows if r.get("published") is None]
+    if unpublished:
+        notes.append(f"Published '-': no {COMPARED} dev score is recorded for {', '.join(unpublished)} (the report "
+                     f"compares {', '.join(PUBLISHED[COMPARED])} only), so there is no gap.")
+    for r in rows:
+        if r.get("majority_class") is None:  # a regression task: majority_class gives it none
+            mean = r.get("constant_prediction")
+            constant = "e.g. the mean of train's scores" if mean is None else f"the mean of train's scores, {mean:.2f}"
+            notes.append(f"{r['task']} is a regression task, so it has no majority class: its trivial predictor, one "
+                         f"constant score for every pair ({constant}), has no Pearson or Spearman correlation with dev "
+                         "(undefined: a constant has no variance; user_dir/common/glue_metrics.py scores it 0), so "
+                         "its baseline is 0 on both.")
+    return [line for note in notes for line in ("", note)]
 
 
 def teachers_report(work, tasks, command, model=DEFAULT_MODEL, earlier=None, report_command=None, counts=None):
@@ -281,17 +385,19 @@ def teachers_report(work, tasks, command, model=DEFAULT_MODEL, earlier=None, rep
     kept = [dict(r, source="kept from the earlier report (not retrained)") for t, r in old.items() if t not in new]
     order = list(old) + [t for t in tasks if t not in old]  # the earlier report's order, then new tasks
     rows = sorted(list(new.values()) + kept, key=lambda r: order.index(r["task"]))
+    metrics = metric_columns(rows)
     lines = [f"# GLUE teachers: {title} imported and fine-tuned with fairseq", "",
              f"Report made by `{command}` (a rerun measures again and retrains nothing finished)"
              + (f"; table written by `{report_command}`" if report_command else "")
              + ". Dev scores (GLUE's dev set) of the checkpoint chosen by the task's metric "
              "(`--best-checkpoint-metric`), over every learning rate tried for the task (each run is listed below "
-             "the table), on the selection set the line below the table names for each task. Published: {COMPARED}'s dev score (see the note below the runs). Truncation: how inputs "
+             f"the table), on the selection set the line below the table names for each task. Published: {COMPARED}'s dev score (see the note below the runs). Truncation: how inputs "
              "longer than the model's 128 positions were cut (see Settings).", "",
-             f"| task | accuracy | F1 | majority class | published ({COMPARED}) | gap | lr | updates (epochs) | "
-             "params | non-emb params | train time | truncation |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    lines += [table_row(r) for r in rows]
+             f"| task | {' | '.join(METRIC_NAMES[m] for m in metrics)} | majority class | published ({COMPARED}) | "
+             "gap | lr | updates (epochs) | params | non-emb params | train time | truncation |",
+             "|---" * (len(metrics) + 10) + "|"]
+    lines += [table_row(r, metrics) for r in rows]
+    lines += metric_notes(rows, metrics)
     lines += ["", "Chosen on (checkpoint and learning rate): " + "; ".join(
         f"{r['task']} " + ("a slice of train held out at preparation (preprocess/prepare_glue.py --select-fraction); "
                            "dev only reports" if r.get("chosen_on") == "held-out" else
@@ -316,12 +422,13 @@ def teachers_report(work, tasks, command, model=DEFAULT_MODEL, earlier=None, rep
         lines += ["", "What changed (earlier rows this report replaced, newest last):", ""]
         for h in history:
             now = next((r for r in rows if r["task"] == h["task"]), None)
-            metric = "f1" if h["f1"] is not None and h["task"] in ("MRPC", "QQP") else "accuracy"
+            metric = primary_metric(h["task"], h)
             lines.append(
                 f"- {h['task']} (replaced on {h['replaced_on']}): dev {metric} {h[metric]:.2f} at lr {h['lr']:g}, "
                 f"{h['updates']:,} updates, truncation {h['truncation']} (made by `{h['command']}` on {h['date']})"
                 + (f"; now {now[metric]:.2f} ({now[metric] - h[metric]:+.2f}) at lr {now['lr']:g}, {now['updates']:,} "
-                   f"updates, truncation {now['truncation']}" if now else "") + ". Its runs then:")
+                   f"updates, truncation {now['truncation']}" if now and now.get(metric) is not None else "")
+                + ". Its runs then:")
             lines += ["  " + l for l in h["run_lines"]]
     published = "; ".join(f"{m}: " + ", ".join(f"{t} {v}" for t, v in scores.items()) for m, scores in PUBLISHED.items())
     lines += [
