@@ -193,3 +193,28 @@ def test_average_checkpoints(tmp_path):
     assert avg["model"]["w"].dtype == torch.float32 and avg["model"]["version"].item() == 3
     with pytest.raises(AverageError, match="asked for 5"):
         main(["--inputs", str(tmp_path), "--num-epoch-checkpoints", "5", "--output", str(tmp_path / "x.pt")])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 2.0])
+def test_word_kd_loss_gradient_equals_autograd_through_the_explicit_formula(temperature):
+    """word_kd_loss forms its gradient in the forward pass: value and gradient equal autograd through
+    T^2 sum_keep KL(softmax(t/T) || softmax(s/T)), padding excluded, also in half precision."""
+    torch.manual_seed(0)
+    s = torch.randn(3, 7, 13, requires_grad=True)
+    t = torch.randn(3, 7, 13)
+    pad = torch.zeros(3, 7, dtype=torch.bool)
+    pad[0, 5:] = pad[2, 3:] = True
+    keep = ~pad
+    lp_s = torch.log_softmax(s[keep] / temperature, -1)
+    lp_t = torch.log_softmax(t[keep] / temperature, -1)
+    explicit = (lp_t.exp() * (lp_t - lp_s)).sum() * temperature ** 2
+    (g_explicit,) = torch.autograd.grad(explicit * 0.7, s)
+    s2 = s.detach().clone().requires_grad_(True)
+    fused = word_kd_loss(s2, t, temperature, pad)
+    (fused * 0.7).backward()
+    assert fused.item() == pytest.approx(explicit.item(), rel=1e-5)
+    assert torch.allclose(s2.grad, g_explicit, atol=1e-6)
+    assert s2.grad[pad].abs().max() == 0  # no gradient reaches padding
+    half = s.detach().half().requires_grad_(True)
+    word_kd_loss(half, t.half(), temperature, pad).backward()
+    assert half.grad.dtype == torch.float16 and torch.allclose(half.grad.float(), g_explicit / 0.7, atol=2e-3)

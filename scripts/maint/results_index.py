@@ -50,6 +50,7 @@ METHODS = [
 STATUS = {
     "claims.md": ("headline", "one row per central claim of each paper: difference, 95% interval, p, verdict"),
     "pet_multi30k.md": ("headline", "PET's full CPU recipe, measured from the shipped files"),
+    "store/README.md": ("part", "the store's layout: every finished grid cell's record and outputs (scripts/experiments/)"),
     "pet_sizes.md": ("part", "the PET claims grid's students sized against PET (rendered by scripts/experiments/render.py)"),
     **{f"quickstart_{name}.md": ("part", "the page's quickstart: the recipe as the page runs it on the shipped teacher, "
                                  "one seed (scripts/recipes/quickstarts.sh)") for name in ("apc", "ghostbert", "variator")},
