@@ -160,10 +160,17 @@ class Grid:
         return cells
 
     def prepare_data(self):
+        """Make the grid's inputs that are missing: DATA by inputs.prepare, then each [[prepare]] entry's
+        'creates' path by its 'command' ({DATA}, {TEACHER} and {ROOT} filled in), e.g. a teacher-output cache."""
         data = self.inputs.get("DATA")
-        if data and not os.path.exists(data) and self.prepare:
-            command = self.prepare.replace("{DATA}", shlex.quote(data)).replace("{ROOT}", shlex.quote(ROOT))
-            print(f"grid: preparing {data}: {command}", flush=True)
+        steps = [(data, self.prepare)] if data and self.prepare else []
+        steps += [(rooted(p["creates"]), p["command"]) for p in self.spec.get("prepare", [])]
+        for path, command in steps:
+            if os.path.exists(path):
+                continue
+            for name, value in (("DATA", data or ""), ("TEACHER", self.teacher), ("ROOT", ROOT)):
+                command = command.replace("{" + name + "}", shlex.quote(value))
+            print(f"grid: preparing {path}: {command}", flush=True)
             subprocess.run(command, shell=True, check=True, cwd=ROOT,
                            env=dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]))
 
