@@ -68,7 +68,7 @@ TRAIN_FLAGS = OPTIM_FLAGS + ["--criterion", "label_smoothed_cross_entropy", "--l
 # reordering by test count off): the files that took longest in a whole run (scripts/test.sh lists the slowest tests)
 # go first, so the run does not end with one worker on a long file while the other idles
 SLOWEST_FILES_FIRST = ("test_apc.py", "test_bench_methods.py", "test_recipes.py", "test_demo.py", "test_export_glue.py",
-                       "test_variator.py", "test_baselines.py", "test_distributed_and_measure.py", "test_campaign.py",
+                       "test_variator.py", "test_baselines.py", "test_distributed_and_measure.py",
                        "test_hf_import.py", "test_pet_criteria.py", "test_export.py", "test_plugin_and_checkpoints.py",
                        "test_grid.py", "test_glue_every_task.py", "test_ghost.py", "test_env.py", "test_ghost_validation.py")
 

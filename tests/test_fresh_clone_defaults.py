@@ -2,8 +2,7 @@
 folder, as ``git clone`` leaves it: CI always has ../shared, so these tests force the empty folder). A default path
 is what ships (the teacher in checkpoints/, the embedded Multi30k), what a run writes or builds under work/, or --
 for data that does not ship (IWSLT'14, the GLUE TSVs) -- the driver stops at once with a message naming the missing
-path and how to point at it (issue 43). And the device options every driver shares (issue 45) parse with the names
-the GPU campaign calls them by."""
+path and how to point at it (issue 43)."""
 import filecmp
 import json
 import os
@@ -134,11 +133,3 @@ def test_the_data_bin_built_on_demand_is_the_shipped_teachers(tmp_path):
     assert benchlib.read_lines(references) == benchlib.read_lines(os.path.join(dest, "text", "test.raw.en"))
 
 
-def test_the_gpu_campaigns_options_parse_in_every_training_driver(no_shared):
-    """The names the GPU campaign runner calls the drivers by: --device cuda --fp16 --jobs N (and --bf16)."""
-    env, _ = no_shared
-    for argv in (["--device", "cuda", "--fp16", "--jobs", "3"], ["--device", "cuda", "--bf16", "--jobs", "2"]):
-        found = parsed_defaults(env, argv, TRAINING_DRIVERS)
-        for driver, namespace in found.items():
-            assert namespace["device"] == "cuda" and namespace["jobs"] == int(argv[-1]), driver
-            assert namespace["fp16"] == ("--fp16" in argv) and namespace["bf16"] == ("--bf16" in argv), driver

@@ -370,10 +370,33 @@ def pack(grid, cells, destination):
         os.replace(tmp, destination)
 
 
+def device_setup(grid):
+    """On a bare lent machine: fairseq and the packages it lacks from the carried wheels (scripts/maint/gpu_check.sh
+    --setup-only, into work/gpu_check/site, put on PYTHONPATH), and fairseq's commands as 'python -m' shims on PATH
+    when pip --target left none; a machine whose Python imports fairseq already is left as it is."""
+    if subprocess.run([sys.executable, "-c", "import fairseq"], capture_output=True).returncode == 0:
+        return
+    print("grid: fairseq does not import: setting up from the carried wheels (gpu_check.sh --setup-only)", flush=True)
+    subprocess.run(["bash", os.path.join(ROOT, "scripts", "maint", "gpu_check.sh"), "--setup-only"], cwd=ROOT,
+                   check=True, env=dict(os.environ, PYTHON=sys.executable))
+    site = os.path.join(ROOT, "work", "gpu_check", "site")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, site, os.environ.get("PYTHONPATH")]))
+    shims = os.path.join(grid.scratch, "bin")
+    os.makedirs(shims, exist_ok=True)
+    for command, module in (("fairseq-train", "fairseq_cli.train"), ("fairseq-generate", "fairseq_cli.generate"),
+                            ("fairseq-preprocess", "fairseq_cli.preprocess")):
+        path = os.path.join(shims, command)
+        with open(path, "w") as f:
+            f.write(f'#!/bin/sh\nexec "{sys.executable}" -m {module} "$@"\n')
+        os.chmod(path, 0o755)
+    os.environ["PATH"] = shims + os.pathsep + os.environ["PATH"]
+
+
 def run_device(grid, cells, args):
     """Cells until the budget, the state packed periodically and at the end (the accelerator's executor)."""
     if not args.pack:
         raise SystemExit("--executor device: --pack PATH (e.g. $OUT/grid.tar.gz) is where the state goes")
+    device_setup(grid)
     deadline = time.time() + args.budget
     stop = threading.Event()
     procs = {}
