@@ -125,9 +125,11 @@ class Grid:
         self.prepare = inputs.get("prepare")
         self.teacher = self.inputs.get("TEACHER", os.path.join(ROOT, "checkpoints", "multi30k.de-en", "teacher.pt"))
         self.inputs["TEACHER"] = self.teacher
-        if not os.path.exists(self.teacher):
-            raise SystemExit(f"grid {path}: inputs.TEACHER = {self.teacher}: no such checkpoint")
-        self.teacher_sha = sha256_of(self.teacher)
+        made = {rooted(p["creates"]) for p in spec.get("prepare", [])}
+        if not os.path.exists(self.teacher) and self.teacher not in made:
+            raise SystemExit(f"grid {path}: inputs.TEACHER = {self.teacher}: no such checkpoint (and no [[prepare]] "
+                             "entry creates it)")
+        self._teacher_sha = None
         self.work = os.path.abspath(work or os.path.join(ROOT, "work", "grid"))
         self.scratch = os.path.join(self.work, ".scratch")
         self.store = store_lib.Store(store or os.path.join(ROOT, "results", "store"))
@@ -145,6 +147,15 @@ class Grid:
                 self.cells.append(Cell(self, entry["name"], entry["recipe"], variables, seed))
         if not self.cells:
             raise SystemExit(f"grid {path}: no [[cell]]")
+
+    @property
+    def teacher_sha(self):
+        if self._teacher_sha is None:
+            if not os.path.exists(self.teacher):
+                raise SystemExit(f"grid {self.path}: the teacher {self.teacher} is not made yet: run the grid's "
+                                 "preparation first (plan and run make it)")
+            self._teacher_sha = sha256_of(self.teacher)
+        return self._teacher_sha
 
     def select(self, only=None, seeds=None):
         cells = self.cells
@@ -247,13 +258,15 @@ def hours(estimated):
 
 def plan(grid, cells):
     counts = {}
+    ready = os.path.exists(grid.teacher)  # a teacher the grid's preparation makes: no key before it exists
+    teacher = f"{grid.teacher_sha[:12]}" if ready else "made by the grid's preparation when it runs"
     lines = [f"grid {grid.name} ({os.path.relpath(grid.path, ROOT)}): {len(cells)} cells; teacher "
-             f"{os.path.relpath(grid.teacher, ROOT)} ({grid.teacher_sha[:12]}); store {os.path.relpath(grid.store.root, ROOT)}",
+             f"{os.path.relpath(grid.teacher, ROOT)} ({teacher}); store {os.path.relpath(grid.store.root, ROOT)}",
              f"{'cell':<28} {'state':<8} {'CPU core':>11} {'GPU':>11}  key         work"]
     totals = {"cpu": 0.0, "gpu": 0.0}
     unknown = {"cpu": 0, "gpu": 0}
     for cell in cells:
-        state = grid.state(cell)
+        state = grid.state(cell) if ready else "to do"
         counts[state] = counts.get(state, 0) + 1
         est = {d: estimate(grid, cell, d) for d in ("cpu", "gpu")}
         for d in est:
@@ -262,8 +275,8 @@ def plan(grid, cells):
                     unknown[d] += 1
                 else:
                     totals[d] += est[d][0]
-        lines.append(f"{cell.label:<28} {state:<8} {hours(est['cpu']):>11} {hours(est['gpu']):>11}  {cell.key[:10]}  "
-                     f"{os.path.relpath(cell.work, ROOT)}")
+        key, work = (cell.key[:10], os.path.relpath(cell.work, ROOT)) if ready else ("-" * 10, "-")
+        lines.append(f"{cell.label:<28} {state:<8} {hours(est['cpu']):>11} {hours(est['gpu']):>11}  {key}  {work}")
     left = ", ".join(f"{d.upper()} {totals[d] / 3600:.1f} h" + (f" + {unknown[d]} cells unmeasured" if unknown[d] else "")
                      for d in ("cpu", "gpu"))
     lines.append("(<= : a bound at the epoch cap of a cell stopped by patience; rates from the store's records, else "
@@ -489,10 +502,10 @@ def main(argv=None):
         return unpack(grid, args.archive)
     if args.action == "cell":
         return run_cell(args.grid, grid.work, grid.store.root, args.archive, args.threads, args.device_flags)
-    grid.prepare_data()
     cells = grid.select(args.only, args.seeds)
-    if args.action == "plan":
+    if args.action == "plan":  # plans only: making the inputs (data, teachers, caches) is the run's first step
         return plan(grid, cells)
+    grid.prepare_data()
     todo = [c for c in cells if grid.state(c) != "done"]
     print(f"grid: {len(todo)} of {len(cells)} cells to run ({args.executor})", flush=True)
     runner = {"local": run_local, "slurm": run_slurm, "device": run_device}[args.executor]

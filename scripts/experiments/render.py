@@ -54,13 +54,13 @@ def paired_records(store, claim):
 
 def statistics_of(store, records, metric):
     """(seeds, n, d) statistics of each record's outputs against its references."""
-    from user_dir.common.significance import bleu_statistics
+    from user_dir.common.significance import GLUE_METRICS, bleu_statistics, glue_statistics
     from user_dir.tools.measure import detokenise
 
-    if metric != "sacrebleu":
-        raise NotImplementedError(f"metric {metric}: only sacreBLEU claims are rendered from the store so far")
+    if metric != "sacrebleu" and metric not in GLUE_METRICS:
+        raise ValueError(f"metric {metric}: sacrebleu or one of {', '.join(GLUE_METRICS)}")
     references = None
-    hyps = []
+    outputs_of = []
     for record in records:
         refs = store.references(record) or _any_references(store, record)
         outputs = store.outputs(record)
@@ -68,8 +68,10 @@ def statistics_of(store, records, metric):
         if references is not None and refs != references:
             raise ValueError(f"record {record['key'][:10]}: other references than its pair's")
         references = refs
-        hyps.append(detokenise(outputs, "en"))
-    return bleu_statistics(hyps, references)
+        outputs_of.append(detokenise(outputs, "en") if metric == "sacrebleu" else [float(x) for x in outputs])
+    if metric == "sacrebleu":
+        return bleu_statistics(outputs_of, references)
+    return glue_statistics(outputs_of, [float(x) for x in references], metric)
 
 
 def _any_references(store, record):
@@ -88,6 +90,8 @@ def prior_spread(claim):
         return None
     with open(os.path.join(ROOT, prior["table"])) as f:
         table = json.load(f)
+    for part in prior.get("path", []):  # where the table keeps its comparisons (e.g. glue, MRPC)
+        table = table[part]
     (comparison,) = [c for c in table["comparisons"] if c["label"] == prior["comparison"]]
     return (comparison["high"] - comparison["low"]) / 3.92, comparison["per_seed_std"], prior
 
@@ -125,12 +129,13 @@ def evaluate(store, claims):
         row = {"claim": claim, "a_seeds": sorted(a), "b_seeds": sorted(b), "pairs": pairs}
         prior = prior_spread(claim)
         if prior:
-            row["prior_detectable"] = detectable_difference(prior[0], prior[1], 3)["detectable"]
-        if len(pairs) >= 3:
+            row["prior_detectable"] = detectable_difference(prior[0], prior[1], claim.get("seeds", 3))["detectable"]
+        if len(pairs) >= claim.get("seeds", 3):
             recs_a = [pairs[s][0] for s in pairs]
             recs_b = [pairs[s][1] for s in pairs]
             result = cluster_test(statistics_of(store, recs_a, claim["metric"]),
-                                  statistics_of(store, recs_b, claim["metric"]), "bleu", 10000)
+                                  statistics_of(store, recs_b, claim["metric"]),
+                                  "bleu" if claim["metric"] == "sacrebleu" else claim["metric"], 10000)
             row["result"] = result
             row["detectable"] = detectable_difference((result["high"] - result["low"]) / 3.92,
                                                       result["per_seed_std"], result["seeds"])["detectable"]
@@ -151,7 +156,7 @@ def seeds_text(records, metric):
 
 def claims_table(store, claims):
     rows = evaluate(store, claims)
-    lines = ["| claim | paper | metric | test | stopping rule | seeds | A: PET | B | A - B [95%] | per-seed A - B | p "
+    lines = ["| claim | paper | metric | test | stopping rule | seeds | A | B | A - B [95%] | per-seed A - B | p "
              "| Holm p | detectable difference | epochs trained (A; B) | CPU hours (A + B) | verdict |",
              "|" + " --- |" * 16]
     for row in rows:
@@ -160,9 +165,11 @@ def claims_table(store, claims):
         test = f"A - B > {c.get('threshold', 0.0):g}"
         metric = METRIC_NAMES[c["metric"]]
         if "result" not in row:
-            detect = (f"about {row['prior_detectable']:.2f} before running (3 seeds; the spread of "
-                      f"{c['prior']['table']}, at 800 updates)") if "prior_detectable" in row else "-"
-            state = f"waiting: A {len(row['a_seeds'])}/3 seeds, B {len(row['b_seeds'])}/3 seeds in the store"
+            seeds = c.get("seeds", 3)
+            detect = (f"about {row['prior_detectable']:.2f} before running ({seeds} seeds; the spread of "
+                      f"{c['prior']['table']}, {c['prior']['budget']})") if "prior_detectable" in row else "-"
+            state = (f"waiting: A {len(row['a_seeds'])}/{seeds} seeds, B {len(row['b_seeds'])}/{seeds} seeds in the "
+                     "store")
             lines.append(f"| {name} | {c['paper']} | {metric} | {test} | grids/{c['grid']}.toml's | {state} | - | - | - | - "
                          f"| - | - | {detect} | - | - | not yet tested |")
             continue
@@ -170,7 +177,7 @@ def claims_table(store, claims):
         cpu_hours = sum(x["cpu_s"] for x in recs_a + recs_b) / 3600
         lines.append(
             f"| {name} | {c['paper']} | {metric} | {test} | {rule_text(recs_a[0])} | {r['seeds']} "
-            f"| {seeds_text(recs_a, c['metric'])} | {c['b']}: {seeds_text(recs_b, c['metric'])} "
+            f"| {c['a']}: {seeds_text(recs_a, c['metric'])} | {c['b']}: {seeds_text(recs_b, c['metric'])} "
             f"| {r['diff']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] | {', '.join(f'{d:+.2f}' for d in r['per_seed'])} "
             f"| {r['p']:.3g} | {row['holm_p']:.3g} | {row['detectable']:.2f} | {budget_text(recs_a)}; {budget_text(recs_b)} "
             f"| {cpu_hours:.1f} on {device_text(recs_a + recs_b)} | {row['verdict']} at this stopping rule |")
@@ -184,8 +191,8 @@ def claims_summary(store, claims):
         c = row["claim"]
         who = "ours" if c.get("ours") else "the paper's claim"
         if "result" not in row:
-            out.append(f"- {c['claim']} ({who}): not yet tested; cells in the store: A {len(row['a_seeds'])}/3, "
-                       f"B {len(row['b_seeds'])}/3")
+            out.append(f"- {c['claim']} ({who}): not yet tested; cells in the store: A {len(row['a_seeds'])}/"
+                       f"{c.get('seeds', 3)}, B {len(row['b_seeds'])}/{c.get('seeds', 3)}")
             continue
         r = row["result"]
         out.append(f"- {c['claim']} ({who}): {METRIC_NAMES[c['metric']]} {r['diff']:+.2f} [{r['low']:+.2f}, "
@@ -241,6 +248,7 @@ BLOCKS = {
     "pet-sizes": lambda store: sizes_table(os.path.join(ROOT, "grids", "pet.toml"), "pet"),
     "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
     "claims-pet-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "PET"]),
+    "claims-ghostbert": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "GhostBERT"]),
 }
 
 
