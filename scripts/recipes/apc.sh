@@ -25,6 +25,10 @@
 #   ENCODER_FFN_DIMS, DECODER_FFN_DIMS [128 and 128 for translation; GLUE: required]: cmp^f, one size or
 #       LAYER:SIZE pairs (0-based); ENCODER_ATTN_DIMS, DECODER_ATTN_DIMS, CROSS_ATTN_DIMS (cmp^a, a multiple of
 #       the heads), ENCODER_EMBED_DIMS, DECODER_EMBED_DIMS (cmp^e): attention and embedding compression
+#   VARIANT [apc]: pruning -- the control of neuron pruning + fine-tuning (the neuron-pruning init folded untrained,
+#       then every weight fine-tuned for the updates APC trains in all, COMPRESS_UPDATES + FINETUNE_UPDATES, at
+#       FINETUNE_LR; ours: the paper compares with pruning methods' reported scores); teacher -- the teacher itself
+#       fine-tuned as long (is APC's gain the extra updates?; ours)
 #   INIT [neuron-pruning]: random, reconstructive-random, reconstructive-svd, neuron-pruning, kmeans
 #   COMPRESS_UPDATES [300], COMPRESS_LR [1e-4: the paper's step size], STRATEGY [compr-only; all-params: the
 #       teacher's weights train too, --apc-train-original]; CRITERION [ce; kd: word-level KD from the teacher,
@@ -36,7 +40,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 begin apc "$@"
-INIT_METHOD="${INIT:-neuron-pruning}"; SEED="${SEED:-1}"; RUNS="${RUNS:-1}"
+INIT_METHOD="${INIT:-neuron-pruning}"; SEED="${SEED:-1}"; RUNS="${RUNS:-1}"; VARIANT="${VARIANT:-apc}"
+ROW=apc; [ "$VARIANT" = pruning ] && ROW=pruning-ft; [ "$VARIANT" = teacher ] && ROW=teacher-ft
 COMPRESS_UPDATES="${COMPRESS_UPDATES:-300}"; COMPRESS_LR="${COMPRESS_LR:-1e-4}"
 FINETUNE_UPDATES="${FINETUNE_UPDATES:-0}"; FINETUNE_LR="${FINETUNE_LR:-2e-5}"; WARMUP="${WARMUP:-100}"
 glue_or_translation
@@ -80,20 +85,36 @@ say "teacher $TEACHER ($MODE${GLUE_TASK:+ $GLUE_TASK}), data $DATA; ${DIMS[*]}, 
 COMMON=(--user-dir "$ROOT/user_dir" --log-format simple --log-interval 10 --no-epoch-checkpoints --num-workers 0
         --dropout 0.1 --seed "$SEED" "${BATCHING[@]}" $DEVICE_FLAGS "${SMOKE_TRAIN[@]}" ${EXTRA:-})
 
-say "1/5 init: the teacher's weights + U, D from --init $INIT_METHOD"
-stage init "$PY" -m user_dir.apc.tools.init "$TEACHER" --data "$DATA" "${DIMS[@]}" --init "$INIT_METHOD" \
-  --seed "$SEED" "${INIT_EXTRA[@]}" --out "$WORK/init/init.pt"
-flags_of ARCH "$WORK/init/init.pt"
-
-say "2/5 compress: $COMPRESS_UPDATES updates at lr $COMPRESS_LR, linear decay (${LOSS[1]})"
-stage compress fairseq-train "$DATA" "${TASK[@]}" "${ARCH[@]}" "${STRATEGY_FLAGS[@]}" "${COMMON[@]}" "${LOSS[@]}" \
-  --optimizer adam --adam-betas '(0.9,0.98)' --lr "$COMPRESS_LR" --lr-scheduler polynomial_decay \
-  --total-num-update "$COMPRESS_UPDATES" --end-learning-rate 0 --max-update "$COMPRESS_UPDATES" \
-  --finetune-from-model "$WORK/init/init.pt" "${SELECT[@]}" --save-dir "$WORK/compress"
-
-say "3/5 finalize: fold U W D + B into dense layers"
-stage finalize "$PY" -m user_dir.apc.tools.finalize "$WORK/compress/checkpoint_last.pt" --out "$WORK/finalize/apc.pt"
-MODEL="$WORK/finalize/apc.pt"
+case "$VARIANT" in
+  apc|pruning) ;;
+  teacher) ;;
+  *) die "VARIANT=$VARIANT: apc, pruning (neuron pruning + fine-tuning) or teacher (the teacher fine-tuned as long)" ;;
+esac
+[ "$VARIANT" = apc ] || { FINETUNE_UPDATES=$(( COMPRESS_UPDATES + FINETUNE_UPDATES )); COMPRESS_UPDATES=0; }
+[ "$VARIANT" = pruning ] && [ "$INIT_METHOD" != neuron-pruning ] && die "VARIANT=pruning prunes neurons: INIT=neuron-pruning"
+MODEL="$TEACHER"; STAGES=(); TRAINED=()
+if [ "$VARIANT" != teacher ]; then
+  say "1/5 init: the teacher's weights + U, D from --init $INIT_METHOD"
+  stage init "$PY" -m user_dir.apc.tools.init "$TEACHER" --data "$DATA" "${DIMS[@]}" --init "$INIT_METHOD" \
+    --seed "$SEED" "${INIT_EXTRA[@]}" --out "$WORK/init/init.pt"
+  flags_of ARCH "$WORK/init/init.pt"
+  FOLD_FROM="$WORK/init/init.pt"; STAGES=(init)
+  if [ "$VARIANT" = apc ]; then
+    say "2/5 compress: $COMPRESS_UPDATES updates at lr $COMPRESS_LR, linear decay (${LOSS[1]})"
+    stage compress fairseq-train "$DATA" "${TASK[@]}" "${ARCH[@]}" "${STRATEGY_FLAGS[@]}" "${COMMON[@]}" "${LOSS[@]}" \
+      --optimizer adam --adam-betas '(0.9,0.98)' --lr "$COMPRESS_LR" --lr-scheduler polynomial_decay \
+      --total-num-update "$COMPRESS_UPDATES" --end-learning-rate 0 --max-update "$COMPRESS_UPDATES" \
+      --finetune-from-model "$WORK/init/init.pt" "${SELECT[@]}" --save-dir "$WORK/compress"
+    FOLD_FROM="$WORK/compress/checkpoint_last.pt"; STAGES+=(compress); TRAINED=(compress)
+  else
+    say "2/5 no compression training: the pruned neurons are folded untrained (the neuron-pruning control)"
+  fi
+  say "3/5 finalize: fold U W D + B into dense layers"
+  stage finalize "$PY" -m user_dir.apc.tools.finalize "$FOLD_FROM" --out "$WORK/finalize/apc.pt"
+  MODEL="$WORK/finalize/apc.pt"; STAGES+=(finalize)
+else
+  say "1-3/5 no compression: the teacher itself is fine-tuned as long as APC trains (the extra-updates control)"
+fi
 
 if [ "$FINETUNE_UPDATES" != 0 ]; then
   flags_of FINAL_ARCH "$MODEL"
@@ -102,18 +123,16 @@ if [ "$FINETUNE_UPDATES" != 0 ]; then
     --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-6 --lr "$FINETUNE_LR" --lr-scheduler polynomial_decay \
     --total-num-update "$FINETUNE_UPDATES" --warmup-updates "$WARMUP" --end-learning-rate 0 \
     --max-update "$FINETUNE_UPDATES" --finetune-from-model "$MODEL" "${SELECT[@]}" --save-dir "$WORK/finetune"
-  MODEL="$WORK/finetune/checkpoint_last.pt"
+  MODEL="$WORK/finetune/checkpoint_last.pt"; STAGES+=(finetune); TRAINED+=(finetune)
 else
   say "4/5 no fine-tuning of the finalized model (FINETUNE_UPDATES=0)"
 fi
 
 say "5/5 teacher vs APC"
-stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$MODEL" --names teacher apc --beam 5 \
+stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$MODEL" --names teacher "$ROW" --beam 5 \
   --batch-size 64 --runs "$RUNS" "${MEASURE_EXTRA[@]}" "${MEASURE_DEVICE[@]}" --out "$WORK/measure.md" \
   --json "$WORK/measure.json" "${RAW_REFERENCE[@]}" --outputs-dir "$WORK/outputs"
 [ "$DRY_RUN" = 1 ] && exit 0
-RECORD_VARS="GLUE_TASK ENCODER_FFN_DIMS DECODER_FFN_DIMS ENCODER_ATTN_DIMS ENCODER_EMBED_DIMS INIT_METHOD STRATEGY CRITERION COMPRESS_UPDATES COMPRESS_LR FINETUNE_UPDATES FINETUNE_EPOCHS FINETUNE_LR BATCH SEED EXTRA DEVICE_FLAGS"
-TRAINED=(compress); [ "$FINETUNE_UPDATES" != 0 ] && TRAINED+=(finetune)
-write_result apc "$MODEL" "${SHIPPED_DATA_STAGE[@]}" init "${TRAINED[@]::1}" finalize "${TRAINED[@]:1}" measure -- \
-  "${TRAINED[@]}"
-score_measure "$WORK/measure.json" apc
+RECORD_VARS="VARIANT GLUE_TASK ENCODER_FFN_DIMS DECODER_FFN_DIMS ENCODER_ATTN_DIMS ENCODER_EMBED_DIMS INIT_METHOD STRATEGY CRITERION COMPRESS_UPDATES COMPRESS_LR FINETUNE_UPDATES FINETUNE_EPOCHS FINETUNE_LR BATCH SEED EXTRA DEVICE_FLAGS"
+write_result "$ROW" "$MODEL" "${SHIPPED_DATA_STAGE[@]}" "${STAGES[@]}" measure -- "${TRAINED[@]}"
+score_measure "$WORK/measure.json" "$ROW"
