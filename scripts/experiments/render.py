@@ -11,7 +11,7 @@ method pages (user_dir/*/README.md, NOTES.md); NAME is one of BLOCKS below, a fu
 Claims (grids/claims.toml): for each, the records of A's and B's cells in the store, paired by seed, current (their
 teacher and data those of A's first record); the test of user_dir/common/significance.py: the metric pooled over
 seeds, a percentile bootstrap over test examples as clusters across seeds, a two-sided sign-flip p, Holm over every
-claim with a p, and claim_verdict's one rule. Each row prints the smallest difference its seeds and test can detect
+claim of grids/claims.toml with a p, and claim_verdict's one rule. Each row prints the smallest difference its seeds and test can detect
 (significance.detectable_difference), from its own cells once measured, from the 'prior' table's spread before.
 """
 import argparse
@@ -133,18 +133,26 @@ def evaluate(store, claims):
         if len(pairs) >= claim.get("seeds", 3):
             recs_a = [pairs[s][0] for s in pairs]
             recs_b = [pairs[s][1] for s in pairs]
+            parity = claim["test"] == "parity"
             result = cluster_test(statistics_of(store, recs_a, claim["metric"]),
                                   statistics_of(store, recs_b, claim["metric"]),
-                                  "bleu" if claim["metric"] == "sacrebleu" else claim["metric"], 10000)
+                                  "bleu" if claim["metric"] == "sacrebleu" else claim["metric"], 10000,
+                                  margin=claim.get("margin") if parity else None,
+                                  threshold=claim.get("threshold") if claim.get("threshold") else None)
+            # the claim's own p: TOST's for parity, the bootstrap's against a drop bound, else the sign-flip p
+            result["claim_p"] = (result["tost_p"] if parity else result["threshold_p"] if claim.get("threshold")
+                                 else result["p"])
             row["result"] = result
             row["detectable"] = detectable_difference((result["high"] - result["low"]) / 3.92,
                                                       result["per_seed_std"], result["seeds"])["detectable"]
             row["records"] = (recs_a, recs_b)
         rows.append(row)
     tested = [r for r in rows if "result" in r]
-    for row, p in zip(tested, holm([r["result"]["p"] for r in tested])):
+    for row, p in zip(tested, holm([r["result"]["claim_p"] for r in tested])):
         row["holm_p"] = p
-        row["verdict"] = claim_verdict(row["result"], row["claim"].get("threshold", 0.0), p=p)
+        c = row["claim"]
+        row["verdict"] = claim_verdict(row["result"], c.get("threshold", 0.0), p=p,
+                                       kind="parity" if c["test"] == "parity" else "better", margin=c.get("margin"))
     return rows
 
 
@@ -154,15 +162,26 @@ def seeds_text(records, metric):
     return f"{statistics.mean(values):.2f}{spread} ({', '.join(f'{v:.2f}' for v in values)})"
 
 
+_EVALUATED = {}
+
+
+def evaluated(store, claims):
+    """The rows of ``claims``, tested with Holm's correction over every claim of grids/claims.toml."""
+    if store.root not in _EVALUATED:
+        _EVALUATED[store.root] = {row["claim"]["id"]: row for row in evaluate(store, load_claims())}
+    return [_EVALUATED[store.root][c["id"]] for c in claims]
+
+
 def claims_table(store, claims):
-    rows = evaluate(store, claims)
+    rows = evaluated(store, claims)
     lines = ["| claim | paper | metric | test | stopping rule | seeds | A | B | A - B [95%] | per-seed A - B | p "
              "| Holm p | detectable difference | epochs trained (A; B) | CPU hours (A + B) | verdict |",
              "|" + " --- |" * 16]
     for row in rows:
         c = row["claim"]
         name = c["claim"] + (" (ours)" if c.get("ours") else "")
-        test = f"A - B > {c.get('threshold', 0.0):g}"
+        test = (f"\\|A - B\\| < {c['margin']:g} (TOST; margin {c['margin_source']})" if c["test"] == "parity"
+                else f"A - B > {c.get('threshold', 0.0):g}")
         metric = METRIC_NAMES[c["metric"]]
         if "result" not in row:
             seeds = c.get("seeds", 3)
@@ -187,7 +206,7 @@ def claims_table(store, claims):
 def claims_summary(store, claims):
     """One line per claim, for the README and the method pages."""
     out = []
-    for row in evaluate(store, claims):
+    for row in evaluated(store, claims):
         c = row["claim"]
         who = "ours" if c.get("ours") else "the paper's claim"
         if "result" not in row:
@@ -248,7 +267,7 @@ BLOCKS = {
     "pet-sizes": lambda store: sizes_table(os.path.join(ROOT, "grids", "pet.toml"), "pet"),
     "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
     "claims-pet-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "PET"]),
-    "claims-ghostbert": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "GhostBERT"]),
+    "claims-glue": lambda store: claims_table(store, [c for c in load_claims() if c["grid"] == "glue"]),
 }
 
 
@@ -261,6 +280,7 @@ def render(check=False, store_root=None, files=None):
     """Re-render (or with ``check`` only compare) every block of ``files`` (default: the project's pages); returns
     'PAGE: BLOCK' of each block that was not current."""
     store = store_lib.Store(store_root or os.path.join(ROOT, "results", "store"))
+    _EVALUATED.pop(store.root, None)
     cache, stale = {}, []
     for page in files or pages():
         with open(page) as f:
