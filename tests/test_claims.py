@@ -1,6 +1,7 @@
 """scripts/bench/claims.py: each claim re-tested from per-example outputs by the cluster test, in the paper's terms
 (a threshold, a parity margin or a retention ratio), Holm over the table, verdicts with their budget; a row
-without outputs says it was not recomputed and never shows the old interval (issue 44)."""
+without outputs says it was not recomputed and never shows the old interval (issue 44); a retention row computes its
+controls' ratios, a row may re-test in the paper's metric, and every row gives its detectable difference (issue 58)."""
 import json
 import os
 import sys
@@ -249,3 +250,123 @@ def test_a_drivers_table_marks_rows_of_the_older_test():
     assert lines[4].endswith("| - (an older (seed, example) test: intervals too narrow) | A better |")
     assert lines[5].endswith("| +0.50, +1.50 (mean +1.00 +- 0.71) | A better |")
     assert "older test" not in significance_lines([new], "T")[0]
+
+
+# ---- issue 58: controls beside a retention ratio, a re-test in the paper's metric, the detectable difference -----
+def cells_of(text, method):
+    import re
+
+    return [c.strip() for c in re.split(r"(?<!\\)\|", row_of(text, method))]
+
+
+def test_a_retention_row_shows_its_controls_ratios_and_says_when_a_control_passes_too(tmp_path, monkeypatch):
+    """Beside A's ratio to the teacher, the row computes a control's (another comparison of the table against the
+    same teacher) and a constant majority-class predictor's by the same test; the verdict says the control passes
+    too, so the test does not tell A from it."""
+    from user_dir.common.significance import glue_statistics, retention
+
+    labels = [1] * 140 + [0] * 60  # majority class 1
+    teacher = labels[:130] + [0] * 10 + labels[140:]  # 10 positives missed
+    a = [labels[:135] + [0] * 5 + labels[140:]] * 3  # 5 missed: above the teacher
+    control = [labels[:132] + [0] * 8 + labels[140:]] * 3
+    write_table(tmp_path, {"comparisons": [
+        old_row("A vs the teacher", metric="f1", outputs=pack({"a": a, "b": [teacher] * 3, "labels": labels})),
+        old_row("C vs the teacher", metric="f1", outputs=pack({"a": control, "b": [teacher] * 3, "labels": labels}))]})
+    monkeypatch.setattr(claims, "CLAIMS", [spec(
+        method="R", kind="retention", ratio=0.9, label="^A vs the teacher",
+        controls=[dict(name="the C control", label="^C vs the teacher"),
+                  dict(name="a constant predictor", constant="majority", classes={1: "yes"})])])
+    text = claims.render(str(tmp_path), ["--out", "x"])
+    cells = cells_of(text, "R")
+
+    def ratio(preds):
+        r = retention(glue_statistics(preds, labels, "f1"), glue_statistics([teacher] * 3, labels, "f1"), "f1")
+        return f"{r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
+    constant = 2 * 140 / (2 * 140 + 60) / (2 * 130 / (2 * 130 + 10))  # F1 of always 1 / the teacher's F1
+    assert cells[12] == (f"{ratio(a)}; the C control {ratio(control)}; a constant predictor (1, 'yes') "
+                         f"{ratio([[1] * 200] * 3)}"), cells[12]
+    assert ratio([[1] * 200] * 3).startswith(f"{constant:.3f} ")
+    verdict = cells[18]
+    assert verdict.startswith("reproduced at 100 updates on a CPU; the C control, by the same rule: reproduced too, "
+                              "so the test does not tell R from the C control; a constant predictor (1, 'yes'), by "
+                              "the same rule: "), verdict
+    # the note gives every seed's ratio of each control, and the same test in accuracy
+    note = next(line for line in text.splitlines() if "the same ratio test on f1" in line)
+    assert "In accuracy, the MRPC metric the paper's average counts: R " in note
+
+
+def test_a_glue_row_is_retested_in_the_metric_its_spec_names_from_the_same_predictions(tmp_path, monkeypatch):
+    """GhostBERT's MRPC row: its table compares F1, the paper reports accuracy; the row re-tests the kept predictions
+    in accuracy (A and B are the pooled accuracies) and the note says so."""
+    labels = [1, 0] * 50
+    a = [[1, 0] * 45 + [0, 1] * 5] * 3  # 90 of 100 right
+    b = [[1, 0] * 40 + [0, 1] * 10] * 3  # 80 right
+    write_table(tmp_path, {"comparisons": [old_row(metric="f1", outputs=pack({"a": a, "b": b, "labels": labels}))]})
+    monkeypatch.setattr(claims, "CLAIMS", [spec(metric="accuracy")])
+    text = claims.render(str(tmp_path), ["--out", "x"])
+    cells = cells_of(text, "X")
+    assert cells[8] == "accuracy" and cells[10] == "90.00" and cells[11] == "80.00" and cells[12].startswith("+10.00 [")
+    assert "in accuracy (its table compares f1)." in text
+
+
+def test_every_retested_row_gives_its_detectable_difference_and_the_papers_effect_beside_it(tmp_path, monkeypatch):
+    """The detectable-difference cell is significance.detectable_difference from the row's own 95% interval (standard
+    error: its width / 3.92), per-seed std and seeds; a row with paper_effect says how the paper's effect compares."""
+    from user_dir.common.significance import detectable_difference
+
+    labels = [1, 0] * 50
+    a = [[1, 0] * 45 + [0, 1] * 5, [1, 0] * 47 + [0, 1] * 3, [1, 0] * 44 + [0, 1] * 6]
+    b = [[1, 0] * 44 + [0, 1] * 6] * 3
+    write_table(tmp_path, {"comparisons": [old_row(metric="accuracy", outputs=pack({"a": a, "b": b,
+                                                                                   "labels": labels}))]})
+    monkeypatch.setattr(claims, "CLAIMS", [spec(), spec(method="E", paper_effect=(0.1, "Table 1's effect"))])
+    text = claims.render(str(tmp_path), ["--out", "x"])
+    cells = cells_of(text, "X")
+    head = text[text.index("| method |"):].splitlines()[0]
+    assert [c.strip() for c in head.split("|")][16] == "detectable difference"
+    low, high = (float(x) for x in cells[12].split("[")[1].rstrip("]").split(", "))
+    seeds = [float(x) for x in cells[13].split(" (")[0].split(", ")]
+    import statistics
+
+    expected = detectable_difference((high - low) / 3.92, statistics.stdev(seeds), 3)["detectable"]
+    assert float(cells[16]) == pytest.approx(expected, abs=0.02)  # the cell's interval and seeds are rounded
+    effect = cells_of(text, "E")[16]
+    assert effect.startswith(cells[16] + "; the paper's effect, Table 1's effect (+0.1), is 1/") and "far below" in effect
+
+
+def test_the_committed_rows_of_issue_58_are_computed_from_their_tables():
+    """results/claims.md as committed: the APC retention row's control and constant ratios, recomputed here from
+    apc_mrpc.json's per-example predictions; GhostBERT's MRPC row in accuracy; the m = 12/12 row's detectable
+    difference against the paper's +0.1; Variator's whole-model FLOPs from variator_mt.json's end-to-end rows."""
+    from user_dir.common.significance import detectable_difference, glue_statistics, retention, unpack
+
+    text = open(os.path.join(REPO, "results", "claims.md"), encoding="utf-8").read()
+    rows = [line for line in text.splitlines() if line.startswith("| APC | APC-50-ff (Finalized analogue) retains")]
+    assert len(rows) == 1
+    data = json.load(open(os.path.join(REPO, "results", "claims", "apc_mrpc.json")))
+    found = {c["label"]: unpack(c["outputs"]) for c, _ in claims.comparisons_in(data)}
+    apc, control = found["APC-50-ff analogue, Finalized vs the teacher"], found["neuron pruning vs the teacher"]
+    labels = apc["labels"]
+    teacher = glue_statistics(apc["b"], labels, "f1")
+
+    def cell(preds):
+        r = retention(glue_statistics(preds, labels, "f1"), teacher, "f1")
+        return f"{r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
+    majority = max(set(labels), key=labels.count)
+    assert (f"| {cell(apc['a'])}; the neuron-pruning control {cell(control['a'])}; a constant predictor of the "
+            f"majority class ({majority}, 'paraphrase') {cell([[majority] * len(labels)] * 3)} |") in rows[0]
+    assert "the neuron-pruning control, by the same rule: reproduced too, so the test does not tell APC" in rows[0]
+    ghost = next(line for line in text.splitlines() if line.startswith("| GhostBERT | ghost modules beat pruned-only "
+                                                                       "at m = 3/12 on MRPC"))
+    assert "| GhostBERT vs pruned only, m = 3/12 | accuracy | 3 |" in ghost
+    unpruned = next(line for line in text.splitlines() if "(m = 12/12) beat it without them" in line)
+    cells = [c.strip() for c in unpruned.split("|")]
+    low, high = (float(x) for x in cells[12].split("[")[1].rstrip("]").split(", "))
+    std = float(cells[13].split("+- ")[1].rstrip(")"))
+    assert float(cells[16].split(";")[0]) == pytest.approx(detectable_difference((high - low) / 3.92, std, 3)
+                                                           ["detectable"], abs=0.02)
+    assert "the paper's effect, Table 1's SST-2 effect (+0.1)" in cells[16] and "far below" in cells[16]
+    e2e = json.load(open(os.path.join(REPO, claims.VARIATOR_MT_JSON)))["translation"]["cost"]["end_to_end"]["rows"]
+    saved = 100 * (1 - e2e[1]["profiler_flops"] / e2e[0]["profiler_flops"])
+    note = next(line for line in text.splitlines() if line.startswith("- Variator: the paper 'only insert[s]"))
+    assert f"-{saved:.1f}% of the whole model" in note and "plugins in encoder and decoder" not in text
