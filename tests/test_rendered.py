@@ -24,10 +24,10 @@ def test_the_check_names_a_block_that_drifted(tmp_path):
     start = text.index("<!-- rendered: claims-pet-summary -->")
     page = tmp_path / "README.md"
     page.write_text(text[:start] + text[start:].replace("\n- ", "\n- PET beats it by +9.99 [+9.00, +10.00]; ", 1))
-    assert [line.split(": ")[-1] for line in render.render(check=True, files=[str(page)])] == ["claims-pet-summary"]
+    assert [line.split(": ")[-1] for line in render.render_pages(check=True, files=[str(page)])] == ["claims-pet-summary"]
     assert page.read_text() != text  # a check changes nothing
-    render.render(files=[str(page)])
-    assert page.read_text() == text and render.render(check=True, files=[str(page)]) == []
+    render.render_pages(files=[str(page)])
+    assert page.read_text() == text and render.render_pages(check=True, files=[str(page)]) == []
 
 
 def test_every_student_of_the_pet_grid_is_within_4_percent_of_pet():

@@ -40,6 +40,9 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
+from record import sha256_of  # noqa: E402,F401  (one definition: the records' file hashes)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # data that does not ship with the package (GLUE TSVs, IWSLT'14, the original teacher file): beside the checkout
 SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
@@ -307,23 +310,6 @@ def fc_flags(path):
         return checkpoint_flags(path, with_regularisation=True)
     except FlagsError as e:
         sys.exit(f"fc-flags: {e}")
-
-
-def sha256_of(path):
-    """The SHA-256 of a checkpoint file (a link followed): what a stage was trained on. Each file is read once
-    per process while its size and modification time stay the same."""
-    real = os.path.realpath(path)
-    stat = os.stat(real)
-    return _file_digest(real, stat.st_size, stat.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=None)
-def _file_digest(path, size, mtime_ns):  # size and mtime in the key: a file rewritten in place is read again
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fairseq_train_seconds(log):

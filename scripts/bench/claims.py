@@ -745,7 +745,7 @@ def main(argv=None):
     sys.path.insert(0, os.path.join(ROOT, "scripts", "experiments"))
     import render as rendered  # the blocks of the store (scripts/experiments/render.py)
 
-    rendered.render()
+    rendered.render_pages()
     print(f"wrote {out}")
 
 

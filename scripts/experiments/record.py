@@ -13,6 +13,7 @@ training stage its updates, completed epochs, the epoch of its best checkpoint a
 wall and CPU time; the device and the machine. The grid runner (scripts/experiments/grid.py) files it in the store.
 """
 import argparse
+import functools
 import glob
 import hashlib
 import json
@@ -26,10 +27,19 @@ sys.path.insert(0, ROOT)
 from user_dir.tools.measure import cpu_name  # noqa: E402
 
 
-def sha256_of(path, chunk=1 << 20):
+def sha256_of(path):
+    """The SHA-256 of a file (a link followed), read once per process while its size and modification time stay the
+    same (the benchmark drivers hash the same checkpoints many times)."""
+    real = os.path.realpath(path)
+    stat = os.stat(real)
+    return _file_digest(real, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _file_digest(path, size, mtime_ns):  # size and mtime in the key: a file rewritten in place is read again
     digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
+        for block in iter(lambda: f.read(1 << 24), b""):
             digest.update(block)
     return digest.hexdigest()
 
@@ -47,7 +57,7 @@ def data_fingerprint(data):
     return digest.hexdigest()
 
 
-def machine(device_flags=""):
+def machine_of_record(device_flags=""):
     cpu = cpu_name()
     described = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
                  "threads": os.environ.get("OMP_NUM_THREADS")}
@@ -146,7 +156,7 @@ def build(args):
         "updates": sum((t or {}).get("updates", 0) for t in training.values()),
         "epochs": sum((t or {}).get("epochs", 0) for t in training.values()),
         "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
-        "machine": machine(args.device_flags), "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine_of_record(args.device_flags), "date": time.strftime("%Y-%m-%d %H:%M"),
     }
     return record
 

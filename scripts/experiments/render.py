@@ -156,7 +156,7 @@ def evaluate(store, claims):
     return rows
 
 
-def seeds_text(records, metric):
+def per_seed_scores(records, metric):
     values = [r["metrics"][metric] for r in records]
     spread = f" +- {statistics.stdev(values):.2f}" if len(values) > 1 else ""
     return f"{statistics.mean(values):.2f}{spread} ({', '.join(f'{v:.2f}' for v in values)})"
@@ -196,7 +196,7 @@ def claims_table(store, claims):
         cpu_hours = sum(x["cpu_s"] for x in recs_a + recs_b) / 3600
         lines.append(
             f"| {name} | {c['paper']} | {metric} | {test} | {rule_text(recs_a[0])} | {r['seeds']} "
-            f"| {c['a']}: {seeds_text(recs_a, c['metric'])} | {c['b']}: {seeds_text(recs_b, c['metric'])} "
+            f"| {c['a']}: {per_seed_scores(recs_a, c['metric'])} | {c['b']}: {per_seed_scores(recs_b, c['metric'])} "
             f"| {r['diff']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] | {', '.join(f'{d:+.2f}' for d in r['per_seed'])} "
             f"| {r['p']:.3g} | {row['holm_p']:.3g} | {row['detectable']:.2f} | {budget_text(recs_a)}; {budget_text(recs_b)} "
             f"| {cpu_hours:.1f} on {device_text(recs_a + recs_b)} | {row['verdict']} at this stopping rule |")
@@ -276,7 +276,7 @@ def pages():
     return sorted({p for pattern in patterns for p in glob.glob(os.path.join(ROOT, pattern))})
 
 
-def render(check=False, store_root=None, files=None):
+def render_pages(check=False, store_root=None, files=None):
     """Re-render (or with ``check`` only compare) every block of ``files`` (default: the project's pages); returns
     'PAGE: BLOCK' of each block that was not current."""
     store = store_lib.Store(store_root or os.path.join(ROOT, "results", "store"))
@@ -309,7 +309,7 @@ def main(argv=None):
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is not current")
     p.add_argument("--store", default=None, help="the store (default results/store)")
     args = p.parse_args(argv)
-    stale = render(args.check, args.store)
+    stale = render_pages(args.check, args.store)
     if args.check and stale:
         raise SystemExit("not current (python scripts/experiments/render.py):\n  " + "\n  ".join(stale))
     print(("re-rendered: " if stale else "every block current") + ", ".join(stale))
