@@ -10,34 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import OPTIM_FLAGS, TEACHER, TEACHER_DIR, USER_DIR, needs_teacher, run_cli
+from conftest import OPTIM_FLAGS, TEACHER, USER_DIR, needs_teacher, run_cli
 
 import user_dir  # noqa: F401
 from user_dir.common.teacher_cache import TeacherCache, TeacherCacheError
+from test_distributed_equality import write_slice  # a slice of the teacher's data-bin
 
 pytestmark = needs_teacher
 
 TINY_PET = ["--arch", "pet_transformer_iwslt", "--encoder-embed-dim", "32", "--decoder-embed-dim", "24",
             "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--share-decoder-input-output-embed"]
-
-
-def write_slice(dest, splits):
-    """A data-bin of the first ``n`` pairs of each of the teacher's splits, ``{split: (source split, n)}``, with the
-    teacher's dictionaries."""
-    from fairseq.data import data_utils, indexed_dataset
-
-    src_dir = os.path.join(TEACHER_DIR, "data-bin")
-    os.makedirs(dest, exist_ok=True)
-    for lang in ("de", "en"):
-        shutil.copy(os.path.join(src_dir, f"dict.{lang}.txt"), dest)
-        for split, (source, n) in splits.items():
-            data = data_utils.load_indexed_dataset(os.path.join(src_dir, f"{source}.de-en.{lang}"), None)
-            prefix = os.path.join(dest, f"{split}.de-en.{lang}")
-            builder = indexed_dataset.make_builder(prefix + ".bin", "mmap", vocab_size=8000)
-            for i in range(n):
-                builder.add_item(data[i])
-            builder.finalize(prefix + ".idx")
-    return str(dest)
 
 
 @pytest.fixture(scope="module")
