@@ -7,15 +7,19 @@ Importing this package (``fairseq-train --user-dir user_dir ...``, or ``import u
 2. makes fairseq keep the last batch of an epoch, which fairseq 0.12 drops unless its size is a
    multiple of --required-batch-size-multiple (8): validation, fairseq-validate and fairseq-generate
    then score every example of a set (common/keep_last_batch.py);
-3. registers the plug-in's criteria, tasks and models, each module imported explicitly below.
+3. makes a resumed fairseq-train keep its ``--patience`` count, which fairseq keeps in no checkpoint
+   (common/resume_patience.py);
+4. registers the plug-in's criteria, tasks and models, each module imported explicitly below.
 """
 import os
 
 from .common.keep_last_batch import keep_last_batch
+from .common.resume_patience import resume_patience
 from .common.safe_checkpoint_loading import allow_fairseq_checkpoint_globals
 
 allow_fairseq_checkpoint_globals()
 keep_last_batch()
+resume_patience()
 
 from .common import glue_metrics  # noqa: E402,F401  registers the glue_sentence_prediction criterion
 from .common import word_kd_criterion  # noqa: E402,F401  registers the kd criterion

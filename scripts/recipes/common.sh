@@ -84,6 +84,10 @@ delete $dir (or choose another work folder) to run it again"
     echo "--- $name: done, skipped ($dir/DONE)"
     return 0
   fi
+  # a fairseq-train stage killed after its last checkpoint but before its marker: done, not trained on past its rule
+  if [ -d "$dir" ] && [ "$1" = fairseq-train ] && "$PY" -m user_dir.tools.training_stopped "$@"; then
+    placed "$line" > "$dir/DONE"; echo "--- $name: its checkpoint had met its stopping rule, marked done"; return 0
+  fi
   mkdir -p "$dir"
   echo "--- $name: $line"
   local started cpu_before
