@@ -21,7 +21,7 @@ checkpoint scored; one student per seed of ``--seeds``, in ``--work``/seed<k>/),
 tokenised lowercased BLEU4 of the BPE-removed output against the tokenised reference text (given
 as ``--tokenized-reference``, so reference words outside this small dictionary are not ``<unk>``).
 With the full training set (``scripts/recipes/train_teacher_iwslt14.sh`` on a GPU, then
-``scripts/recipes/pet_gpu.sh``) the same measurement command gives the paper's Table 7 setting.
+``scripts/recipes/pet.sh`` with its GPU variables) the same measurement command gives the paper's Table 7 setting.
 
 Resumable: finished stages (``DONE``) are not retrained; a measurement of the same checkpoints is
 not repeated. Each model's hypotheses of the test set are kept in the protocol's form (BPE removed,

@@ -12,10 +12,17 @@
 #   TEACHER=my_teacher.pt DATA=data-bin/my.fr-en ENC_DIM=320 DEC_DIM=240 bash scripts/recipes/pet.sh work/pet-my
 #       any fairseq translation teacher and its data-bin (e.g. from python -m preprocess.prepare_parallel); the
 #       languages are read off the data-bin's file names (or SRC=.. TGT=..)
+#   the paper's Table 7 setting on a GPU (IWSLT'14 DE->EN; the teacher from scripts/recipes/train_teacher_iwslt14.sh;
+#   fairseq's IWSLT schedule: lr 5e-4, dropout 0.3, 4,000 lr warm-up updates, 4,096 tokens a batch; WMT'17:
+#   ARCH=pet_transformer_wmt LR=7e-4 DROPOUT=0.1 MAX_TOKENS=8192):
+#   DEVICE_FLAGS=--fp16 ENC_DIM=320 DEC_DIM=240 LR=5e-4 DROPOUT=0.3 LR_WARMUP=4000 MAX_TOKENS=4096 \
+#     TEACHER=work/teacher-iwslt14/checkpoints.de-en/averaged.pt DATA=work/teacher-iwslt14/data-bin.de-en \
+#     bash scripts/recipes/pet.sh work/pet-iwslt14.de-en
 #   SMOKE=1 bash scripts/recipes/pet.sh work/pet-smoke     2 + 3 updates, 20 test sentences (a pipeline check)
 #   DRY_RUN=1 bash scripts/recipes/pet.sh                  print the commands only
 #
 # Variables (defaults in brackets):
+#   ARCH [pet_transformer_iwslt]: the student's architecture (pet_transformer_wmt: the paper's WMT'17 student)
 #   ENC_DIM, DEC_DIM  the student's encoder/decoder widths [128, 96]; FFN 2x, 4 heads (--arch pet_transformer_iwslt).
 #                     The paper's (320, 240) are 62.5% / 47% of its 512-wide teacher; against the shipped 256-wide,
 #                     3+3-layer teacher, 128/96 put the student under 10% of its non-embedding parameters (PET
@@ -33,11 +40,10 @@
 #   measured on its own, scripts/experiments/grid.py); MEASURE_EXTRA: more fc-measure flags; MEASURE_ALSO="name=path
 #   ...": more checkpoints in the same table; REPORT [WORK_DIR/pet.md]: scripts/bench/pet_report.py's report.
 # Last, WORK_DIR/result.json records the run (scripts/experiments/record.py).
-# The paper's GPU recipe (IWSLT'14 / WMT'17, --fp16) is scripts/recipes/pet_gpu.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 begin pet "$@"
-WARMUP_EPOCHS="${WARMUP_EPOCHS:-3}"; ENC_DIM="${ENC_DIM:-128}"; DEC_DIM="${DEC_DIM:-96}"
+ARCH="${ARCH:-pet_transformer_iwslt}"; WARMUP_EPOCHS="${WARMUP_EPOCHS:-3}"; ENC_DIM="${ENC_DIM:-128}"; DEC_DIM="${DEC_DIM:-96}"
 RUNS="${RUNS:-3}"; MEASURE_TEACHER="${MEASURE_TEACHER:-1}"; MEASURE_EXTRA="${MEASURE_EXTRA:-}"
 UPDATES="${KD_UPDATES:-}"
 student_training
@@ -45,7 +51,7 @@ if [ "$SMOKE" = 1 ]; then
   WARMUP_UPDATES="${WARMUP_UPDATES:-2}"; RUNS=1; MAX_TOKENS=1024
   MEASURE_EXTRA="--max-sentences 20 ${SMOKE_DECODE[*]} $MEASURE_EXTRA"; student_training
 fi
-RECORD_VARS="ENC_DIM DEC_DIM WARMUP_EPOCHS WARMUP_UPDATES KD_UPDATES PATIENCE VALIDATE_EVERY MAX_EPOCHS LR LR_WARMUP MAX_TOKENS DROPOUT SEED EXTRA DEVICE_FLAGS"
+RECORD_VARS="ARCH ENC_DIM DEC_DIM WARMUP_EPOCHS WARMUP_UPDATES KD_UPDATES PATIENCE VALIDATE_EVERY MAX_EPOCHS LR LR_WARMUP MAX_TOKENS DROPOUT SEED EXTRA DEVICE_FLAGS"
 WARMUP_BOUND=(--max-epoch "$WARMUP_EPOCHS")
 [ -n "${WARMUP_UPDATES:-}" ] && WARMUP_BOUND=(--max-update "$WARMUP_UPDATES" --max-epoch 0)
 shipped_translation_data
@@ -53,7 +59,7 @@ language_pair
 say "teacher $TEACHER, data $DATA ($SRC->$TGT); student widths $ENC_DIM/$DEC_DIM, work $WORK"
 CACHE=(); [ -n "${TEACHER_CACHE:-}" ] && CACHE=(--teacher-cache "$(absolute "$TEACHER_CACHE")")
 
-STUDENT=(--user-dir "$ROOT/user_dir" --arch pet_transformer_iwslt --encoder-embed-dim "$ENC_DIM"
+STUDENT=(--user-dir "$ROOT/user_dir" --arch "$ARCH" --encoder-embed-dim "$ENC_DIM"
   --decoder-embed-dim "$DEC_DIM" --share-decoder-input-output-embed "${STUDENT_TRAINING[@]}"
   --source-lang "$SRC" --target-lang "$TGT" --teacher-path "$TEACHER" ${EXTRA:-})
 
