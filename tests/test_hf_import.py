@@ -404,7 +404,7 @@ def test_glue_recipe_fine_tunes_a_hugging_face_directory_given_as_hf_model(tmp_p
             (glue / "SST-2" / f"{split}.tsv").write_text("".join(line for _, line in zip(range(rows + 1), f)),
                                                          encoding="utf-8")
     work = tmp_path / "work"
-    env = dict(os.environ, SMOKE="1", HF_MODEL=str(hf_dir), TASKS="SST-2", POOLING="mean", WORK=str(work),
+    env = dict(os.environ, SMOKE="1", HF_MODEL=str(hf_dir), TASKS="SST-2", LRS="1e-4", POOLING="mean", WORK=str(work),
                VENV=sys.prefix, GLUE_DIR=str(glue), OMP_NUM_THREADS="1")
     script = os.path.join(REPO, "scripts", "recipes", "glue_teachers.sh")
     proc = subprocess.run(["bash", script], env=env, capture_output=True, text=True, cwd=REPO)
@@ -415,7 +415,7 @@ def test_glue_recipe_fine_tunes_a_hugging_face_directory_given_as_hf_model(tmp_p
     assert "| SST-2 | " in report and "The checkpoint fine-tuned here is my-bert (HF_MODEL)" in report
     assert "- SST-2 lr1e-4-mean: lr 0.0001, batch 32, mean pooling, segment 0 only, 2 updates" in report
     run = work / "SST-2" / "lr1e-4-mean"
-    assert 'POOLING="mean" TASKS="SST-2" HF_MODEL="' + str(hf_dir) in (run / "command.txt").read_text()
+    assert 'POOLING="mean" TASKS="SST-2" LRS="1e-4" HF_MODEL="' + str(hf_dir) in (run / "command.txt").read_text()
     assert "loaded checkpoint" in (run / "train.log").read_text().lower()  # from the imported model.pt
     rows = (work / "SST-2" / "submission" / "SST-2.tsv").read_text().splitlines()
     assert rows[0] == "index\tprediction" and len(rows) == 1 + 150
