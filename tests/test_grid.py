@@ -1,7 +1,7 @@
 """The experiment layer (scripts/experiments/): one PET cell through each executor -- local processes, the lent
 accelerator's (its budget stop and pack faked here on the CPU), submitit's (its local executor) -- files the same
-record and outputs; a grid killed with kill -9 inside a cell and rerun ends as an uninterrupted run; plan shows
-states and measured estimates; a stale record is shown as stale."""
+record and outputs; a grid killed with kill -9 inside a cell and resumed (by submitit's executor) ends as an
+uninterrupted run; plan shows states and measured estimates; a stale record is shown as stale."""
 import json
 import os
 import signal
@@ -90,7 +90,11 @@ def test_a_local_run_files_a_complete_record(reference):
     assert " done " in line and f"{record['wall_s'] / 3600:.2f} h" in line  # the estimate: the measured wall
 
 
-def test_kill_9_inside_a_cell_then_rerun_ends_as_an_uninterrupted_run(reference, tmp_path):
+def test_kill_9_inside_a_cell_then_the_submitit_executor_resumes_it_as_an_uninterrupted_run(reference, tmp_path):
+    """A grid killed with kill -9 inside a cell (its warm-up done, its KD stage started); plan shows the cell started;
+    the submitit executor (its local executor: one `grid.py cell` job per cell, as on Slurm) resumes it, running no
+    finished stage again, to the record and outputs of the uninterrupted run."""
+    pytest.importorskip("submitit")
     store, work = str(tmp_path / "store"), str(tmp_path / "work")
     env = dict(os.environ, OMP_NUM_THREADS="1", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     proc = subprocess.Popen([sys.executable, GRID, "run", reference["grid"], "--store", store, "--work", work],
@@ -108,7 +112,9 @@ def test_kill_9_inside_a_cell_then_rerun_ends_as_an_uninterrupted_run(reference,
     assert not os.path.exists(os.path.join(store, "records.jsonl"))
     plan = ok(grid("plan", reference["grid"], "--store", store, "--work", work))
     assert "started" in plan  # its work folder is there, its marker's process is gone
-    ok(grid("run", reference["grid"], "--store", store, "--work", work))
+    out = ok(grid("run", reference["grid"], "--executor", "slurm", "--cluster", "local", "--threads", "1",
+                  "--timeout-min", "15", "--store", store, "--work", work))
+    assert "1 jobs submitted" in out
     resumed = only_record(store)
     assert next(c for c in resumed["commands"] if c["stage"] == "warmup")["attempts"] == 1  # not run again
     same(resumed, reference["record"], store, reference["store"])
@@ -133,15 +139,6 @@ def test_the_accelerator_executor_stops_at_its_budget_packs_and_resumes_elsewher
     ok(grid("unpack", reference["grid"], pack, "--store", final_store, "--work", final_work))
     record = only_record(final_store)
     same(record, reference["record"], final_store, reference["store"])
-
-
-def test_the_submitit_executor_files_the_same_record(reference, tmp_path):
-    pytest.importorskip("submitit")
-    store, work = str(tmp_path / "store"), str(tmp_path / "work")
-    out = ok(grid("run", reference["grid"], "--executor", "slurm", "--cluster", "local", "--threads", "1",
-                  "--timeout-min", "15", "--store", store, "--work", work))
-    assert "1 jobs submitted" in out
-    same(only_record(store), reference["record"], store, reference["store"])
 
 
 def test_a_record_of_other_data_is_stale(reference, tmp_path):
