@@ -67,10 +67,11 @@ TRAIN_FLAGS = OPTIM_FLAGS + ["--criterion", "label_smoothed_cross_entropy", "--l
 # pytest-xdist's workers take one test file at a time (--dist loadfile, in this order: scripts/test.sh turns its
 # reordering by test count off): the files that took longest in a whole run (scripts/test.sh lists the slowest tests)
 # go first, so the run does not end with one worker on a long file while the other idles
-SLOWEST_FILES_FIRST = ("test_apc.py", "test_bench_methods.py", "test_recipes.py", "test_demo.py", "test_export_glue.py",
-                       "test_variator.py", "test_baselines.py", "test_distributed_and_measure.py",
-                       "test_hf_import.py", "test_pet_criteria.py", "test_export.py", "test_plugin_and_checkpoints.py",
-                       "test_grid.py", "test_glue_every_task.py", "test_ghost.py", "test_env.py", "test_ghost_validation.py")
+SLOWEST_FILES_FIRST = ("test_recipes.py", "test_grid.py", "test_apc.py", "test_ghost.py", "test_variator.py",
+                       "test_demo.py", "test_export_glue.py", "test_hf_import.py", "test_glue_every_task.py",
+                       "test_distributed_equality.py", "test_export.py", "test_baselines.py",
+                       "test_distributed_and_measure.py", "test_pet_criteria.py", "test_plugin_and_checkpoints.py",
+                       "test_env.py", "test_ghost_validation.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -473,7 +473,7 @@ def test_activation_kd_loss_is_the_pruned_neurons_activation(teacher_setup):
     model.decoder.decoder_layerdrop = 0.1
     with pytest.raises(ValueError, match="--decoder-layerdrop with --criterion apc_activation_kd"):
         APCActivationKDCriterion(task, False, 0.0)(model, sample)
-    # float16 (--fp16 casts the model): the beta = 1e5 term overflows at every loss scale (results/gpu_check.md);
+    # float16 (--fp16 casts the model): the beta = 1e5 term overflows at every loss scale (results/archive/gpu_check.md);
     # refused by name on the first training batch, before any forward; bfloat16 and a beta of 0 train
     model.decoder.decoder_layerdrop = 0.0
     with pytest.raises(ValueError, match="apc_activation_kd with --fp16"):
@@ -941,79 +941,6 @@ def test_apc_on_a_glue_encoder_trains_only_compression_finalizes_and_predicts_id
     assert bad.returncode != 0 and "apc_activation_kd is for translation" in bad.stderr
 
 
-def test_bench_apc_glue_runs_every_stage_on_a_tiny_teacher(tmp_path, tiny_glue_teacher, monkeypatch):
-    """scripts/bench/bench_apc_glue.py --quick end to end on a tiny GLUE teacher laid out as glue_teachers.sh leaves
-    one: init, compression stage, finalize, Finalized fine-tuning, neuron pruning with the same total updates,
-    dev scores and costs; the table names the teacher and puts the compressed rows at the parameters a
-    closed form gives. Issue 32: APC and neuron pruning are validated at the same update points of their whole
-    budgets (the baseline used to get twice as many draws), the last checkpoint is the primary score; a run
-    with --seeds 1 then --seeds 1,2 trains seed 2 only (seed 1's stages never rerun), and the table gives every
-    seed's value and the paired test of APC against pruning; the table goes under work/ by default."""
-    import importlib
-    import json
-    import shutil
-    import sys
-
-    from conftest import REPO
-    glue = tmp_path / "glue"
-    (glue / "RTE" / "run" / "checkpoints").mkdir(parents=True)
-    (glue / "data-bin").mkdir()
-    shutil.copy(tiny_glue_teacher["teacher"], glue / "RTE" / "run" / "checkpoints" / "checkpoint_best.pt")
-    os.symlink(glue / "RTE" / "run" / "checkpoints", glue / "RTE" / "checkpoints")
-    os.symlink(tiny_glue_teacher["data"], glue / "data-bin" / "RTE.wordpiece")
-    sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
-    bench, benchlib = importlib.import_module("bench_apc_glue"), importlib.import_module("benchlib")
-    monkeypatch.setattr(benchlib, "WORK", str(tmp_path / "checkout" / "work"))  # the checkout's work/
-    argv = ["--glue-task", "RTE", "--quick", "--ffn-dim", "16", "--glue-work", str(glue), "--work",
-            str(tmp_path / "work"), "--time-batch", "2"]
-    bench.main(argv + ["--seeds", "1"])
-    out = tmp_path / "checkout" / "work" / "results" / "apc_glue"
-    seed1 = sorted((tmp_path / "work_quick" / "seed1").rglob("DONE"))
-    stamps = [p.stat().st_mtime for p in seed1]
-    logs = {p: p.read_text() for p in (tmp_path / "work_quick" / "seed1").rglob("log.txt")}
-    assert len(seed1) == 6 and json.loads(out.with_suffix(".json").read_text())["glue"]["RTE"]["seeds"] == [1]
-    bench.main(argv + ["--seeds", "1,2"])
-    assert [p.stat().st_mtime for p in seed1] == stamps and all(p.read_text() == t for p, t in logs.items())
-    assert len(list((tmp_path / "work_quick" / "seed2").rglob("DONE"))) == 6
-    part = json.loads(out.with_suffix(".json").read_text())["glue"]["RTE"]
-    rows = {r["name"]: r for r in part["rows"]}
-    assert list(rows) == ["teacher", "APC-50-ff analogue, Finalized", "neuron pruning"]
-    assert part["ffn_dims"] == "1:16" and part["teacher"]["run"] == "run" and part["seeds"] == [1, 2]
-    # 6 + 6 updates against 12: both validated at updates 9 and 12 of their budgets, read from fairseq's logs
-    assert part["settings"]["plan"] == [3, [9, 12]]
-    assert rows["APC-50-ff analogue, Finalized"]["validations"] == rows["neuron pruning"]["validations"] == [9, 12]
-    # 2 layers of width 32: layer 1's FFN 64 -> 16 removes 2 * 32 * 48 weights and 48 biases
-    removed = 2 * 32 * 48 + 48
-    for name in ("APC-50-ff analogue, Finalized", "neuron pruning"):
-        assert rows["teacher"]["encoder_params"] - rows[name]["encoder_params"] == removed
-        accuracy = rows[name]["scores"]["accuracy"]
-        assert set(accuracy["values"]) == {"1", "2"} and rows[name]["scores"]["examples"] == 277
-        for seed in ("1", "2"):  # the primary score is the last checkpoint's, from its kept dev predictions
-            preds = json.load(open(rows[name]["predictions"][seed]))
-            gold = json.load(open(preds["labels"]))
-            assert len(preds["predictions"]) == len(gold) == 277
-            hits = sum(p == g for p, g in zip(preds["predictions"], gold))
-            assert accuracy["values"][seed] == pytest.approx(100 * hits / 277)
-            assert f"s{seed} {accuracy['values'][seed]:.2f}" in out.with_suffix(".md").read_text()
-    # the claim's two comparisons (results/claims.md): parity with neuron pruning, retention against the teacher
-    assert [c["label"] for c in part["comparisons"]] == ["APC-50-ff analogue, Finalized vs neuron pruning",
-                                                         "APC-50-ff analogue, Finalized vs the teacher",
-                                                         "neuron pruning vs the teacher"]
-    comparison, against_teacher, _ = part["comparisons"]
-    assert comparison["seeds"] == against_teacher["seeds"] == 2
-    teacher_accuracy = rows["teacher"]["scores"]["accuracy"]  # the teacher's one score (no seeds)
-    assert against_teacher["b"] == pytest.approx(teacher_accuracy.get("mean") if isinstance(teacher_accuracy, dict)
-                                                 else teacher_accuracy)
-    assert comparison["a"] == pytest.approx(rows["APC-50-ff analogue, Finalized"]["scores"]["accuracy"]["mean"])
-    report = out.with_suffix(".md").read_text()
-    assert "| APC-50-ff analogue, Finalized | neuron-pruning init, 6 updates Compr. only (CE), finalized, 6 updates" \
-        in report and "| neuron pruning | the same neuron-pruning init, finalized (= the pruned network), 12 updates" \
-        in report
-    assert "validated 2 times, at updates 9, 12 of the whole budget; the primary score is the last checkpoint's" in report
-    assert f"| APC-50-ff analogue, Finalized vs neuron pruning | accuracy | 2 | {comparison['a']:.2f} |" in report
-    assert "Paper (BERT-base backbone, RTE dev accuracy): BERT-base 66.4; APC-50-ff (best strategy) 68.2" in report
-
-
 def test_layer_importance_on_a_glue_encoder(tiny_glue_teacher):
     """Figure 3's three measures on a sentence task: the loss is the labels' cross-entropy per sentence,
     dropping a layer is scored by hand, and imprinting uses the labels as classes on the [CLS] vector."""
@@ -1109,39 +1036,3 @@ def test_size_search_prunes_by_the_closed_form_trains_feasible_candidates_and_re
     stamps = {n: os.path.getmtime(os.path.join(out, "trials", n, "DONE")) for n in trials}
     search(args)  # the study is finished: nothing is trained again
     assert {n: os.path.getmtime(os.path.join(out, "trials", n, "DONE")) for n in trials} == stamps
-
-
-def test_bench_apc_processes_sharing_a_work_folder_take_turns(tmp_path, monkeypatch):
-    """bench_apc.claimed: a second bench process on the same stage (``--seeds 3`` beside ``--seeds 1,2,3``) waits
-    while the first, alive, holds ``STAGE.running``, then runs; a marker left by a dead process is not waited for;
-    a process removes only its own marker. (Two processes once measured one seed at once and wrote the same
-    hypothesis files.)"""
-    import importlib
-    import subprocess
-    import threading
-    import time
-
-    from conftest import REPO
-    monkeypatch.syspath_prepend(os.path.join(REPO, "scripts", "bench"))
-    bench = importlib.import_module("bench_apc")
-    stage = str(tmp_path / "seed3" / "measure_word-kd")
-    other = subprocess.Popen(["sleep", "1.5"])
-    threading.Thread(target=other.wait, daemon=True).start()  # reaped when it ends, as a real process would be
-    os.makedirs(os.path.dirname(stage))
-    with open(stage + ".running", "w") as f:
-        f.write(str(other.pid))
-    start = time.monotonic()
-    with bench.claimed(stage, lambda: False, poll=0.05):
-        assert not bench._alive(other.pid) and time.monotonic() - start >= 0.5  # waited for the live holder
-        assert open(stage + ".running").read() == str(os.getpid())
-    assert not os.path.exists(stage + ".running")
-    with open(stage + ".running", "w") as f:
-        f.write(str(other.pid))  # dead now: a crashed run's marker
-    start = time.monotonic()
-    with bench.claimed(stage, lambda: False, poll=0.05):
-        assert time.monotonic() - start < 1.0
-        with open(stage + ".running", "w") as f:
-            f.write("1")  # taken over by another process meanwhile: not ours to remove
-    assert open(stage + ".running").read() == "1"
-    with bench.claimed(stage, lambda: True, poll=0.05):  # what the holder makes exists: no wait
-        pass

@@ -118,7 +118,7 @@ def test_measure_rejects_bad_arguments(multi30k_slice, tmp_path):
 
 def test_measure_scores_against_the_tokenized_reference_text(tmp_path):
     """--tokenized-reference: BLEU (tok) against the text itself, where the binarised references
-    read <unk> for words outside the dictionary (the IWSLT'14 protocol, scripts/bench/bench_iwslt14.py)."""
+    read <unk> for words outside the dictionary (the IWSLT'14 protocol)."""
     from user_dir.tools.measure import translation_scores
 
     text = ["a man rides a zebrafish through the park .", "two dogs play in the snow ."]

@@ -1,7 +1,8 @@
 """Every relative link and every ``results/`` reference in the documentation resolves (issue 46).
 
 The pages: README.md and every Markdown file under user_dir/, scripts/, preprocess/ (not the corpora's upstream
-files in preprocess/data/), results/ and checkpoints/.
+files in preprocess/data/), results/ and checkpoints/; not results/archive/, whose tables are kept as they were
+written, naming scripts since deleted (git keeps them).
 Outside fenced code blocks (read with test_readme_numbers' ``units``):
 
 * a link ``[text](path)`` or ``[text](path#anchor)`` that is not http(s) or mailto names a file or folder that
@@ -40,7 +41,9 @@ def doc_pages(repo=REPO):
     for top in FOLDERS:
         for folder, subfolders, files in os.walk(os.path.join(repo, top)):
             # preprocess/data/ holds the corpora's upstream files, their links the upstream repository's
-            subfolders[:] = sorted(d for d in subfolders if not d.startswith((".", "__")) and d != "data")
+            # results/archive/ keeps superseded tables as they were written
+            subfolders[:] = sorted(d for d in subfolders if not d.startswith((".", "__")) and d != "data"
+                                   and os.path.join(folder, d) != os.path.join(repo, "results", "archive"))
             found += [os.path.relpath(os.path.join(folder, n), repo) for n in sorted(files) if n.endswith(".md")]
     return found
 

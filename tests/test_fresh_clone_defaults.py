@@ -1,8 +1,8 @@
-"""Every benchmark driver's defaults on a fresh clone: nothing beside the checkout (FAIRSEQ_COMPRESS_SHARED an empty
+"""Every benchmark script's defaults on a fresh clone: nothing beside the checkout (FAIRSEQ_COMPRESS_SHARED an empty
 folder, as ``git clone`` leaves it: CI always has ../shared, so these tests force the empty folder). A default path
 is what ships (the teacher in checkpoints/, the embedded Multi30k), what a run writes or builds under work/, or --
-for data that does not ship (IWSLT'14, the GLUE TSVs) -- the driver stops at once with a message naming the missing
-path and how to point at it (issue 43)."""
+for data that does not ship (the GLUE TSVs and the teachers made from them) -- the script stops at once with a
+message naming the missing path and how to make it (issue 43)."""
 import filecmp
 import json
 import os
@@ -13,9 +13,7 @@ import pytest
 
 from conftest import REPO, TEACHER_DIR, clean_env, needs_teacher
 
-DRIVERS = ["bench_translation", "bench_apc", "bench_apc_glue", "bench_ghost", "bench_variator", "bench_iwslt14",
-           "bench_deploy", "bench_deploy_glue", "bench_ghost_costs", "bench_serving"]
-TRAINING_DRIVERS = ["bench_translation", "bench_apc", "bench_apc_glue", "bench_ghost", "bench_variator"]
+DRIVERS = ["bench_deploy", "bench_deploy_glue", "bench_ghost_costs", "bench_serving"]
 
 # Imports each driver named on the command line as running it does (scripts/ on sys.path), calls its main(ARGV)
 # and stops at its argument parser's return: prints {driver: the parsed namespace} as JSON.
@@ -65,33 +63,28 @@ def paths_in(value):
 
 
 def test_every_default_path_ships_or_is_built_under_work(no_shared):
-    """The defect of issue 43: bench_translation defaulted --teacher to ../shared/teachers/..., missing on a clone
-    though the same teacher ships in checkpoints/. Every absolute default of every driver now lies in the checkout:
-    an input that exists (it ships), or under work/ or results/ (what runs write or build on demand); the one
-    default that may point beside it -- bench_iwslt14's --iwslt-dir, data that cannot ship -- is tested below."""
+    """The defect of issue 43: a driver defaulted --teacher to ../shared/teachers/..., missing on a clone though the
+    same teacher ships in checkpoints/. Every absolute default of every script lies in the checkout: an input that
+    exists (it ships), or under work/ or results/ (what runs write or build on demand)."""
     env, shared = no_shared
     found = parsed_defaults(env, [], DRIVERS)
     outputs = [os.path.join(REPO, d) + os.sep for d in ("work", "results")]
     for driver, namespace in found.items():
         for flag, value in namespace.items():
             for path in paths_in(value):
-                if (driver, flag) == ("bench_iwslt14", "iwslt_dir"):
-                    assert path.startswith(shared), path  # FAIRSEQ_COMPRESS_SHARED is where it is looked for
-                    continue
                 assert not path.startswith(shared + os.sep), f"{driver} --{flag} defaults to {path}, beside the clone"
                 assert path.startswith(REPO + os.sep), f"{driver} --{flag} defaults to {path}, outside the checkout"
                 if not any(path.startswith(o) for o in outputs):
                     assert os.path.exists(path), f"{driver} --{flag} defaults to {path}, which does not ship"
     # the teachers are the shipped ones
     shipped = os.path.join(REPO, "checkpoints", "multi30k.de-en", "teacher.pt")
-    for driver in ("bench_translation", "bench_apc", "bench_ghost", "bench_variator", "bench_deploy"):
-        assert found[driver]["teacher"] == shipped, driver
+    assert found["bench_deploy"]["teacher"] == shipped
 
 
 def test_what_does_not_ship_stops_at_once_naming_the_path_and_the_switch(no_shared, tmp_path):
-    """IWSLT'14 and the GLUE TSVs do not ship: the driver stops before training anything, naming the missing file
-    and FAIRSEQ_COMPRESS_SHARED (or the flag); the GLUE drivers name the teacher folder glue_teachers.sh makes, and
-    that script names the TSVs it needs."""
+    """The GLUE TSVs do not ship: a GLUE benchmark stops before anything runs, naming the teacher it looked for and
+    the recipe that makes it (glue_teachers.sh), and that recipe names the TSVs it needs and
+    FAIRSEQ_COMPRESS_SHARED."""
     env, shared = no_shared
 
     def fails(cmd, *words):
@@ -102,16 +95,11 @@ def test_what_does_not_ship_stops_at_once_naming_the_path_and_the_switch(no_shar
         assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
 
     script = [sys.executable]
-    fails(script + ["scripts/bench/bench_iwslt14.py", "--quick", "--work", str(tmp_path / "iwslt")],
-          os.path.join(shared, "data", "iwslt14.de-en", "bpe", "valid.de"), "FAIRSEQ_COMPRESS_SHARED", "--iwslt-dir")
-    assert not (tmp_path / "iwslt").exists()  # nothing made before the check
     glue = str(tmp_path / "glue")
-    fails(script + ["scripts/bench/bench_ghost.py", "--quick", "--glue-task", "RTE", "--glue-work", glue],
+    fails(script + ["scripts/bench/bench_deploy_glue.py", "--glue-task", "RTE", "--glue-work", glue,
+                    "--parity-tasks", "", "--work", str(tmp_path / "deploy")],
           os.path.join(glue, "RTE", "checkpoints", "checkpoint_best.pt"), "glue_teachers.sh")
-    fails(script + ["scripts/bench/bench_apc_glue.py", "--quick", "--glue-task", "RTE", "--glue-work", glue],
-          os.path.join(glue, "RTE", "checkpoints", "checkpoint_best.pt"), "glue_teachers.sh")
-    fails(script + ["scripts/bench/bench_variator.py", "--quick", "--parts", "glue", "--glue-work", glue],
-          os.path.join(glue, "minilm-p128"), "glue_teachers.sh")
+    assert not (tmp_path / "deploy").exists()  # nothing made before the check
     fails(["bash", "scripts/recipes/glue_teachers.sh"], os.path.join(shared, "data", "glue"), "FAIRSEQ_COMPRESS_SHARED")
 
 

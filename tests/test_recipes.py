@@ -3,9 +3,8 @@ of the embedded Multi30k, and on a tiny GLUE teacher -- resumable (a finished st
 other settings refused); the GPU reproductions are checked by a dry run whose every fairseq-train line must parse
 with fairseq's own parser.
 
-The SMOKE runs start together, two at a time (the machine's two cores), and each test reads its own run. pet.sh, and
-ghostbert.sh and apc.sh on GLUE, run inside scripts/bench/bench_methods.py's smoke runs and are checked on those
-(tests/test_bench_methods.py), with the GLUE GPU reproductions' dry runs that read their checkpoints."""
+The SMOKE runs start together, two at a time (the machine's two cores), and each test reads its own run; the GLUE GPU
+reproductions' dry runs take the flags of the checkpoints they would write from the same stages of the GLUE runs."""
 import os
 import re
 import shlex
@@ -51,10 +50,12 @@ def score_line(run):
 
 @pytest.fixture(scope="module")
 def smoke(shipped_data, tmp_path_factory, request):  # noqa: F811
-    """The CPU recipes on a SMOKE budget, two at a time: GhostBERT, APC and Variator on the shipped translation
-    teacher, and Variator (from a pre-trained plugin) on the tiny RTE teacher when the GLUE TSVs are present."""
+    """The CPU recipes on a SMOKE budget, two at a time: PET, GhostBERT, APC and Variator on the shipped translation
+    teacher, and GhostBERT, APC (every FFN 64 -> 32) and Variator (from a pre-trained plugin) on the tiny RTE teacher
+    when the GLUE TSVs are present."""
     root = tmp_path_factory.mktemp("recipes")
     jobs = {
+        "pet": (os.path.join(RECIPES, "pet.sh"), {"DATA": shipped_data}),
         "ghostbert": (os.path.join(RECIPES, "ghostbert.sh"), {"DATA": shipped_data}),
         "apc": (os.path.join(RECIPES, "apc.sh"), {"DATA": shipped_data, "FINETUNE_UPDATES": 2}),
         "variator": (os.path.join(RECIPES, "variator.sh"), {"DATA": shipped_data, "BOTTLENECK": 16}),
@@ -68,13 +69,36 @@ def smoke(shipped_data, tmp_path_factory, request):  # noqa: F811
         jobs.update({
             "variator-glue": (os.path.join(RECIPES, "variator.sh"), dict(
                 common, K=2, BOTTLENECK=8, PRETRAIN_BACKBONE=glue["teacher"], PRETRAIN_DATA=glue["data"])),
+            "ghostbert-glue": (os.path.join(RECIPES, "ghostbert.sh"), dict(common, WIDTH="2/4")),
+            "apc-glue": (os.path.join(RECIPES, "apc.sh"), dict(common, ENCODER_FFN_DIMS=32, FINETUNE_UPDATES=2)),
         })
     with ThreadPoolExecutor(2) as pool:
         futures = {name: pool.submit(bash, script, root / name, SMOKE=1, **variables)
                    for name, (script, variables) in jobs.items()}
         runs = {name: f.result() for name, f in futures.items()}
     runs["glue"] = glue
+    runs["pet-env"] = dict(SMOKE=1, **jobs["pet"][1])
     return runs
+
+
+def test_pet_recipe_on_translation_resumes_and_refuses_other_settings(smoke):
+    """scripts/recipes/pet.sh on the shipped teacher (SMOKE=1, the default widths): its score line at PET's size,
+    exactly its updates, its record; run again it skips every stage and prints the same score; with another setting
+    on its finished stages it is refused, naming the stage and the way out."""
+    import json
+
+    run = smoke["pet"]
+    line = score_line(run)
+    assert re.match(r"score: pet BLEU \(tok\) [\d.]+ \(teacher [\d.]+\) at 8\.74% of the teacher's non-embedding", line)
+    kd_log = open(os.path.join(run["work"], "kd.log")).read()
+    assert re.search(r"num_updates 3\b", kd_log) and not re.search(r"num_updates 4\b", kd_log)
+    record = json.load(open(os.path.join(run["work"], "result.json")))
+    assert record["recipe"] == "pet" and record["metrics"] and record["updates"] > 0
+    again = bash(os.path.join(RECIPES, "pet.sh"), run["work"], timeout=300, **smoke["pet-env"])
+    assert score_line(again) == line
+    assert all(f"--- {s}: done, skipped" in again["stdout"] for s in ("warmup", "kd", "measure"))
+    other = bash(os.path.join(RECIPES, "pet.sh"), run["work"], timeout=300, LR="2e-3", **smoke["pet-env"])
+    assert other["rc"] == 2 and "stage warmup in" in other["out"] and "was finished with another command" in other["out"]
 
 
 def test_recipes_parse_and_print_their_documentation():
@@ -130,6 +154,27 @@ def test_variator_recipe_on_glue(smoke):
     assert re.match(r"score: variator k=2 RTE dev accuracy [\d.]+ \(backbone alone [\d.]+\), ", score_line(run))
     # adaptation started from the pre-trained plugin
     assert "--variator-plugins WORK/pretrained-k2.pt" in open(os.path.join(run["work"], "plugin", "DONE")).read()
+
+
+def test_ghostbert_recipe_on_glue(smoke):
+    """scripts/recipes/ghostbert.sh GLUE_TASK=RTE: the task flags read from the teacher, Table 8's optimiser, the
+    held-out metric choosing the checkpoint, the GLUE encoder's ghost architecture."""
+    run = glue_run(smoke, "ghostbert-glue")
+    assert re.match(r"score: ghostbert-ghost RTE dev accuracy [\d.]+ \(teacher [\d.]+\) ", score_line(run))
+    done = open(os.path.join(run["work"], "finetune", "DONE")).read()
+    assert "--task sentence_prediction --num-classes 2 --init-token 0" in done and "--shorten-method truncate" in done
+    assert "--adam-betas '(0.9,0.999)' --adam-eps 1e-6 --lr 2e-5 --lr-scheduler polynomial_decay" in done
+    assert "--best-checkpoint-metric accuracy --maximize-best-checkpoint-metric" in done
+    assert flags(os.path.join(run["work"], "prune", "init.pt"))[:2] == ["--arch", "ghost_hf_bert"]
+
+
+def test_apc_recipe_on_glue(smoke):
+    """scripts/recipes/apc.sh GLUE_TASK=RTE: its score line, and every FFN of 32 finalized into a stock hf_bert of
+    that width (per-layer widths stay apc_hf_bert --apc-finalized: tests/test_apc.py)."""
+    run = glue_run(smoke, "apc-glue")
+    assert re.match(r"score: apc RTE dev accuracy [\d.]+ \(teacher [\d.]+\) ", score_line(run))
+    final = flags(os.path.join(run["work"], "finalize", "apc.pt"))
+    assert final[:2] == ["--arch", "hf_bert"] and "--encoder-ffn-embed-dim 32 " in " ".join(final) + " "
 
 
 # ---- the GPU reproductions: dry runs -----------------------------------------------------------------------------
@@ -227,3 +272,39 @@ def test_glue_teachers_has_a_recipe_for_every_glue_task(tmp_path, gpu):
     assert not (tmp_path / "glue").exists(), "a dry run wrote files"
     rc, out = glue_teachers_dry_run(tmp_path, TASKS="SST-5", HF_MODEL="/models/x", GLUE_DIR="/data/glue")
     assert rc == 2 and "TASKS: no GLUE task 'SST-5'" in out
+
+
+def test_glue_gpu_reproductions_dry_run_prints_parseable_commands(smoke, tmp_path):
+    """Table 1/3 (GhostBERT), Table 2 (APC) and Variator on BERT-base: every fairseq-train line they would run
+    parses, with the flags of the checkpoints they would write taken from the same stage of the GLUE smoke runs."""
+    glue_run(smoke, "apc-glue")
+    ghost, apc = smoke["ghostbert-glue"]["work"], smoke["apc-glue"]["work"]
+    stand_ins = {"prune/init.pt": os.path.join(ghost, "prune", "init.pt"),
+                 "init/init.pt": os.path.join(apc, "init", "init.pt"),
+                 "finalize/apc.pt": os.path.join(apc, "finalize", "apc.pt"),
+                 "checkpoint_best.pt": str(smoke["glue"]["teacher"]), "model.pt": str(smoke["glue"]["teacher"])}
+    cache = {}
+
+    def stand_in(options, path):
+        key = next(k for k in stand_ins if path.endswith(k))
+        if (options, key) not in cache:
+            cache[(options, key)] = flags(stand_ins[key], *options.split())
+        return cache[(options, key)]
+
+    expected = {"ghostbert_glue_gpu": ({"ghost_distill": 2, "glue_sentence_prediction": 2}, "ghost_hf_bert"),
+                "apc_glue_gpu": ({"glue_sentence_prediction": 4}, None),
+                "variator_glue_gpu": ({"variator_distill": 3}, "hf_bert")}
+    for name, (criteria, arch) in expected.items():
+        run = bash(os.path.join(RECIPES, name + ".sh"), tmp_path / name, DRY_RUN=1, HF_MODEL="/models/bert-base-uncased",
+                   GLUE_DIR="/data/glue", TASKS="RTE MRPC", WIDTHS="3/12", VALIDATIONS=3)
+        assert run["rc"] == 0, run["out"][-3000:]
+        assert "HF_MODEL=/models/bert-base-uncased GLUE_DIR=/data/glue GPU=1" in run["stdout"]
+        seen = {}
+        for line in train_lines(run["stdout"]):
+            args = parse(line, stand_in)
+            assert args.fp16 and args.user_dir == USER_DIR
+            seen[args.criterion] = seen.get(args.criterion, 0) + 1
+            if arch:
+                assert args.arch == arch
+        assert seen == criteria, (name, seen)
+        assert not list((tmp_path / name).rglob("DONE")), "a dry run ran something"

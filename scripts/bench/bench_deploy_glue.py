@@ -5,18 +5,17 @@ int8), with dev score, size on disk and sentences/s at batch 1 and 32; the expor
 every dev example of each task of ``--parity-tasks``; and GhostBERT's encoder time against pruned-only at every
 width m, paired in one run. Written to work/results/deploy_glue.md (``--out``; + .json, + .png).
 
-    nice -n 10 python scripts/bench/bench_deploy_glue.py --glue-task MRPC --glue-work work/glue --train
+    python scripts/bench/bench_deploy_glue.py --glue-task MRPC --glue-work work/glue --ghost work/ghost-mrpc ...
     python scripts/bench/bench_deploy_glue.py --glue-task MRPC --out results/deploy_glue   # the committed table
 
 Models (``--glue-work`` may list several folders, comma-separated; a task's teacher is the first
 TASK/checkpoints/checkpoint_best.pt found, with its data-bin/TASK.wordpiece, as scripts/recipes/glue_teachers.sh leaves
 them):
 * teacher: the fine-tuned MiniLM-L6 (scripts/recipes/glue_teachers.sh);
-* pruned only and GhostBERT at ``--width`` (3/12): scripts/bench/bench_ghost.py's fine-tuned checkpoints (its last
-  checkpoint, its primary score) in ``--ghost-work``;
-* APC-finalized: scripts/bench/bench_apc_glue.py's APC-50-ff analogue, finalized and fine-tuned, in ``--apc-work``.
-``--train`` runs those two drivers (``--train-only``, their own defaults, seed ``--seed``) for whatever is
-missing; without it a missing model stops the run with the command that makes it.
+* pruned only and GhostBERT (``--pruned``, ``--ghost``): scripts/recipes/ghostbert.sh's models (VARIANT=pruned and
+  ghost) of that teacher, each given as its checkpoint or as the recipe's work folder, whose result.json names it;
+* APC-finalized (``--apc``): scripts/recipes/apc.sh's model, the same way.
+A missing model stops the run with the recipe command that makes it (on a GPU: DEVICE_FLAGS=--fp16).
 
 Runtimes: fairseq (the checkpoint with ``--user-dir``), transformers (user_dir/deploy/export_hf.py; pruned heads
 and per-layer FFN widths zero-padded with ``--zero-pad``, the only form transformers 5 loads; GhostBERT has no
@@ -35,17 +34,15 @@ every ``--widths`` m, with the ONNX Runtime ratio beside it; ``--ghost-costs-onl
 keeps the other sections of the report's JSON (the section then names its own command).
 
 A CPU benchmark by design (no ``--device``): ONNX Runtime's CPU provider and its int8 weights are what it
-compares; the models it lacks, ``--train`` makes with bench_ghost.py and bench_apc_glue.py on the CPU (train them
-on a GPU with those drivers' ``--device cuda`` first, and this driver finds them).
+compares; the models it reads may be trained anywhere.
 """
 import argparse
-import glob
 import json
 import os
 import statistics
 import sys
 
-from benchlib import (ROOT, default_out, logger, plot_panels, provenance, provenance_text, rel, run, sha256_of,
+from benchlib import (ROOT, default_out, logger, plot_panels, provenance, provenance_text, rel, sha256_of,
                       write_report)
 from bench_ghost_costs import add_timing_arguments, forms_text, ghost_costs, costs_table, timed_rounds
 from glue_bench import REPORT_SUBSET, first_glue_setup
@@ -60,37 +57,36 @@ def task_setup(args, task):
     return first_glue_setup(args.glue_work, task)
 
 
+RECIPES = {"pruned only": "VARIANT=pruned bash scripts/recipes/ghostbert.sh",
+           "GhostBERT": "bash scripts/recipes/ghostbert.sh",
+           "APC-finalized": "bash scripts/recipes/apc.sh"}
+
+
+def recipe_checkpoint(name, path, setup, task):
+    """The checkpoint of ``path``: itself if a file, else the one its recipe's record names (a recipe's work folder:
+    WORK/result.json, scripts/experiments/record.py), checked to be made from this task's teacher."""
+    if os.path.isfile(path):
+        return path
+    record = os.path.join(path, "result.json")
+    if not os.path.isfile(record):
+        flag = {"pruned only": "--pruned", "GhostBERT": "--ghost", "APC-finalized": "--apc"}[name]
+        sys.exit(f"bench_deploy_glue: {flag} {path}: no checkpoint and no recipe record (result.json); make it with "
+                 f"TEACHER={rel(setup['teacher'])} DATA={rel(setup['data'])} GLUE_TASK={task} {RECIPES[name]} {path}")
+    with open(record) as f:
+        made = json.load(f)
+    teacher = made.get("teacher", {}).get("sha256")
+    if teacher and teacher != sha256_of(setup["teacher"]):
+        sys.exit(f"bench_deploy_glue: {record} was made from another teacher than {rel(setup['teacher'])}")
+    checkpoint = made["checkpoint"]
+    return checkpoint if os.path.isabs(checkpoint) else os.path.join(ROOT, checkpoint)
+
+
 def bench_models(args, setup, task):
-    """{name: checkpoint} of the four models of the main table, training the missing ones with ``--train``."""
-    sha8, m = sha256_of(setup["teacher"])[:8], args.width.replace("/", "of")
-    seed = f"seed{args.seed}"
-    patterns = {
-        "pruned only": os.path.join(args.ghost_work, seed, "glue", task, f"*-{sha8}", f"m{m}", "pruned", "finetune",
-                                    "checkpoints", "checkpoint_last.pt"),
-        "GhostBERT": os.path.join(args.ghost_work, seed, "glue", task, f"*-{sha8}", f"m{m}", "ghost", "finetune",
-                                  "checkpoints", "checkpoint_last.pt"),
-        "APC-finalized": os.path.join(args.apc_work, seed, task, f"*-{sha8}", "apc-finetune", "checkpoints",
-                                      "checkpoint_last.pt")}
-    commands = {
-        "ghost": [sys.executable, "scripts/bench/bench_ghost.py", "--glue-task", task, "--glue-work", setup["glue_work"],
-                  "--widths", args.width, "--variants", "pruned,ghost", "--work", args.ghost_work, "--seeds",
-                  str(args.seed), "--train-only", "--threads", str(args.threads)],
-        "apc": [sys.executable, "scripts/bench/bench_apc_glue.py", "--glue-task", task, "--glue-work", setup["glue_work"],
-                "--work", args.apc_work, "--seeds", str(args.seed), "--train-only", "--threads", str(args.threads)]}
-    found = {name: sorted(glob.glob(p)) for name, p in patterns.items()}
-    missing = {("apc" if name == "APC-finalized" else "ghost") for name, hits in found.items() if not hits}
-    for driver in sorted(missing):
-        if not args.train:
-            sys.exit(f"bench_deploy_glue: no trained {driver} model of {task} for this teacher; make it with --train "
-                     f"or: {' '.join(commands[driver])}")
-        log(f"training the {driver} models: {' '.join(commands[driver])}")
-        run(commands[driver], os.path.join(args.work, f"train_{driver}.log"), args.threads)
+    """{name: checkpoint} of the four models of the main table: the teacher and the recipes' models of
+    ``--pruned``, ``--ghost`` and ``--apc``."""
     models = {"teacher": setup["teacher"]}
-    for name, p in patterns.items():
-        hits = sorted(glob.glob(p))
-        if len(hits) != 1:
-            sys.exit(f"bench_deploy_glue: {len(hits)} checkpoints match {p}")
-        models[name] = hits[0]
+    for name, path in (("pruned only", args.pruned), ("GhostBERT", args.ghost), ("APC-finalized", args.apc)):
+        models[name] = recipe_checkpoint(name, path, setup, task)
     return models
 
 
@@ -303,11 +299,13 @@ def measure_deployments(args):
 
     torch.set_num_threads(args.threads)
     load_start = os.getloadavg()
-    result = {"provenance": provenance("bench_deploy_glue.py", args.argv, args.threads, [args.seed]),
-              "load_start": list(load_start), "task": args.glue_task, "width": args.width}
+    result = {"provenance": provenance("bench_deploy_glue.py", args.argv, args.threads, []),
+              "load_start": list(load_start), "task": args.glue_task}
     setup = task_setup(args, args.glue_task)
     if setup is None:
-        sys.exit(f"bench_deploy_glue: no {args.glue_task} teacher in --glue-work {args.glue_work}")
+        sys.exit(f"bench_deploy_glue: no {args.glue_task} teacher in --glue-work {args.glue_work} (looked for "
+                 f"{os.path.join(args.glue_work.split(',')[0], args.glue_task, 'checkpoints', 'checkpoint_best.pt')}); make it with "
+                 f"TASKS={args.glue_task} bash scripts/recipes/glue_teachers.sh")
     models = bench_models(args, setup, args.glue_task)
     result["models"] = {k: rel(v) for k, v in models.items()}
     result["training"] = {k: training_of(v) for k, v in models.items()}
@@ -368,10 +366,12 @@ def measure_ghost_costs(args, json_path):
     torch.set_num_threads(args.threads)
     setup = task_setup(args, args.glue_task)
     if setup is None:
-        sys.exit(f"bench_deploy_glue: no {args.glue_task} teacher in --glue-work {args.glue_work}")
+        sys.exit(f"bench_deploy_glue: no {args.glue_task} teacher in --glue-work {args.glue_work} (looked for "
+                 f"{os.path.join(args.glue_work.split(',')[0], args.glue_task, 'checkpoints', 'checkpoint_best.pt')}); make it with "
+                 f"TASKS={args.glue_task} bash scripts/recipes/glue_teachers.sh")
     start = os.getloadavg()
     result["ghost_costs"] = ghost_costs(args, setup, os.path.join(args.work, "ghost_costs"))
-    result["ghost_costs_provenance"] = provenance("bench_deploy_glue.py", args.argv, args.threads, [args.seed])
+    result["ghost_costs_provenance"] = provenance("bench_deploy_glue.py", args.argv, args.threads, [])
     result["ghost_costs_load"] = [list(start), list(os.getloadavg())]
     return result
 
@@ -511,12 +511,15 @@ def get_parser():
     p.add_argument("--glue-work", default=os.path.join(ROOT, "work", "glue"),
                    help="scripts/recipes/glue_teachers.sh's work folder(s), comma-separated; a task's teacher is the first "
                         "TASK/checkpoints/checkpoint_best.pt found (default work/glue)")
-    p.add_argument("--width", default="3/12", help="m of the pruned-only and GhostBERT rows (default 3/12)")
-    p.add_argument("--ghost-work", default=os.path.join(ROOT, "work", "ghost"), help="scripts/bench/bench_ghost.py's --work")
-    p.add_argument("--apc-work", default=os.path.join(ROOT, "work", "apc-glue"),
-                   help="scripts/bench/bench_apc_glue.py's --work")
-    p.add_argument("--train", action="store_true", help="train the missing pruned/GhostBERT/APC models first")
-    p.add_argument("--seed", type=int, default=1, help="the seed of the trained models (their drivers' seed<k>/)")
+    p.add_argument("--pruned", default=os.path.join(ROOT, "work", "deploy-glue", "pruned"),
+                   help="the pruned-only model: a checkpoint, or the work folder of VARIANT=pruned "
+                        "scripts/recipes/ghostbert.sh (its result.json names it; default work/deploy-glue/pruned)")
+    p.add_argument("--ghost", default=os.path.join(ROOT, "work", "deploy-glue", "ghost"),
+                   help="the GhostBERT model: a checkpoint or scripts/recipes/ghostbert.sh's work folder "
+                        "(default work/deploy-glue/ghost)")
+    p.add_argument("--apc", default=os.path.join(ROOT, "work", "deploy-glue", "apc"),
+                   help="the APC-finalized model: a checkpoint or scripts/recipes/apc.sh's work folder "
+                        "(default work/deploy-glue/apc)")
     p.add_argument("--parity-tasks", default="SST-2,MRPC,RTE",
                    help="tasks whose teachers are checked on every dev example ('' for none; default SST-2,MRPC,RTE)")
     add_timing_arguments(p)  # --widths --prune-batches --onnx-ratios --threads --runs --repeats --time-batch

@@ -32,9 +32,9 @@ beside them each k's accuracy on the whole dev set (glue_predict). A plot over t
 the k chosen and latency. The machine, threads and load (``/proc/loadavg``) before each policy are stated.
 
 Where the teacher and plugins come from: by default the SST-2 teacher of scripts/recipes/glue_teachers.sh's
-layout (``work/glue/SST-2/checkpoints/checkpoint_best.pt``) and the plugins scripts/bench/bench_variator.py
-adapted to it (``--variator-work``, found by the teacher's SHA-256 as bench_variator names its folders); how each was
-trained is read from the ``log.txt`` beside it and quoted in the report.
+layout (``work/glue/SST-2/checkpoints/checkpoint_best.pt``) and the plugins scripts/recipes/variator.sh adapted to
+it, one work folder per ratio k (``--variator-work``: WORK/plugin-kK.pt, checked to be made on that backbone by the
+recipe's record); how each was trained is read from the recipe's stage marker beside it and quoted in the report.
 """
 import argparse
 import asyncio
@@ -496,12 +496,15 @@ def serving_verdict(result):
 
 
 def training_commands(folder):
-    """The commands logged in ``folder``/log.txt (bench_variator's stage logs: one '$ command' line each)."""
-    path = os.path.join(folder, "log.txt")
-    if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return [shlex.split(line[2:]) for line in f if line.startswith("$ ") and "fairseq_cli.train" in line]
+    """The fairseq-train commands of scripts/recipes/variator.sh's work folder ``folder``: its stage markers
+    (WORK/STAGE/DONE hold each stage's command), pre-training first."""
+    out = []
+    for name in ("pretrain", "plugin"):
+        path = os.path.join(folder, name, "DONE")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                out.append(shlex.split(f.read().strip()))
+    return out
 
 
 def flag(cmd, name):
@@ -521,29 +524,34 @@ def plugin_provenance(path):
         text += f", the best of its dev validations every {flag(cmd, '--validate-interval-updates')} updates"
     init = flag(cmd, "--variator-plugins")
     if init:
-        before = training_commands(os.path.dirname(init))
+        before = cmds[:-1] or training_commands(os.path.dirname(init))
         text += (f", initialised from {os.path.relpath(init, ROOT)}" + (
             f" ({flag(before[-1], '--max-update')} pre-training updates on "
             f"`{os.path.relpath(flag(before[-1], '--variator-backbone'), ROOT)}`)" if before else ""))
-    return text + f" (commands: {os.path.relpath(os.path.dirname(path), ROOT)}/log.txt)"
+    return text + f" (commands: {os.path.relpath(os.path.dirname(path), ROOT)}/*/DONE)"
 
 
 # ---- main --------------------------------------------------------------------------------------------------
 def default_plugins(variator_work, task, checkpoint):
-    """Each k's primary plugin under ``variator_work``: plugin_last.pt (bench_variator's primary, --glue-select
-    last), else plugin.pt (its folders before the selection protocol)."""
-    digest = sha256_of(checkpoint)[:8]
-    found = []
-    for folder in sorted(glob.glob(os.path.join(variator_work, "glue", task, f"*-{digest}", "k*")),
-                         key=lambda p: int(os.path.basename(p)[1:])):
-        files = [os.path.join(folder, name) for name in ("plugin_last.pt", "plugin.pt")
-                 if os.path.isfile(os.path.join(folder, name))]
-        found += files[:1]
+    """Each k's plugin: WORK/plugin-kK.pt of every scripts/recipes/variator.sh work folder of ``variator_work``
+    (comma-separated), each made on ``checkpoint`` (its result.json's teacher) for ``task``, in the order of k."""
+    digest, found = sha256_of(checkpoint), []
+    for folder in (f for f in variator_work.split(",") if f):
+        files = glob.glob(os.path.join(folder, "plugin-k*.pt"))
+        if len(files) != 1:
+            sys.exit(f"bench_serving: --variator-work {folder}: expected one plugin-kK.pt of "
+                     f"scripts/recipes/variator.sh, found {len(files)}")
+        record = os.path.join(folder, "result.json")
+        if os.path.isfile(record):
+            with open(record) as f:
+                made = json.load(f)
+            if made.get("teacher", {}).get("sha256") not in (None, digest):
+                sys.exit(f"bench_serving: {files[0]} was adapted to another backbone than {checkpoint}")
+        found.append(files[0])
     if not found:
-        sys.exit(f"bench_serving: no plugins adapted to {checkpoint} (sha256 {digest}) under {variator_work}/glue/"
-                 f"{task}/*-{digest}/k*/plugin_last.pt (or plugin.pt); train them with scripts/bench/bench_variator.py or "
-                 "give --plugins")
-    return found
+        sys.exit(f"bench_serving: no plugins: give --plugins, or --variator-work with the work folders of "
+                 f"TEACHER={checkpoint} GLUE_TASK={task} K=k bash scripts/recipes/variator.sh WORK, one per k")
+    return sorted(found, key=lambda p: int(os.path.basename(p)[len("plugin-k"):-3]))
 
 
 def main(argv=None):
@@ -554,10 +562,10 @@ def main(argv=None):
     p.add_argument("--checkpoint", default=None,
                    help="the backbone (default: work/glue/TASK/checkpoints/checkpoint_best.pt)")
     p.add_argument("--data", default=None, help="its data folder (default: work/glue/data-bin/TASK.wordpiece)")
-    p.add_argument("--plugins", default=None, help="comma-separated plugin files (default: those bench_variator "
-                                                   "adapted to the checkpoint, under --variator-work)")
-    p.add_argument("--variator-work", default=os.path.join(ROOT, "work", "bench-variator", "variator_sst2"),
-                   help="scripts/bench/bench_variator.py's work folder for its --out work/serving/variator_sst2.md run")
+    p.add_argument("--plugins", default=None, help="comma-separated plugin files (default: those of --variator-work)")
+    p.add_argument("--variator-work", default=",".join(os.path.join(ROOT, "work", f"variator-sst2-k{k}") for k in (2, 4, 8)),
+                   help="comma-separated work folders of scripts/recipes/variator.sh on the checkpoint, one per k "
+                        "(default work/variator-sst2-k2,-k4,-k8)")
     p.add_argument("--policies", default="fixed:0,fixed:max,adaptive",
                    help="policies to run, in order (fixed:max = the largest plugin's ratio; adaptive@4+8 = the "
                         "adaptive policy with only the k=4 and k=8 plugins attached)")

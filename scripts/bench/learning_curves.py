@@ -7,7 +7,7 @@ every run reached), the curves as read beside it (its name with .json) and a PNG
     python scripts/bench/learning_curves.py \\
       --run "PET (3 warm-up epochs, then KD)" work/pet-full/kd.log 738 \\
       --run "word-KD (plain student)" work/bench-translation/u5658-w738-e128-d96/word-kd-s1/kd/train.log 0 \\
-      --out results/translation_long_budget.md
+      --out results/archive/translation_long_budget.md
 
 Each ``--run LABEL LOG OFFSET``: OFFSET updates are added to the log's own (a KD stage that started
 from a warm-up of OFFSET updates is placed after it; the warm-up's own validation loss is on a

@@ -384,15 +384,15 @@ def pack(grid, cells, destination):
 
 
 def device_setup(grid):
-    """On a bare lent machine: fairseq and the packages it lacks from the carried wheels (scripts/maint/gpu_check.sh
-    --setup-only, into work/gpu_check/site, put on PYTHONPATH), and fairseq's commands as 'python -m' shims on PATH
+    """On a bare lent machine: fairseq and the packages it lacks from the carried wheels (scripts/maint/device_setup.sh,
+    into work/device/site, put on PYTHONPATH), and fairseq's commands as 'python -m' shims on PATH
     when pip --target left none; a machine whose Python imports fairseq already is left as it is."""
     if subprocess.run([sys.executable, "-c", "import fairseq"], capture_output=True).returncode == 0:
         return
-    print("grid: fairseq does not import: setting up from the carried wheels (gpu_check.sh --setup-only)", flush=True)
-    subprocess.run(["bash", os.path.join(ROOT, "scripts", "maint", "gpu_check.sh"), "--setup-only"], cwd=ROOT,
-                   check=True, env=dict(os.environ, PYTHON=sys.executable))
-    site = os.path.join(ROOT, "work", "gpu_check", "site")
+    print("grid: fairseq does not import: setting up from the carried wheels (scripts/maint/device_setup.sh)", flush=True)
+    subprocess.run(["bash", os.path.join(ROOT, "scripts", "maint", "device_setup.sh")], cwd=ROOT,
+                   check=True, env=dict(os.environ, PYTHON=sys.executable, WORK="work/device"))
+    site = os.path.join(ROOT, "work", "device", "site")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, site, os.environ.get("PYTHONPATH")]))
     shims = os.path.join(grid.scratch, "bin")
     os.makedirs(shims, exist_ok=True)

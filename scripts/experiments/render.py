@@ -268,6 +268,8 @@ BLOCKS = {
     "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
     "claims-pet-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "PET"]),
     "claims-glue": lambda store: claims_table(store, [c for c in load_claims() if c["grid"] == "glue"]),
+    "claims-ghostbert-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "GhostBERT"]),
+    "claims-apc-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "APC"]),
 }
 
 

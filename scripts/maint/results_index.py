@@ -27,14 +27,14 @@ OUT = os.path.join(RESULTS, "README.md")
 
 # (file-name prefix, method, the page that documents it); the first matching prefix wins
 METHODS = [
-    ("claims", "The papers' central claims (3 seeds, paired tests; their tables in results/claims/)", "README.md"),
+    ("archive/", "Archive: superseded tables, kept as they were written (the scripts that made them are deleted; "
+                 "git keeps them)", None),
+    ("claims", "The papers' central claims (rendered from the store, paired tests over seeds)", "README.md"),
     ("pet_multi30k", "PET", "user_dir/pet/README.md"),
     ("quickstart_apc", "APC", "user_dir/apc/README.md"),
     ("quickstart_ghostbert", "GhostBERT", "user_dir/ghost/README.md"),
     ("quickstart_variator", "Variator", "user_dir/variator/README.md"),
     ("demo", "PET", "user_dir/pet/README.md"),
-    ("iwslt14", "PET", "user_dir/pet/README.md"),
-    ("translation", "PET's competitors: the translation benchmark", "user_dir/baselines/README.md"),
     ("variator", "Variator", "user_dir/variator/README.md"),
     ("ghostbert", "GhostBERT", "user_dir/ghost/README.md"),
     ("ghost_costs", "GhostBERT", "user_dir/ghost/README.md"),
@@ -42,9 +42,7 @@ METHODS = [
     ("glue", "GLUE teachers", "user_dir/bert/README.md"),
     ("teacher_", "Translation teachers", "scripts/README.md"),
     ("deploy", "Deployment", "user_dir/deploy/README.md"),
-    ("gpu_check", "GPU check", "scripts/README.md"),
     ("serving", "Serving Variator", "user_dir/serving/README.md"),
-    ("methods_", "Which method? Every method side by side (scripts/bench/bench_methods.py)", "scripts/README.md"),
 ]
 # status and a few words on what the table is; only tables (.md): their JSON and plots share it
 STATUS = {
@@ -55,47 +53,47 @@ STATUS = {
     **{f"quickstart_{name}.md": ("part", "the page's quickstart: the recipe as the page runs it on the shipped teacher, "
                                  "one seed (scripts/recipes/quickstarts.sh)") for name in ("apc", "ghostbert", "variator")},
     "demo.md": ("part", "the demo's short PET run (200 + 600 updates)"),
-    "iwslt14.md": ("part", "a pipeline check on the paper's IWSLT'14 test set (7k training pairs)"),
-    "translation.md": ("headline", "the 800-update benchmark, 3 seeds per method, merged from its parts"),
+    "archive/iwslt14.md": ("part", "a pipeline check on the paper's IWSLT'14 test set (7k training pairs)"),
+    "archive/translation.md": ("headline", "the 800-update benchmark, 3 seeds per method, merged from its parts"),
     "archive/translation_800_pet.md": ("part", "PET and PET without warm-up, merged into translation.md"),
     "archive/translation_800_seed1.md": ("part", "word-KD, Patient-KD, CAN seed 1, merged into translation.md"),
     "archive/translation_800_seeds23.md": ("part", "word-KD, Patient-KD, CAN seeds 2-3, merged into translation.md"),
     "archive/translation_800_seqkd.md": ("part", "sequence-level KD, merged into translation.md"),
     "archive/translation_800_pet_intel.md": ("superseded", "PET's 800-update seeds on an Intel machine; translation.md "
                                      "takes them from translation_800_pet.md"),
-    "translation_800_one_machine.md": ("part", "seeds 1-2 retrained and measured on one machine: a check of "
+    "archive/translation_800_one_machine.md": ("part", "seeds 1-2 retrained and measured on one machine: a check of "
                                        "translation.md"),
     "archive/translation_800_seed1_all.md": ("part", "merged into translation_800_one_machine.md"),
     "archive/translation_800_seed2_all.md": ("part", "merged into translation_800_one_machine.md"),
-    "translation_ablations.md": ("part", "PET's ablations (Tables 2, 3, 4/8, 10), one seed"),
-    "translation_ablations_2.md": ("part", "PET's ablations, second set, one seed"),
-    "translation_5658_seed1.md": ("part", "word-KD at PET's full budget (5,658 updates), one seed"),
-    "translation_long_budget.md": ("part", "PET against word-KD over PET's full budget: validation NLL"),
-    "translation_account.md": ("part", "written by hand: where and why our numbers differ from the paper's"),
-    "variator.md": ("headline", "plugins on the Multi30k teacher and the MiniLM GLUE teachers"),
-    "variator_glue_200_updates.md": ("part", "the SST-2 sweep over k at 200 adaptation updates"),
-    "ghostbert.md": ("headline", "pruned only vs GhostBERT on translation and GLUE"),
-    "ghostbert_sst2_1000_updates.md": ("part", "SST-2 at m = 3/12 with four times the budget"),
+    "archive/translation_ablations.md": ("part", "PET's ablations (Tables 2, 3, 4/8, 10), one seed"),
+    "archive/translation_ablations_2.md": ("part", "PET's ablations, second set, one seed"),
+    "archive/translation_5658_seed1.md": ("part", "word-KD at PET's full budget (5,658 updates), one seed"),
+    "archive/translation_long_budget.md": ("part", "PET against word-KD over PET's full budget: validation NLL"),
+    "archive/translation_account.md": ("part", "written by hand: where and why our numbers differ from the paper's"),
+    "archive/variator.md": ("headline", "plugins on the Multi30k teacher and the MiniLM GLUE teachers"),
+    "archive/variator_glue_200_updates.md": ("part", "the SST-2 sweep over k at 200 adaptation updates"),
+    "archive/ghostbert.md": ("headline", "pruned only vs GhostBERT on translation and GLUE"),
+    "archive/ghostbert_sst2_1000_updates.md": ("part", "SST-2 at m = 3/12 with four times the budget"),
     "ghost_costs_gpu.md": ("part", "the ghost modules' time against pruned only on an H100, fp32/fp16/bf16"),
     "ghost_costs_gpu_whole.md": ("part", "the same in fp16 with both encoders under CUDA graphs (cudagraphs backend)"),
-    "apc.md": ("part", "30 updates: sizes, initialisations, strategies"),
-    "apc_300_updates.md": ("headline", "translation at 300 updates: FFN, attention and embedding compression"),
-    "apc_glue.md": ("headline", "the APC-50-ff analogue of the MiniLM GLUE teachers vs neuron pruning"),
+    "archive/apc.md": ("part", "30 updates: sizes, initialisations, strategies"),
+    "archive/apc_300_updates.md": ("headline", "translation at 300 updates: FFN, attention and embedding compression"),
+    "archive/apc_glue.md": ("headline", "the APC-50-ff analogue of the MiniLM GLUE teachers vs neuron pruning"),
     "apc_layer_importance.md": ("part", "layer importance of the Multi30k teacher (Figure 3)"),
     "apc_layer_importance_rte.md": ("part", "layer importance of the RTE teacher (Figure 3)"),
     "apc_search_multi30k.md": ("part", "the Optuna size search (section 4.1)"),
     "glue.md": ("headline", "MiniLM-L6 fine-tuned on SST-2, MRPC, RTE"),
-    "gpu_check.md": ("headline", "every method with float32, --fp16, --bf16 and fc-train-bf16 on an H100"),
+    "archive/gpu_check.md": ("headline", "every method with float32, --fp16, --bf16 and fc-train-bf16 on an H100"),
     "archive/gpu_check_apc_fp16_overflow.md": ("superseded", "the first H100 run: APC's fp16 loss-scale overflow, before "
                                        "its refusal (and before the seconds column worked)"),
     "teacher_multi30k.md": ("headline", "the CPU-scale Multi30k teacher against the reference"),
     "deploy.md": ("headline", "fairseq and CTranslate2 (float32, int8), teacher and PET"),
     "deploy_glue.md": ("headline", "a GLUE task's teacher and compressed encoders in fairseq, Hugging Face and ONNX"),
-    "serving.md": ("headline", "fc-serve under a bursty load: fixed k against the adaptive policy (SST-2)"),
-    "methods_multi30k_ladder.md": ("headline", "the default ladder (15 models: PET, word-KD, Variator, GhostBERT, "
+    "archive/serving.md": ("headline", "fc-serve under a bursty load: fixed k against the adaptive policy (SST-2)"),
+    "archive/methods_multi30k_ladder.md": ("headline", "the default ladder (15 models: PET, word-KD, Variator, GhostBERT, "
                                    "APC, PET then APC) at 400 CPU updates each, deployed in fairseq and CTranslate2 "
                                    "float32/int8, against the teacher: Pareto fronts and the recommendation"),
-    "methods_glue_sst2.md": ("headline", "the default GLUE ladder (12 models: Variator, pruned only, GhostBERT, APC) "
+    "archive/methods_glue_sst2.md": ("headline", "the default GLUE ladder (12 models: Variator, pruned only, GhostBERT, APC) "
                              "at 480 CPU updates each on the SST-2 teacher, deployed in fairseq and ONNX Runtime "
                              "fp32/int8, chosen on a held-out slice of train, scored on dev: Pareto fronts and the "
                              "recommendation"),
@@ -103,8 +101,11 @@ STATUS = {
                                     "the whole default ladder"),
 }
 # every table of a subfolder of results/ that STATUS does not name
-FOLDER_STATUS = {"claims": ("part", "a benchmark table behind rows of claims.md (3 seeds, scripts/bench/claims.py reads it)")}
-HAND_WRITTEN = {"translation_account.md"}  # prose, no command made them
+FOLDER_STATUS = {"archive": ("superseded", "a table of the short-budget benchmarks, behind "
+                                         "archive/claims_short_cpu_budgets.md")}
+STATUS["archive/claims_short_cpu_budgets.md"] = (
+    "superseded", "the claims at 200-800 CPU updates per model, before the grid runner (scripts/bench/claims.py)")
+HAND_WRITTEN = {"archive/translation_account.md"}  # prose, no command made them
 COMMAND_LINE = re.compile(r"^(?:\*\*)?(Commands?\b|Made by\b|Report made by\b)", re.I)
 
 
@@ -175,6 +176,8 @@ def entries(results=RESULTS):
         command, more = ("(written by hand)", 0) if name in HAND_WRITTEN else command_of_table(text)
         status, what = STATUS.get(name) or FOLDER_STATUS.get(os.path.dirname(name).split("/")[0]) or (
             "unclassified", "add it to STATUS in scripts/maint/results_index.py")
+        if name.startswith("archive/"):  # kept as written: its command names a script since deleted
+            status, command, more = "superseded", "(in the file; its script is deleted)", 0
         method, page = method_and_page(name)
         files = [n for n in names if n != name and not n.endswith(".md") and owner(n, tables) == name]
         if command is None:
@@ -213,8 +216,8 @@ def index_markdown(rows):
                 "| file | status | what | command | last commit | raw numbers and plots |", "|---|---|---|---|---|---|"]
         rank = {"headline": 0, "part": 1, "superseded": 2, "unclassified": 3}
         for r in sorted(group, key=lambda r: (rank.get(r["status"], 3), r["name"])):
-            command = (r["command"] if r["command"] == "(written by hand)" else f"`{r['command']}`" if r["command"]
-                       else "(none written in the file)")
+            command = (r["command"] if r["command"] and r["command"].startswith("(") else f"`{r['command']}`"
+                       if r["command"] else "(none written in the file)")
             if r["more_commands"]:
                 command += f" and {r['more_commands']} more (in the file)"
             what = r["what"] + (f": {r['heading']}" if r["heading"] and r["status"] != "unclassified" else "")

@@ -22,7 +22,7 @@
 #
 # Variables (defaults in brackets):
 #   K [4]: the compression ratio (paper: 4; Fig. 3: 2..32); BOTTLENECK [64]: the adapter's r (paper: 64; for
-#     backbones much narrower than T5-base choose smaller, e.g. 16: benchmark results/variator.md);
+#     backbones much narrower than T5-base choose smaller, e.g. 16: benchmark results/archive/variator.md);
 #     PLACE [ffn]: ffn or att-kv; PLUGIN_FLAGS: more --variator-* flags (Table 2's ablations:
 #     --variator-compression mean, --variator-decompression copy)
 #   UPDATES [translation 400, GLUE 800], PRETRAIN_UPDATES [200], LR [1e-3: the paper's pre-training lr; its

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Download, here (where PyPI is reachable), what scripts/maint/gpu_check.sh needs on a CUDA machine that has
+# Download, here (where PyPI is reachable), what scripts/maint/device_setup.sh needs on a CUDA machine that has
 # no internet: the fairseq-fixed source and the wheels of the packages that machine's Python lacks.
 #
-#   bash scripts/maint/gpu_check_fetch.sh                          # for Python 3.12 (the device image's) -> wheels/gpu/
-#   bash scripts/maint/gpu_check_fetch.sh --python-version 3.11    # another Python; several can share one folder
-#   bash scripts/maint/gpu_check_fetch.sh --packages 'cffi==2.0.0'  # also these (what gpu_check.sh's set-up names)
+#   bash scripts/maint/device_fetch.sh                          # for Python 3.12 (the device image's) -> wheels/gpu/
+#   bash scripts/maint/device_fetch.sh --python-version 3.11    # another Python; several can share one folder
+#   bash scripts/maint/device_fetch.sh --packages 'cffi==2.0.0'  # also these (what device_setup.sh names)
 #   # then, on the GPU machine, with wheels/gpu carried there:
-#   bash scripts/maint/gpu_check.sh --budget 320 --jobs 16 --out results/gpu_check.md
+#   bash scripts/maint/device_setup.sh   (scripts/experiments/grid.py --executor device runs it)
 #
 # What is fetched (--dest, default wheels/gpu, ignored by git; carry it to the GPU machine):
 # * fairseq-fixed==0.12.3.1 as its source archive: it compiles C++/Cython extensions against the torch
-#   it is built beside, so gpu_check.sh builds it there, against that machine's torch (a torch CUDA
+#   it is built beside, so device_setup.sh builds it there, against that machine's torch (a torch CUDA
 #   wheel is ~800 MB: the check uses the torch the machine already has);
 # * wheels (--only-binary :all:, manylinux x86_64, CPython --python-version) of what fairseq and the
 #   plug-in import and a CUDA image with PyTorch lacks (the one this was planned for holds torch, numpy,
@@ -20,7 +20,7 @@
 # * antlr4-python3-runtime 4.9.3 (omegaconf's parser), which PyPI has as a source archive only,
 #   built here into its pure-Python wheel.
 # Nothing resolves dependencies (--no-deps): a package the machine lacks beyond these is named by
-# gpu_check.sh's set-up, and fetched with --packages. torchaudio, which fairseq-fixed requires, is never
+# device_setup.sh, and fetched with --packages. torchaudio, which fairseq-fixed requires, is never
 # fetched nor installed: fairseq imports it only in its speech code, and the index's newest (2.11) cannot load
 # beside another torch (as scripts/setup_env.sh, which removes it). ctranslate2 is not fetched: its 43 MB wheel does
 # not fit beside the repository's ~42 MB of tracked files in the 64 MiB a device call carries.
@@ -41,13 +41,13 @@ while [ $# -gt 0 ]; do
     --dest) DEST="$2"; shift 2 ;;
     --packages) PACKAGES="$PACKAGES $2"; shift 2 ;;
     -h|--help) usage 0 ;;
-    *) echo "gpu_check_fetch.sh: unknown option $1" >&2; usage 2 ;;
+    *) echo "device_fetch.sh: unknown option $1" >&2; usage 2 ;;
   esac
 done
-[[ "$PYVER" =~ ^3\.[0-9]+$ ]] || { echo "gpu_check_fetch.sh: --python-version must look like 3.12, got '$PYVER'" >&2; exit 2; }
+[[ "$PYVER" =~ ^3\.[0-9]+$ ]] || { echo "device_fetch.sh: --python-version must look like 3.12, got '$PYVER'" >&2; exit 2; }
 # pip of the project's environment: building fairseq-fixed's source metadata imports torch
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
-"$PY" -c "import torch" 2>/dev/null || { echo "gpu_check_fetch.sh: $PY cannot import torch (set PYTHON)" >&2; exit 2; }
+"$PY" -c "import torch" 2>/dev/null || { echo "device_fetch.sh: $PY cannot import torch (set PYTHON)" >&2; exit 2; }
 PIP=("$PY" -m pip --disable-pip-version-check)
 mkdir -p "$DEST"
 
@@ -75,6 +75,6 @@ printf '[fetch] %s: %d files, %.1f MiB; with the working tree (%.1f MiB) a devic
   "$DEST" "$(wc -l < "$DEST/MANIFEST.tsv")" "$(bc -l <<< "$DEST_BYTES / 1048576")" \
   "$(bc -l <<< "$TREE_BYTES / 1048576")" "$(bc -l <<< "$TOTAL / 1048576")" "$LIMIT_MIB"
 if [ "$TOTAL" -gt $((LIMIT_MIB * 1048576)) ]; then
-  echo "gpu_check_fetch.sh: over the device's $LIMIT_MIB MiB: remove what the machine has from $DEST" >&2
+  echo "device_fetch.sh: over the device's $LIMIT_MIB MiB: remove what the machine has from $DEST" >&2
   exit 1
 fi
