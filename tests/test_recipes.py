@@ -93,7 +93,7 @@ def test_pet_recipe_on_translation_resumes_and_refuses_other_settings(smoke):
     kd_log = open(os.path.join(run["work"], "kd.log")).read()
     assert re.search(r"num_updates 3\b", kd_log) and not re.search(r"num_updates 4\b", kd_log)
     record = json.load(open(os.path.join(run["work"], "result.json")))
-    assert record["recipe"] == "pet" and record["metrics"] and record["updates"] > 0
+    assert record["recipe"] == "pet.sh" and record["metrics"] and record["updates"] > 0
     again = bash(os.path.join(RECIPES, "pet.sh"), run["work"], timeout=300, **smoke["pet-env"])
     assert score_line(again) == line
     assert all(f"--- {s}: done, skipped" in again["stdout"] for s in ("warmup", "kd", "measure"))
@@ -141,6 +141,15 @@ def test_variator_recipe_on_translation(smoke):
     # the backbone's flags came from the shipped checkpoint (fc-flags) and it stayed the shipped file
     assert " ".join(flags(TEACHER)) in open(os.path.join(run["work"], "plugin", "DONE")).read()
     assert os.path.getsize(os.path.join(run["work"], "plugin-k4.pt")) < 2_000_000
+    # its record: the plugged model's scores (fc-measure on the plugin's training checkpoint), the same as the score
+    # line's, with per-example outputs for the claims' paired test
+    import json
+    record = json.load(open(os.path.join(run["work"], "result.json")))
+    assert record["name"] == "variator-k4" and record["variables"]["K"] == "4"
+    assert f"{record['metrics']['bleu_tok']:.2f}" == m.group(1) and record["metrics"]["sacrebleu"] > 0
+    outputs = open(os.path.join(run["work"], record["outputs"])).read().splitlines()
+    assert len(outputs) == record["sentences"] == 20
+    assert record["checkpoint"].endswith("plugin/checkpoint_last.pt") and record["training"]["plugin"]["updates"] == 3
 
 
 def glue_run(smoke, name):

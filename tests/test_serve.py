@@ -611,3 +611,39 @@ def test_translations_equal_fairseq_interactive_at_the_same_k(tmp_path):
         assert server.post("/classify", {"texts": "ein satz"}).status_code == 404
     finally:
         assert server.stop()
+
+
+def test_the_load_benchmark_takes_its_plugins_from_the_variator_recipes_work_folders(tmp_path):
+    """bench_serving's default plugins: WORK/plugin-kK.pt of each scripts/recipes/variator.sh work folder, in the
+    order of k, refused when the recipe's record names another backbone; how each was trained is read from the
+    recipe's stage markers (pre-training, then adaptation from it)."""
+    import hashlib
+    import json
+
+    bench = bench_serving()
+    backbone = tmp_path / "teacher.pt"
+    backbone.write_bytes(b"backbone")
+    folders = []
+    for k in (8, 2):
+        work = tmp_path / f"variator-k{k}"
+        (work / "plugin").mkdir(parents=True)
+        (work / "pretrain").mkdir()
+        (work / f"plugin-k{k}.pt").write_bytes(b"plugin")
+        (work / "pretrain" / "DONE").write_text(
+            f"fairseq-train data --task variator_sentence_prediction --variator-backbone {backbone} --max-update 200\n")
+        (work / "plugin" / "DONE").write_text(
+            f"fairseq-train data --task variator_sentence_prediction --criterion variator_distill --variator-backbone "
+            f"{backbone} --variator-plugins {work}/pretrained-k{k}.pt --max-update 800 --validate-interval-updates 200\n")
+        (work / "result.json").write_text(json.dumps({"teacher": {"sha256": hashlib.sha256(b"backbone").hexdigest()}}))
+        folders.append(str(work))
+    found = bench.default_plugins(",".join(folders), "SST-2", str(backbone))
+    assert [os.path.basename(p) for p in found] == ["plugin-k2.pt", "plugin-k8.pt"]
+    text = bench.plugin_provenance(found[0])
+    assert "800 updates of `fairseq-train --task variator_sentence_prediction --criterion variator_distill`" in text
+    assert "the best of its dev validations every 200 updates" in text
+    assert "(200 pre-training updates on" in text and text.endswith("/*/DONE)")
+    (tmp_path / "other.pt").write_bytes(b"another backbone")
+    with pytest.raises(SystemExit, match="adapted to another backbone"):
+        bench.default_plugins(folders[0], "SST-2", str(tmp_path / "other.pt"))
+    with pytest.raises(SystemExit, match="expected one plugin-kK.pt"):
+        bench.default_plugins(str(tmp_path), "SST-2", str(backbone))

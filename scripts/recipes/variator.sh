@@ -10,9 +10,10 @@
 #                TEACHER --criterion variator_distill (eq. 1), the backbone's architecture flags read from it
 #                with fc-flags; GLUE: adaptation from the pre-trained plugin, the best dev checkpoint kept
 #   3. export    python -m user_dir.variator.tools.plugins export -> WORK/plugin-kK.pt (a few hundred KB)
-#   4. score     the backbone alone and with the plugin: BLEU on test (fairseq-generate, beam 5) / the GLUE
-#                metric on dev (glue_predict); 5. cost: encoder FLOPs and speed at length 128 (encoder_cost)
-# then the score line. Finished stages are skipped (WORK/STAGE/DONE), interrupted training resumes, a stage
+#   4. measure   fc-measure: the backbone alone and with the plugin (the plugin's training checkpoint, which builds
+#                the plugged model): BLEU (tok) and sacreBLEU on test (beam 5) / the GLUE metric on dev, per-example
+#                outputs; 5. cost: encoder FLOPs and speed at length 128 (encoder_cost)
+# then WORK_DIR/result.json (scripts/experiments/record.py) and the score line. Finished stages are skipped (WORK/STAGE/DONE), interrupted training resumes, a stage
 # finished with other settings is refused.
 #
 #   bash scripts/recipes/variator.sh [WORK_DIR]       (default work/variator: k = 4 on the shipped Multi30k teacher)
@@ -28,7 +29,8 @@
 #   UPDATES [translation 400, GLUE 800], PRETRAIN_UPDATES [200], LR [1e-3: the paper's pre-training lr; its
 #     adaptation grid {1e-4, 5e-5}], PRETRAIN_LR [LR], WARMUP [50], BATCH [GLUE 16], PRETRAIN_BATCH [BATCH; the
 #     paper: 256], MAX_TOKENS [translation 4096], VALIDATIONS
-#     [GLUE 4], SEED [1], EXTRA (more fairseq-train flags), DEVICE_FLAGS [--cpu; --fp16 on a GPU]
+#     [GLUE 4], SEED [1], EXTRA (more fairseq-train flags), DEVICE_FLAGS [--cpu; --fp16 on a GPU], RUNS [1]: timed
+#     runs of the measurement
 # scripts/recipes/variator_glue_gpu.sh runs the paper's Table 1 setting on a BERT/RoBERTa-base encoder.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -88,31 +90,27 @@ stage plugin fairseq-train "$DATA" "${TASK[@]}" "${ARCH[@]}" "${PLUGIN[@]}" "${C
 say "3/5 export the plugin (its tensors, configuration and the backbone's signature)"
 stage export "$PY" -m user_dir.variator.tools.plugins export "$WORK/plugin/$CHOSEN" --out "$WORK/plugin-k$K.pt"
 
-say "4/5 the backbone alone and with the plugin"
-for RATIO in 0 "$K"; do
-  if [ "$MODE" = glue ]; then
-    stage "score-k$RATIO" "$PY" -m user_dir.tools.glue_predict "$DATA" --path "$TEACHER" --task "$GLUE_TASK" \
-      --subset dev --variator-plugins "$WORK/plugin-k$K.pt" --variator-ratio "$RATIO" --out "$WORK/dev-k$RATIO.tsv"
-  else
-    stage "score-k$RATIO" fairseq-generate "$DATA" --user-dir "$ROOT/user_dir" --task variator_translation \
-      --path "$TEACHER" --variator-plugins "$WORK/plugin-k$K.pt" --variator-ratio "$RATIO" --gen-subset test \
-      --beam 5 --batch-size 64 --remove-bpe $DEVICE_FLAGS
-  fi
-done
+MEASURE_EXTRA=(); [ "$MODE" = glue ] && MEASURE_EXTRA=(--glue-task "$GLUE_TASK" --gen-subset dev)
+[ "$SMOKE" = 1 ] && MEASURE_EXTRA+=(--max-sentences 20 "${SMOKE_DECODE[@]}")
+say "4/5 the backbone alone and with the plugin (fc-measure; the plugged model: the plugin's training checkpoint)"
+stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$WORK/plugin/$CHOSEN" --names teacher \
+  "variator-k$K" --beam 5 --batch-size 64 --runs "${RUNS:-1}" "${MEASURE_EXTRA[@]}" "${MEASURE_DEVICE[@]}" \
+  "${RAW_REFERENCE[@]}" --out "$WORK/measure.md" --json "$WORK/measure.json" --outputs-dir "$WORK/outputs"
 COST_RUNS=3; [ "$SMOKE" = 1 ] && COST_RUNS=1
 say "5/5 encoder FLOPs and speed at length 128, backbone vs plugin"
 stage cost "$PY" -m user_dir.variator.tools.cost "$DATA" --path "$TEACHER" --plugins "$WORK/plugin-k$K.pt" \
   --length 128 --batch-size 4 --runs "$COST_RUNS" --repeats "$COST_RUNS" --json "$WORK/cost.json"
 [ "$DRY_RUN" = 1 ] && exit 0
+RECORD_VARS="GLUE_TASK K BOTTLENECK PLACE PLUGIN_FLAGS UPDATES PRETRAIN_UPDATES LR PRETRAIN_LR WARMUP BATCH PRETRAIN_BATCH MAX_TOKENS VALIDATIONS SEED EXTRA DEVICE_FLAGS"
+TRAINED=(plugin); STAGES=("${SHIPPED_DATA_STAGE[@]}")
+[ -f "$WORK/pretrain/DONE" ] && TRAINED=(pretrain plugin) && STAGES+=(pretrain pretrain-export)
+write_result "variator-k$K" "$WORK/plugin/$CHOSEN" "${STAGES[@]}" plugin export measure cost -- "${TRAINED[@]}"
 "$PY" - "$WORK" "$K" "${GLUE_TASK:-}" "${PRIMARY_METRIC:-}" <<'PY'
-import ast, json, os, re, sys
+import json, os, sys
 work, k, task, metric = sys.argv[1:]
-def score(ratio):
-    log = open(f"{work}/score-k{ratio}.log").read()
-    if task:  # glue_predict prints the metrics as a dict
-        return f"{task} dev {metric}", ast.literal_eval(re.findall(r"^\{.*\}$", log, re.M)[-1])[metric]
-    return "BLEU4", float(re.findall(r"BLEU4 = ([0-9.]+)", log)[-1])
-(what, plugged), (_, alone) = score(k), score(0)
+rows = {r["name"]: r for r in json.load(open(f"{work}/measure.json"))["rows"]}
+key, what = (metric, f"{task} dev {metric}") if task else ("bleu_tok", "BLEU4")  # BLEU (tok): fairseq-generate's BLEU4
+plugged, alone = rows[f"variator-k{k}"][key], rows["teacher"][key]
 row = next(r for r in json.load(open(f"{work}/cost.json"))["rows"] if r["ratio"] == int(k))
 cost = (f", {row['encoder_flops_saved_percent']:.1f}% of the encoder's FLOPs saved with "
         f"{row['plugin_params_percent']:.2f}% extra parameters")
