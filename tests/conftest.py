@@ -3,6 +3,7 @@
 The embedded Multi30k copy (preprocess/data) covers the core path on any clone; tests that need
 the larger corpora or the reference teacher beside the project (``../shared``) skip, saying why.
 """
+import json
 import os
 import subprocess
 import sys
@@ -99,10 +100,54 @@ needs_teacher = pytest.mark.skipif(
     _TEACHER_PROBLEM is not None, reason=f"the test teacher at {TEACHER} could not be assembled: {_TEACHER_PROBLEM}")
 
 
+class _ForkRunner:
+    """tests/fork_runner.py, started once per test process: runs each ``python -m`` command in a process forked from
+    one that has imported torch and fairseq already (the import is most of a short command's time)."""
+
+    def __init__(self):
+        import threading
+        self.lock, self.proc = threading.Lock(), None
+
+    def start(self):
+        read, write = os.pipe()
+        self.proc = subprocess.Popen([sys.executable, os.path.join(REPO, "tests", "fork_runner.py"), str(write)],
+                                     stdin=subprocess.PIPE, env=clean_env(), pass_fds=(write,), text=True, cwd=REPO)
+        os.close(write)
+        self.replies = os.fdopen(read)
+        if json.loads(self.replies.readline() or "{}").get("ready") is not True:
+            raise RuntimeError("tests/fork_runner.py did not start (run the tests with FC_TEST_FORK=0 to bypass it)")
+
+    def run(self, argv, input, cwd, timeout):
+        import tempfile
+        with self.lock, tempfile.TemporaryDirectory() as tmp:
+            if self.proc is None or self.proc.poll() is not None:
+                self.start()
+            paths = {name: os.path.join(tmp, name) for name in ("stdin", "stdout", "stderr")}
+            with open(paths["stdin"], "w") as f:
+                f.write(input or "")
+            request = {"module": argv[2], "args": argv[3:], "cwd": os.path.abspath(cwd or os.getcwd()),
+                       "env": clean_env(), "timeout": timeout, **paths}
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            reply = json.loads(self.replies.readline())
+            out, err = (open(paths[n], errors="replace").read() for n in ("stdout", "stderr"))
+        if reply.get("timeout"):
+            raise subprocess.TimeoutExpired(argv, timeout, output=out, stderr=err)
+        return subprocess.CompletedProcess(argv, reply["returncode"], out, err)
+
+
+_FORK_RUNNER = _ForkRunner() if os.environ.get("FC_TEST_FORK", "1") != "0" and hasattr(os, "fork") else None
+
+
 def run_cli(module, *args, input=None, check=True, cwd=None, timeout=600):
-    """Run ``python -m <module> args`` (the code behind fairseq-train, -generate, ...)."""
-    proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
-                          env=clean_env(), input=input, cwd=cwd, timeout=timeout)
+    """Run ``python -m <module> args`` (the code behind fairseq-train, -generate, ...) in its own process: forked from
+    tests/fork_runner.py's (torch and fairseq imported once), or a fresh interpreter with FC_TEST_FORK=0."""
+    argv = [sys.executable, "-m", module, *map(str, args)]
+    if _FORK_RUNNER is not None:
+        proc = _FORK_RUNNER.run(argv, input, cwd, timeout)
+    else:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=clean_env(), input=input, cwd=cwd,
+                              timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} {' '.join(map(str, args))} failed ({proc.returncode}):\n"
                              f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")

@@ -104,7 +104,7 @@ STATUS = {
 FOLDER_STATUS = {"archive": ("superseded", "a table of the short-budget benchmarks, behind "
                                          "archive/claims_short_cpu_budgets.md")}
 STATUS["archive/claims_short_cpu_budgets.md"] = (
-    "superseded", "the claims at 200-800 CPU updates per model, before the grid runner (scripts/bench/claims.py)")
+    "superseded", "the claims at 200-800 CPU updates per model, before the grid runner (by a script since deleted)")
 HAND_WRITTEN = {"archive/translation_account.md"}  # prose, no command made them
 COMMAND_LINE = re.compile(r"^(?:\*\*)?(Commands?\b|Made by\b|Report made by\b)", re.I)
 
