@@ -1,7 +1,6 @@
 """tests/fork_runner.py, behind conftest.run_cli: a command run in a process forked from one that imported torch and
 fairseq gives what a fresh ``python -m`` process gives -- its standard streams, exit status, working folder,
 environment and stdin -- and a command past its timeout is killed."""
-import os
 import subprocess
 import sys
 
@@ -36,4 +35,3 @@ def test_a_forked_command_gives_what_a_fresh_process_gives(tmp_path, monkeypatch
     with pytest.raises(subprocess.TimeoutExpired):
         conftest.run_cli("probe_module", 0, "--sleep", cwd=tmp_path, timeout=2)
     assert conftest.run_cli("probe_module", 0, cwd=tmp_path).returncode == 0  # the runner serves on after a kill
-    assert os.path.exists(tmp_path / "probe_module.py")

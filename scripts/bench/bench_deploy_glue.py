@@ -57,6 +57,16 @@ def task_setup(args, task):
     return first_glue_setup(args.glue_work, task)
 
 
+def main_task_setup(args):
+    """:func:`task_setup` of ``--glue-task``, or a stop naming the teacher looked for and the recipe that makes it."""
+    setup = task_setup(args, args.glue_task)
+    if setup is None:
+        looked = os.path.join(args.glue_work.split(",")[0], args.glue_task, "checkpoints", "checkpoint_best.pt")
+        sys.exit(f"bench_deploy_glue: no {args.glue_task} teacher in --glue-work {args.glue_work} (looked for "
+                 f"{looked}); make it with TASKS={args.glue_task} bash scripts/recipes/glue_teachers.sh")
+    return setup
+
+
 RECIPES = {"pruned only": "VARIANT=pruned bash scripts/recipes/ghostbert.sh",
            "GhostBERT": "bash scripts/recipes/ghostbert.sh",
            "APC-finalized": "bash scripts/recipes/apc.sh"}
@@ -301,11 +311,7 @@ def measure_deployments(args):
     load_start = os.getloadavg()
     result = {"provenance": provenance("bench_deploy_glue.py", args.argv, args.threads, []),
               "load_start": list(load_start), "task": args.glue_task}
-    setup = task_setup(args, args.glue_task)
-    if setup is None:
-        sys.exit(f"bench_deploy_glue: no {args.glue_task} teacher in --glue-work {args.glue_work} (looked for "
-                 f"{os.path.join(args.glue_work.split(',')[0], args.glue_task, 'checkpoints', 'checkpoint_best.pt')}); make it with "
-                 f"TASKS={args.glue_task} bash scripts/recipes/glue_teachers.sh")
+    setup = main_task_setup(args)
     models = bench_models(args, setup, args.glue_task)
     result["models"] = {k: rel(v) for k, v in models.items()}
     result["training"] = {k: training_of(v) for k, v in models.items()}
@@ -364,11 +370,7 @@ def measure_ghost_costs(args, json_path):
     with open(json_path) as f:
         result = json.load(f)
     torch.set_num_threads(args.threads)
-    setup = task_setup(args, args.glue_task)
-    if setup is None:
-        sys.exit(f"bench_deploy_glue: no {args.glue_task} teacher in --glue-work {args.glue_work} (looked for "
-                 f"{os.path.join(args.glue_work.split(',')[0], args.glue_task, 'checkpoints', 'checkpoint_best.pt')}); make it with "
-                 f"TASKS={args.glue_task} bash scripts/recipes/glue_teachers.sh")
+    setup = main_task_setup(args)
     start = os.getloadavg()
     result["ghost_costs"] = ghost_costs(args, setup, os.path.join(args.work, "ghost_costs"))
     result["ghost_costs_provenance"] = provenance("bench_deploy_glue.py", args.argv, args.threads, [])
