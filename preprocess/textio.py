@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -131,14 +130,6 @@ def atomic_directory(dest: str, config: dict):
         raise
 
 
-def run(cmd: List[str], what: Optional[str] = None) -> None:
-    """Run a command, streaming its output; a failure raises with the command line."""
-    log(what or " ".join(cmd))
-    result = subprocess.run(cmd)
-    if result.returncode != 0:
-        raise DataError(f"command failed with exit code {result.returncode}: {' '.join(cmd)}")
-
-
 def fairseq_preprocess(
     dest: str,
     src: Optional[str],
@@ -152,26 +143,40 @@ def fairseq_preprocess(
     workers: int = 1,
     extra: Sequence[str] = (),
 ) -> None:
-    """``fairseq-preprocess`` (through ``python -m`` so the venv's fairseq is used).
+    """``fairseq-preprocess``, its ``main`` run in this process (one import of fairseq for every side and split a
+    preparation binarises, not one per call); a failure raises DataError with the command line.
 
     With ``src=None`` and ``tgt=None`` (``--only-source``), prefixes are read as they are and the
     outputs are named ``train.bin``/``dict.txt``: the layout of fairseq's sentence_prediction task.
     """
-    cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--destdir", dest, "--workers", str(workers)]
+    argv = ["--destdir", dest, "--workers", str(workers)]
     if src is not None:
-        cmd += ["--source-lang", src]
+        argv += ["--source-lang", src]
     if tgt is not None:
-        cmd += ["--target-lang", tgt]
+        argv += ["--target-lang", tgt]
     else:
-        cmd += ["--only-source"]
+        argv += ["--only-source"]
     for flag, value in (("--trainpref", trainpref), ("--validpref", validpref), ("--testpref", testpref),
                         ("--srcdict", srcdict), ("--tgtdict", tgtdict)):
         if value:
-            cmd += [flag, value]
+            argv += [flag, value]
     if joined_dictionary and not (srcdict and tgtdict):
-        cmd.append("--joined-dictionary")
-    cmd += list(extra)
-    run(cmd, f"fairseq-preprocess -> {dest}")
+        argv.append("--joined-dictionary")
+    argv += list(extra)
+    log(f"fairseq-preprocess -> {dest}")
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    args = options.get_preprocessing_parser().parse_args(argv)
+    before = list(preprocess.logger.handlers)
+    try:
+        preprocess.main(args)
+    except Exception as error:
+        raise DataError(f"fairseq-preprocess {' '.join(argv)} failed: {type(error).__name__}: {error}") from error
+    finally:  # main adds a handler writing DEST/preprocess.log to its logger: closed with the call
+        for handler in [h for h in preprocess.logger.handlers if h not in before]:
+            preprocess.logger.removeHandler(handler)
+            handler.close()
 
 
 def binarise_splits(out: str, text_dir: str, suffix: str, src: str, tgt: str, **kwargs) -> None:

@@ -63,29 +63,7 @@ def synthetic_glue(tmp_path):
     return g
 
 
-@pytest.fixture
-def preprocess_in_process(monkeypatch):
-    """prepare_glue's fairseq-preprocess calls run in this process, not a fresh Python each (~4 s apiece): the same
-    code writes the same files (the RTE test keeps the subprocess)."""
-    from fairseq import options
-    from fairseq_cli import preprocess
-
-    from preprocess import textio
-
-    def run(cmd, what=None):
-        assert cmd[1:3] == ["-m", "fairseq_cli.preprocess"], cmd
-        before = set(preprocess.logger.handlers)
-        try:
-            preprocess.main(options.get_preprocessing_parser().parse_args(cmd[3:]))
-        finally:  # main adds a log file handler per call
-            for handler in set(preprocess.logger.handlers) - before:
-                handler.close()
-                preprocess.logger.removeHandler(handler)
-
-    monkeypatch.setattr(textio, "run", run)
-
-
-def test_cola_stsb_mnli_layouts(synthetic_glue, tmp_path, preprocess_in_process):
+def test_cola_stsb_mnli_layouts(synthetic_glue, tmp_path):
     cola = tmp_path / "cola"
     prepare_glue(["--task", "CoLA", "--glue-dir", str(synthetic_glue), "--dest", str(cola), "--workers", "1"])
     assert (cola / "input0" / "train.bin").is_file() and not (cola / "input1").exists()
@@ -110,7 +88,7 @@ def test_cola_stsb_mnli_layouts(synthetic_glue, tmp_path, preprocess_in_process)
 
 
 @needs_shared_data
-def test_selection_is_held_out_of_train_and_dev_only_reports(tmp_path, preprocess_in_process):
+def test_selection_is_held_out_of_train_and_dev_only_reports(tmp_path):
     """Choosing (fairseq-train's 'valid') never sees the examples the scores are reported on ('dev'): a fixed
     slice of train, 10% capped at dev's size, drawn by --select-seed, listed in text/valid.rows."""
     rte = read_split("RTE", os.path.join(GLUE, "RTE", "train.tsv"), "train", False)
@@ -147,7 +125,7 @@ def test_selection_is_held_out_of_train_and_dev_only_reports(tmp_path, preproces
     (("0", "1", "", "  "), r"train\.tsv:3: empty sentence"),
     (("0", "maybe", "", "a sentence ."), r"train\.tsv:3: label 'maybe' is not one of"),
 ])
-def test_malformed_rows_name_file_and_line(tmp_path, bad_row, message, preprocess_in_process):
+def test_malformed_rows_name_file_and_line(tmp_path, bad_row, message):
     g = tmp_path / "glue"
     good = ("src", "1", "", "a fine sentence .")
     _write_tsv(g / "CoLA" / "train.tsv", [good, good, bad_row, good])

@@ -1,7 +1,8 @@
-"""The experiment layer (scripts/experiments/): one PET cell through each executor -- local processes, the lent
-accelerator's (its budget stop and pack faked here on the CPU), submitit's (its local executor) -- files the same
-record and outputs; a grid killed with kill -9 inside a cell and resumed (by submitit's executor) ends as an
-uninterrupted run; plan shows states and measured estimates; a stale record is shown as stale."""
+"""The experiment layer (scripts/experiments/): one PET cell run by the local executor files a complete record; the
+same cell killed with kill -9, stopped at the lent accelerator's budget and packed (faked here on the CPU), and
+resumed elsewhere by submitit's executor (its local executor) files the same record and outputs; plan shows states
+and measured estimates; a stale record is shown as stale. The cell's work folder is also pet.sh's: rerun, it skips
+every stage; with another setting, it is refused."""
 import json
 import os
 import signal
@@ -90,10 +91,15 @@ def test_a_local_run_files_a_complete_record(reference):
     assert " done " in line and f"{record['wall_s'] / 3600:.2f} h" in line  # the estimate: the measured wall
 
 
-def test_kill_9_inside_a_cell_then_the_submitit_executor_resumes_it_as_an_uninterrupted_run(reference, tmp_path):
-    """A grid killed with kill -9 inside a cell (its warm-up done, its KD stage started); plan shows the cell started;
-    the submitit executor (its local executor: one `grid.py cell` job per cell, as on Slurm) resumes it, running no
-    finished stage again, to the record and outputs of the uninterrupted run."""
+def test_a_cell_killed_then_stopped_at_a_device_budget_then_resumed_by_submitit_ends_as_an_uninterrupted_run(
+        reference, tmp_path):
+    """One cell through every interruption the executors meet, then compared with the uninterrupted run:
+    1. a grid killed with kill -9 inside the cell (its warm-up done, its KD stage started): plan shows it started;
+    2. the accelerator's executor (on the CPU) resumes it with a budget that ends inside it: it stops the cell and packs
+       its state (what the stopped call made comes back);
+    3. the pack, carried to another work folder and store, is resumed there by the submitit executor (its local
+       executor: one `grid.py cell` job per cell, as on Slurm), running no finished stage again,
+    to the record and outputs of the uninterrupted run."""
     pytest.importorskip("submitit")
     store, work = str(tmp_path / "store"), str(tmp_path / "work")
     env = dict(os.environ, OMP_NUM_THREADS="1", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
@@ -112,33 +118,44 @@ def test_kill_9_inside_a_cell_then_the_submitit_executor_resumes_it_as_an_uninte
     assert not os.path.exists(os.path.join(store, "records.jsonl"))
     plan = ok(grid("plan", reference["grid"], "--store", store, "--work", work))
     assert "started" in plan  # its work folder is there, its marker's process is gone
-    out = ok(grid("run", reference["grid"], "--executor", "slurm", "--cluster", "local", "--threads", "1",
-                  "--timeout-min", "15", "--store", store, "--work", work))
-    assert "1 jobs submitted" in out
-    resumed = only_record(store)
-    assert next(c for c in resumed["commands"] if c["stage"] == "warmup")["attempts"] == 1  # not run again
-    same(resumed, reference["record"], store, reference["store"])
 
-
-def test_the_accelerator_executor_stops_at_its_budget_packs_and_resumes_elsewhere(reference, tmp_path):
-    """The device executor on the CPU: a budget that ends inside the cell stops it and packs its state; the pack,
-    carried to another work folder and store, resumes there (finished stages kept) to the same record."""
+    # the accelerator's executor, its budget ending inside the cell (a KD stage is more than 3 s of start-up alone)
     pack = str(tmp_path / "pack.tar.gz")
-    store, work = str(tmp_path / "device-store"), str(tmp_path / "device-work")
-    out = ok(grid("run", reference["grid"], "--executor", "device", "--budget", "20", "--margin", "0",
+    out = ok(grid("run", reference["grid"], "--executor", "device", "--budget", "3", "--margin", "0",
                   "--pack", pack, "--store", store, "--work", work))
     assert "stopped at the budget" in out and "left: pet-s1" in out
-    here_store, here_work = str(tmp_path / "store"), str(tmp_path / "work")
+
+    here_store, here_work = str(tmp_path / "here-store"), str(tmp_path / "here-work")
     ok(grid("unpack", reference["grid"], pack, "--store", here_store, "--work", here_work))
     (cell,) = os.listdir(here_work)
-    assert os.path.exists(os.path.join(here_work, cell, "warmup.log"))  # what the stopped call had made came back
-    out = ok(grid("run", reference["grid"], "--executor", "device", "--budget", "600", "--pack", pack,
-                  "--store", here_store, "--work", here_work))
-    assert "every cell done" in out
-    final_store, final_work = str(tmp_path / "final-store"), str(tmp_path / "final-work")
-    ok(grid("unpack", reference["grid"], pack, "--store", final_store, "--work", final_work))
-    record = only_record(final_store)
-    same(record, reference["record"], final_store, reference["store"])
+    assert os.path.exists(os.path.join(here_work, cell, "warmup", "DONE"))  # what the stopped call had came back
+    out = ok(grid("run", reference["grid"], "--executor", "slurm", "--cluster", "local", "--threads", "1",
+                  "--timeout-min", "15", "--store", here_store, "--work", here_work))
+    assert "1 jobs submitted" in out
+    resumed = only_record(here_store)
+    assert next(c for c in resumed["commands"] if c["stage"] == "warmup")["attempts"] == 1  # not run again
+    same(resumed, reference["record"], here_store, reference["store"])
+
+
+def test_the_cells_work_folder_is_pet_shs_own(reference):
+    """scripts/recipes/pet.sh rerun by hand on the cell's work folder with the cell's variables skips every stage and
+    prints the run's score line; with another setting on its finished stages it is refused, naming the stage and the
+    way out."""
+    import grid as grid_lib
+
+    (cell,) = grid_lib.Grid(reference["grid"], reference["work"], reference["store"]).cells
+    with open(os.path.join(cell.work, "grid.log")) as f:
+        scored = [line for line in f.read().splitlines() if line.startswith("score: pet BLEU (tok) ")]
+    assert len(scored) == 1
+    again = subprocess.run(cell.command(cell.work), env=cell.environment(threads=1), cwd=REPO, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert [line for line in again.stdout.splitlines() if line.startswith("score: ")] == scored
+    assert all(f"--- {s}: done, skipped" in again.stdout for s in ("warmup", "kd", "measure"))
+    other = subprocess.run(cell.command(cell.work), env=dict(cell.environment(threads=1), LR="2e-3"), cwd=REPO,
+                           capture_output=True, text=True, timeout=300)
+    out = other.stdout + other.stderr
+    assert other.returncode == 2 and "stage warmup in" in out and "was finished with another command" in out, out[-2000:]
 
 
 def test_a_record_of_other_data_is_stale(reference, tmp_path):

@@ -1,6 +1,6 @@
 """scripts/recipes/: each method's recipe end to end on a SMOKE budget -- on the shipped Multi30k teacher and a slice
-of the embedded Multi30k, and on a tiny GLUE teacher -- resumable (a finished stage is skipped, one finished with
-other settings refused); the GPU reproductions are checked by a dry run whose every fairseq-train line must parse
+of the embedded Multi30k, and on a tiny GLUE teacher (a recipe's resuming and refusing: tests/test_grid.py, on pet.sh's
+work folder); the GPU reproductions are checked by a dry run whose every fairseq-train line must parse
 with fairseq's own parser.
 
 The SMOKE runs start together, two at a time (the machine's two cores), and each test reads its own run; the GLUE GPU
@@ -50,12 +50,11 @@ def score_line(run):
 
 @pytest.fixture(scope="module")
 def smoke(shipped_data, tmp_path_factory, request):  # noqa: F811
-    """The CPU recipes on a SMOKE budget, two at a time: PET, GhostBERT, APC and Variator on the shipped translation
-    teacher, and GhostBERT, APC (every FFN 64 -> 32) and Variator (from a pre-trained plugin) on the tiny RTE teacher
-    when the GLUE TSVs are present."""
+    """The CPU recipes on a SMOKE budget, two at a time: GhostBERT, APC and Variator on the shipped translation
+    teacher (pet.sh runs in tests/test_grid.py's cell and in tests/test_demo.py's demo), and GhostBERT, APC (every FFN
+    64 -> 32) and Variator (from a pre-trained plugin) on the tiny RTE teacher when the GLUE TSVs are present."""
     root = tmp_path_factory.mktemp("recipes")
     jobs = {
-        "pet": (os.path.join(RECIPES, "pet.sh"), {"DATA": shipped_data}),
         "ghostbert": (os.path.join(RECIPES, "ghostbert.sh"), {"DATA": shipped_data}),
         "apc": (os.path.join(RECIPES, "apc.sh"), {"DATA": shipped_data, "FINETUNE_UPDATES": 2}),
         "variator": (os.path.join(RECIPES, "variator.sh"), {"DATA": shipped_data, "BOTTLENECK": 16}),
@@ -77,28 +76,7 @@ def smoke(shipped_data, tmp_path_factory, request):  # noqa: F811
                    for name, (script, variables) in jobs.items()}
         runs = {name: f.result() for name, f in futures.items()}
     runs["glue"] = glue
-    runs["pet-env"] = dict(SMOKE=1, **jobs["pet"][1])
     return runs
-
-
-def test_pet_recipe_on_translation_resumes_and_refuses_other_settings(smoke):
-    """scripts/recipes/pet.sh on the shipped teacher (SMOKE=1, the default widths): its score line at PET's size,
-    exactly its updates, its record; run again it skips every stage and prints the same score; with another setting
-    on its finished stages it is refused, naming the stage and the way out."""
-    import json
-
-    run = smoke["pet"]
-    line = score_line(run)
-    assert re.match(r"score: pet BLEU \(tok\) [\d.]+ \(teacher [\d.]+\) at 8\.74% of the teacher's non-embedding", line)
-    kd_log = open(os.path.join(run["work"], "kd.log")).read()
-    assert re.search(r"num_updates 3\b", kd_log) and not re.search(r"num_updates 4\b", kd_log)
-    record = json.load(open(os.path.join(run["work"], "result.json")))
-    assert record["recipe"] == "pet.sh" and record["metrics"] and record["updates"] > 0
-    again = bash(os.path.join(RECIPES, "pet.sh"), run["work"], timeout=300, **smoke["pet-env"])
-    assert score_line(again) == line
-    assert all(f"--- {s}: done, skipped" in again["stdout"] for s in ("warmup", "kd", "measure"))
-    other = bash(os.path.join(RECIPES, "pet.sh"), run["work"], timeout=300, LR="2e-3", **smoke["pet-env"])
-    assert other["rc"] == 2 and "stage warmup in" in other["out"] and "was finished with another command" in other["out"]
 
 
 def test_recipes_parse_and_print_their_documentation():

@@ -23,8 +23,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-from user_dir.tools.measure import cpu_name  # noqa: E402
 
 
 def sha256_of(path):
@@ -57,8 +55,9 @@ def data_fingerprint(data):
     return digest.hexdigest()
 
 
-def machine_of_record(device_flags=""):
-    cpu = cpu_name()
+def machine_of_record(cpu, device_flags=""):
+    """The machine the run was measured on: ``cpu`` as fc-measure's --json names it (this script imports no fairseq,
+    so that filing a record takes a second, not an import of the plug-in)."""
     described = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
                  "threads": os.environ.get("OMP_NUM_THREADS")}
     try:
@@ -156,7 +155,7 @@ def build(args):
         "updates": sum((t or {}).get("updates", 0) for t in training.values()),
         "epochs": sum((t or {}).get("epochs", 0) for t in training.values()),
         "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
-        "machine": machine_of_record(args.device_flags), "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine_of_record(measured.get("cpu") or platform.machine(), args.device_flags), "date": time.strftime("%Y-%m-%d %H:%M"),
     }
     return record
 

@@ -13,7 +13,9 @@ For one or more fairseq checkpoints on one test set, prints and writes (``--out`
   are measured in turn within each run (A B A B ...) so a drifting machine affects all alike;
 * peak memory: the worker process's maximum resident set size (CPU) or CUDA peak allocation.
 
-Each measurement runs in a fresh worker process, so one model's memory does not count to another's.
+Each measurement runs in its own worker process, so one model's memory does not count to another's: a process
+forked from a server process that imported the plug-in once and ran nothing (multiprocessing's forkserver), so a
+table of N models pays one import of torch and fairseq beside the command's own, not N.
 
 Two engines (``--engine``, one per ``--path`` or one for all; default ``auto``): a checkpoint file is
 measured in fairseq, a CTranslate2 model directory (``model.bin``, made by ``fc-ct2 convert``) in
@@ -28,6 +30,7 @@ no parameter count here (its weights are a converted file): those cells read ``-
 """
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import resource
@@ -257,7 +260,6 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--ct2-compute-type", default="default",
                    help="CTranslate2 compute_type of the ctranslate2 rows (default: the type the model was "
                         "converted to, e.g. int8 or float32)")
-    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return p
 
 
@@ -285,6 +287,32 @@ def resolve_engines(paths: List[str], engines: List[str]) -> List[str]:
     return resolved
 
 
+def _worker_process(spec_path: str) -> None:
+    """A worker's body (in a process forked from the server): its output into the spec's log, its result into the
+    spec's out file."""
+    with open(spec_path) as f:
+        spec = json.load(f)
+    log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    result = _worker(spec)
+    with open(spec["out"], "w") as f:
+        json.dump(result, f)
+
+
+_WORKERS = None
+
+
+def _workers():
+    """The forkserver start method, its server importing this module (and so torch, fairseq and the plug-in) once,
+    before any model is loaded: each worker is a fork of that clean process."""
+    global _WORKERS
+    if _WORKERS is None:
+        _WORKERS = multiprocessing.get_context("forkserver")
+        _WORKERS.set_forkserver_preload([__spec__.name if __spec__ else "user_dir.tools.measure"])
+    return _WORKERS
+
+
 def _run_worker(spec: dict) -> dict:
     if spec.get("engine") == "ctranslate2":  # ct2_engine decodes in its own fresh process
         from user_dir.deploy.ct2_engine import CT2Error, measure
@@ -294,28 +322,23 @@ def _run_worker(spec: dict) -> dict:
         except CT2Error as e:
             raise SystemExit(f"measuring {spec['path']}: {e}")
     with tempfile.TemporaryDirectory() as tmp:
-        spec_path, out_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "out.json")
+        spec_path, out_path, log_path = (os.path.join(tmp, name) for name in ("spec.json", "out.json", "worker.log"))
         with open(spec_path, "w") as f:
-            json.dump(dict(spec, out=out_path), f)
-        proc = subprocess.run([sys.executable, "-m", "user_dir.tools.measure", spec["data"], "--path", spec["path"],
-                               "--worker", spec_path], capture_output=True, text=True)
-        if proc.returncode != 0 or not os.path.isfile(out_path):
-            sys.stderr.write(proc.stderr[-4000:])
-            raise SystemExit(f"measuring {spec['path']} failed (exit code {proc.returncode}); its error is above")
+            json.dump(dict(spec, out=out_path, log=log_path), f)
+        process = _workers().Process(target=_worker_process, args=(spec_path,))
+        process.start()
+        process.join()
+        if process.exitcode != 0 or not os.path.isfile(out_path):
+            if os.path.isfile(log_path):
+                with open(log_path, errors="replace") as f:
+                    sys.stderr.write(f.read()[-4000:])
+            raise SystemExit(f"measuring {spec['path']} failed (exit code {process.exitcode}); its error is above")
         with open(out_path) as f:
             return json.load(f)
 
 
 def main(argv=None) -> List[dict]:
     args = get_parser().parse_args(argv)
-    if args.worker:
-        with open(args.worker) as f:
-            spec = json.load(f)
-        result = _worker(spec)
-        with open(spec["out"], "w") as f:
-            json.dump(result, f)
-        return [result]
-
     names = args.names or [os.path.splitext(os.path.basename(p))[0] for p in args.path]
     if len(names) != len(args.path):
         raise SystemExit(f"--names gives {len(names)} names for {len(args.path)} --path checkpoints")
@@ -398,7 +421,8 @@ def main(argv=None) -> List[dict]:
             f.write(table)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"command": _command(), "machine": machine_description(), "date": time.strftime("%Y-%m-%d"),
+            json.dump({"command": _command(), "machine": machine_description(), "cpu": cpu_name(),
+                       "date": time.strftime("%Y-%m-%d"),
                        "rows": rows}, f, indent=1)
     return rows
 
