@@ -397,7 +397,7 @@ DECISION_METHODS = {"PET": "PET", "PET's competitors": "PET", "Variator": "Varia
                     "APC": "APC"}
 # methods whose claims are rendered from the store (scripts/experiments/render.py; tests/test_rendered.py checks them):
 # their row points to the rendered block instead of quoting numbers
-STORE_RENDERED = {"PET", "PET's competitors", "GhostBERT", "APC"}
+STORE_RENDERED = {"PET", "PET's competitors", "Variator", "GhostBERT", "APC"}
 STORE_POINTER = "[claims](results/claims.md): rendered from the store, below the table"
 # a method whose claims have not run through the grid yet points to its archived short-budget rows, quoting none
 ARCHIVE_POINTER = "(results/archive/claims_short_cpu_budgets.md)"

@@ -128,6 +128,14 @@ def test_variator_recipe_on_translation(smoke):
     outputs = open(os.path.join(run["work"], record["outputs"])).read().splitlines()
     assert len(outputs) == record["sentences"] == 20
     assert record["checkpoint"].endswith("plugin/checkpoint_last.pt") and record["training"]["plugin"]["updates"] == 3
+    # the backbone alone, filed beside the plugged model (a claim's B), and the plugin's cost (FLOPs, measured speed)
+    teacher = record["also"]["teacher"]
+    measured = {r["name"]: r for r in json.load(open(os.path.join(run["work"], "measure.json")))["rows"]}
+    assert teacher["metrics"]["bleu_tok"] == measured["teacher"]["bleu_tok"]
+    assert len(open(os.path.join(run["work"], teacher["outputs"])).read().splitlines()) == 20
+    cost = json.load(open(os.path.join(run["work"], "cost.json")))["rows"][-1]
+    assert record["cost"]["encoder_flops_saved_percent"] == cost["encoder_flops_saved_percent"]
+    assert cost["encoder_flops_saved_percent"] == pytest.approx(float(m.group(3)), abs=0.05)
 
 
 def glue_run(smoke, name):

@@ -40,3 +40,57 @@ def test_every_student_of_the_pet_grid_is_within_4_percent_of_pet():
                                  os.path.join(REPO, "checkpoints", "multi30k.de-en"))
     assert {s["cell"] for s in sizes} == {"pet", "patient-kd", "can", "word-kd"}
     assert all(s["within"] for s in sizes), sizes
+
+
+def test_a_claim_against_the_backbone_row_of_its_own_records_is_tested_and_carries_its_cost(tmp_path, monkeypatch):
+    """A claim whose B is 'CELL:ROW' (the backbone each Variator record files beside its plugged model): paired by
+    seed, its difference is the pooled metric's (A's predictions against B's, on the same labels), its verdict the one
+    rule's, and the row states the cost A's records measured beside the paper's."""
+    import random
+
+    sys.path.insert(0, os.path.dirname(RENDER))
+    import render
+    import store as store_lib
+
+    rng = random.Random(0)
+    labels = [rng.randint(0, 1) for _ in range(200)]
+    teacher = [y if rng.random() < 0.85 else 1 - y for y in labels]  # the backbone: 85% right
+    store = store_lib.Store(str(tmp_path / "store"))
+    accuracy = {}
+    for seed in (1, 2, 3):
+        plugged = [p if rng.random() < 0.95 else 1 - p for p in teacher]  # the plugin changes ~5% of its answers
+        work = tmp_path / f"w{seed}"
+        (work / "outputs").mkdir(parents=True)
+        for name, preds in (("variator-k4", plugged), ("teacher", teacher)):
+            (work / "outputs" / f"{name}.txt").write_text("".join(f"{p}\n" for p in preds))
+        (work / "outputs" / "references.txt").write_text("".join(f"{y}\n" for y in labels))
+        acc = {name: 100 * sum(p == y for p, y in zip(preds, labels)) / len(labels)
+               for name, preds in (("a", plugged), ("b", teacher))}
+        accuracy[seed] = acc
+        result = {"recipe": "variator.sh", "name": "variator-k4", "variables": {"UPDATES": "4140", "SEED": str(seed)},
+                  "commands": [{"stage": "plugin", "cpu_s": 3600.0}], "teacher": {"sha256": "t"},
+                  "data": {"fingerprint": "d"}, "metrics": {"accuracy": acc["a"]}, "outputs": "outputs/variator-k4.txt",
+                  "references": str(work / "outputs" / "references.txt"),
+                  "also": {"teacher": {"metrics": {"accuracy": acc["b"]}, "outputs": "outputs/teacher.txt"}},
+                  "cost": {"encoder_flops_saved_percent": 40.0 + seed, "extra_params_percent": 1.0, "speedup": 1.5,
+                           "length": 128}, "training": {"plugin": {"epochs": 20}}, "cpu_s": 3600.0,
+                  "machine": {"cpu": "test"}}
+        store.add(f"k{seed}", "glue", "v", seed, result, str(work))
+    claim = {"id": "c", "method": "Variator", "claim": "a plugin loses under 2 points", "paper": "the paper's words",
+             "grid": "glue", "a": "v", "b": "v:teacher", "metric": "accuracy", "test": "greater", "threshold": -2.0,
+             "seeds": 3, "cost": "53% saved"}
+    monkeypatch.setattr(render, "load_claims", lambda path=None: [claim])
+    render._EVALUATED.clear()
+    (row,) = render.claims_table(store, [claim]).splitlines()[2:]
+    diff = sum(a["a"] - a["b"] for a in accuracy.values()) / 3  # accuracy pools alike: the mean of the seeds'
+    assert f"| {diff:+.2f} [" in row, row
+    means = [sum(a[k] for a in accuracy.values()) / 3 for k in ("a", "b")]
+    assert f"| v: {means[0]:.2f} +- " in row and f"| v:teacher: {means[1]:.2f} +- 0.00 " in row
+    assert "| 4140 updates | 3 |" in row
+    assert row.endswith("at this stopping rule; cost: 42.0% of the encoder's FLOPs saved with 1.0% extra parameters, "
+                        "measured x1.50 speed at length 128 (the paper: 53% saved) |"), row
+    verdict = row.split("|")[-2].split(" at this")[0].strip()
+    assert verdict in {"reproduced", "not reproduced", "inconclusive"}
+    summary = render.claims_summary(store, [claim])
+    assert summary.startswith(f"- a plugin loses under 2 points (the paper's claim): accuracy {diff:+.2f} [")
+    assert f"{verdict} at 4140 updates, 3 seeds; cost: 42.0%" in summary

@@ -139,6 +139,27 @@ def build(args):
     row = rows[args.name]
     metric_keys = ("bleu_tok", "sacrebleu", "accuracy", "f1", "mcc", "pearson", "spearman")
     variables = dict(v.split("=", 1) for v in args.var)
+    also = {}
+    for name in args.also:  # other rows of the same measurement (e.g. the backbone a claim compares with)
+        if name not in rows:
+            raise SystemExit(f"record: --also {name}: {args.measure} has no such row (rows: {', '.join(rows)})")
+        outputs = os.path.join(os.path.dirname(os.path.abspath(args.outputs)), f"{name}.txt") if args.outputs else None
+        if outputs and not os.path.exists(outputs):
+            raise SystemExit(f"record: --also {name}: no outputs {outputs} (fc-measure --outputs-dir)")
+        also[name] = {"metrics": {k: rows[name][k] for k in metric_keys if k in rows[name]},
+                      "params": {"total": rows[name].get("params"),
+                                 "non_embedding": rows[name].get("non_embedding_params")},
+                      "outputs": os.path.relpath(outputs, work) if outputs else None}
+    cost = None
+    if args.cost:  # the plugged model's cost row (user_dir/variator/tools/cost.py --json): FLOPs and measured speed
+        with open(args.cost) as f:
+            measured_cost = json.load(f)
+        (row_cost,) = [r for r in measured_cost["rows"] if r["ratio"] != 0][-1:]
+        cost = {"encoder_flops_saved_percent": row_cost["encoder_flops_saved_percent"],
+                "ffn_flops_saved_percent": row_cost["ffn_flops_saved_percent"],
+                "extra_params_percent": row_cost["plugin_params_percent"],
+                "speedup": row_cost["speedup"]["median"], "length": measured_cost["length"],
+                "batch_size": measured_cost["batch_size"]}
     record = {
         "recipe": args.recipe, "name": args.name, "variables": variables,
         "commands": commands,
@@ -151,6 +172,7 @@ def build(args):
         "sentences": row.get("sentences"),
         "outputs": os.path.relpath(os.path.abspath(args.outputs), work) if args.outputs else None,
         "references": os.path.abspath(args.references) if args.references else None,
+        "also": also, "cost": cost,
         "training": training,
         "updates": sum((t or {}).get("updates", 0) for t in training.values()),
         "epochs": sum((t or {}).get("epochs", 0) for t in training.values()),
@@ -172,6 +194,9 @@ def main(argv=None):
     p.add_argument("--outputs", default=None, help="the student's per-example outputs (fc-measure --outputs-dir)")
     p.add_argument("--references", default=None,
                    help="the references the outputs are scored against (raw text for sacreBLEU), filed beside them")
+    p.add_argument("--also", action="append", default=[],
+                   help="another row of --measure filed beside the student, its metrics and outputs (repeatable)")
+    p.add_argument("--cost", default=None, help="the plugged model's cost (user_dir/variator/tools/cost.py --json)")
     p.add_argument("--split", default="test", help="the report split the metrics are measured on")
     p.add_argument("--teacher", required=True)
     p.add_argument("--data", required=True)

@@ -40,20 +40,29 @@ def load_claims(path=CLAIMS):
         return tomllib.load(f)["claim"]
 
 
+def side(name):
+    """A claim's side: 'CELL' (the cell's student) or 'CELL:ROW' (another row its records file beside the student,
+    e.g. the backbone a Variator plugin is measured with): (cell, row or None)."""
+    cell, _, row = name.partition(":")
+    return cell, row or None
+
+
 def paired_records(store, claim):
     """{seed: (A's record, B's record)} for the seeds both have, each the latest filed of its cell and seed, and the
     seeds each side has alone."""
-    def latest(cell):
+    def latest(name):
+        cell, row = side(name)
         by_seed = {}
         for record in store.find(grid=claim["grid"], cell=cell):
-            by_seed[record["seed"]] = record
+            if row is None or row in (record.get("also") or {}):
+                by_seed[record["seed"]] = record
         return by_seed
     a, b = latest(claim["a"]), latest(claim["b"])
     return {s: (a[s], b[s]) for s in sorted(set(a) & set(b))}, a, b
 
 
-def statistics_of(store, records, metric):
-    """(seeds, n, d) statistics of each record's outputs against its references."""
+def statistics_of(store, records, metric, row=None):
+    """(seeds, n, d) statistics of each record's outputs (``row``: those of its 'also' row) against its references."""
     from user_dir.common.significance import GLUE_METRICS, bleu_statistics, glue_statistics
     from user_dir.tools.measure import detokenise
 
@@ -63,7 +72,7 @@ def statistics_of(store, records, metric):
     outputs_of = []
     for record in records:
         refs = store.references(record) or _any_references(store, record)
-        outputs = store.outputs(record)
+        outputs = store.outputs(record, row)
         refs = refs[:len(outputs)]
         if references is not None and refs != references:
             raise ValueError(f"record {record['key'][:10]}: other references than its pair's")
@@ -108,10 +117,14 @@ def budget_text(records):
 
 
 def rule_text(record):
+    """The stopping rule a record was trained under, from its variables: fixed epochs or updates per stage, else
+    patience on the validation loss."""
     v = record["variables"]
-    if v.get("UPDATES") or v.get("KD_UPDATES"):
-        return f"{v.get('UPDATES') or v.get('KD_UPDATES')} updates"
-    return f"patience {v.get('PATIENCE')} epochs on validation loss, at most {v.get('MAX_EPOCHS')} epochs"
+    fixed = [f"{v[k]} {k.lower().replace('_', ' ')}" for k in sorted(v) if v[k] and k.endswith(("_EPOCHS", "UPDATES"))
+             and k != "MAX_EPOCHS"]
+    if v.get("PATIENCE") and not (v.get("UPDATES") or v.get("KD_UPDATES")):
+        fixed.append(f"patience {v['PATIENCE']} epochs on validation loss, at most {v.get('MAX_EPOCHS')} epochs")
+    return ", ".join(fixed) or "-"
 
 
 def device_text(records):
@@ -134,8 +147,8 @@ def evaluate(store, claims):
             recs_a = [pairs[s][0] for s in pairs]
             recs_b = [pairs[s][1] for s in pairs]
             parity = claim["test"] == "parity"
-            result = cluster_test(statistics_of(store, recs_a, claim["metric"]),
-                                  statistics_of(store, recs_b, claim["metric"]),
+            result = cluster_test(statistics_of(store, recs_a, claim["metric"], side(claim["a"])[1]),
+                                  statistics_of(store, recs_b, claim["metric"], side(claim["b"])[1]),
                                   "bleu" if claim["metric"] == "sacrebleu" else claim["metric"], 10000,
                                   margin=claim.get("margin") if parity else None,
                                   threshold=claim.get("threshold") if claim.get("threshold") else None)
@@ -156,8 +169,9 @@ def evaluate(store, claims):
     return rows
 
 
-def per_seed_scores(records, metric):
-    values = [r["metrics"][metric] for r in records]
+def per_seed_scores(records, metric, name):
+    row = side(name)[1]
+    values = [(r["also"][row] if row else r)["metrics"][metric] for r in records]
     spread = f" +- {statistics.stdev(values):.2f}" if len(values) > 1 else ""
     return f"{statistics.mean(values):.2f}{spread} ({', '.join(f'{v:.2f}' for v in values)})"
 
@@ -196,11 +210,27 @@ def claims_table(store, claims):
         cpu_hours = sum(x["cpu_s"] for x in recs_a + recs_b) / 3600
         lines.append(
             f"| {name} | {c['paper']} | {metric} | {test} | {rule_text(recs_a[0])} | {r['seeds']} "
-            f"| {c['a']}: {per_seed_scores(recs_a, c['metric'])} | {c['b']}: {per_seed_scores(recs_b, c['metric'])} "
+            f"| {c['a']}: {per_seed_scores(recs_a, c['metric'], c['a'])} | {c['b']}: "
+            f"{per_seed_scores(recs_b, c['metric'], c['b'])} "
             f"| {r['diff']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] | {', '.join(f'{d:+.2f}' for d in r['per_seed'])} "
             f"| {r['p']:.3g} | {row['holm_p']:.3g} | {row['detectable']:.2f} | {budget_text(recs_a)}; {budget_text(recs_b)} "
-            f"| {cpu_hours:.1f} on {device_text(recs_a + recs_b)} | {row['verdict']} at this stopping rule |")
+            f"| {cpu_hours:.1f} on {device_text(recs_a + recs_b)} | {row['verdict']} at this stopping rule"
+            f"{cost_text(c, recs_a)} |")
     return "\n".join(lines) + "\n"
+
+
+def cost_text(claim, records):
+    """The cost half of a claim that makes one (claims.toml's 'cost': the paper's saving), from A's records."""
+    if not claim.get("cost"):
+        return ""
+    costs = [r["cost"] for r in records if r.get("cost")]
+    if not costs:
+        return "; cost: not recorded"
+    saved = statistics.mean(c["encoder_flops_saved_percent"] for c in costs)
+    speed = statistics.mean(c["speedup"] for c in costs)
+    extra = statistics.mean(c["extra_params_percent"] for c in costs)
+    return (f"; cost: {saved:.1f}% of the encoder's FLOPs saved with {extra:.1f}% extra parameters, measured "
+            f"x{speed:.2f} speed at length {costs[0]['length']} (the paper: {claim['cost']})")
 
 
 def claims_summary(store, claims):
@@ -215,7 +245,8 @@ def claims_summary(store, claims):
             continue
         r = row["result"]
         out.append(f"- {c['claim']} ({who}): {METRIC_NAMES[c['metric']]} {r['diff']:+.2f} [{r['low']:+.2f}, "
-                   f"{r['high']:+.2f}], {row['verdict']} at {rule_text(row['records'][0][0])}, {r['seeds']} seeds")
+                   f"{r['high']:+.2f}], {row['verdict']} at {rule_text(row['records'][0][0])}, {r['seeds']} seeds"
+                   f"{cost_text(c, row['records'][0])}")
     return "\n".join(out) + "\n"
 
 
@@ -263,6 +294,112 @@ def sizes_table(grid_path, reference_cell):
     return "\n".join(lines) + "\n"
 
 
+def ladder_table(store, path, summary=False):
+    """The latest measured run of a ladder (scripts/experiments/ladder.py), each model's training cost from its records,
+    and the recommendation: at each quality bound, the fastest and the smallest deployment, and the issue's goal
+    (``summary``: the recommendation alone, for the README)."""
+    from ladder import SCORING_STAGES, Ladder
+
+    ladder = Ladder(path, store.root)
+    spec, shown = ladder.spec, os.path.relpath(path, ROOT)
+    entries = []
+    if os.path.exists(ladder.runs_file):
+        with open(ladder.runs_file) as f:
+            entries = [json.loads(line) for line in f if line.strip()]
+    cells = {}  # grid cell -> {seed: latest record}
+    for grid in ladder.grids:
+        for name in dict.fromkeys(c.name for c in grid.cells):
+            cells[name] = {r["seed"]: r for r in store.find(grid=grid.name, cell=name)}
+    without = [name for name, seeds in cells.items() if not seeds]
+    if not entries:
+        with_records = [f"{name} ({len(seeds)} seeds)" for name, seeds in cells.items() if seeds]
+        return (f"Not measured yet. Cells with records in the store: {', '.join(with_records) or 'none'}; without: "
+                f"{', '.join(without) or 'none'}. Measured alone on the machine by `python "
+                f"scripts/experiments/ladder.py measure {shown}`.\n")
+    e = entries[-1]
+    metric, settings = e["settings"]["metric"], e["settings"]
+    name = METRIC_NAMES[metric]
+    teacher = next(r for r in e["rows"] if r["model"] == "teacher" and r["engine"] == "fairseq")
+    for row in e["rows"]:
+        values = list(row["quality_seeds"].values())
+        row["quality"] = statistics.mean(values)
+        row["lost"] = teacher["deployed_quality"] - row["quality"]
+        row["speedup"] = row["sentences_per_s"] / teacher["sentences_per_s"]
+        row["latency_speedup"] = teacher["latency_ms"] / row["latency_ms"]
+    described = {m["name"]: m for m in e["models"]}
+
+    def cost(model):
+        records = [store.get(key) for key in described[model]["records"].values()]
+        records = [r for r in records if r is not None]
+        if not records:
+            return "-"
+        hours = [sum(c["cpu_s"] for c in r["commands"] if c["stage"] not in SCORING_STAGES) / 3600 for r in records]
+        gpu = {r["machine"].get("gpu") for r in records} - {None}
+        return f"{statistics.mean(hours):.2f}" + (f" ({', '.join(sorted(gpu))})" if gpu else "")
+
+    def quality(row):
+        values = list(row["quality_seeds"].values())
+        spread = f" +- {statistics.stdev(values):.2f}" if len(values) > 1 else ""
+        return f"{row['quality']:.2f}{spread} ({len(values)} seed{'s' if len(values) > 1 else ''})"
+
+    head = ["model", "engine", f"{name} (mean over seeds)", "lost vs teacher", "non-emb. params", "size MB",
+            f"sent/s, batch {settings['batch']}", "speed-up", "ms/sentence, batch 1", "speed-up (batch 1)",
+            "CPU h to make (mean over seeds)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for row in e["rows"]:
+        params = "-" if row["non_embedding_params"] is None else f"{row['non_embedding_params']:,}"
+        lines.append(f"| {row['model']} | {row['engine']} | {quality(row)} | {row['lost']:+.2f} | {params} "
+                     f"| {row['size_mb']:.1f} | {row['sentences_per_s']:.1f} | {row['speedup']:.2f}x "
+                     f"| {row['latency_ms']:.1f} | {row['latency_speedup']:.2f}x | {cost(row['model'])} |")
+    lines.append("")
+    first_advice = len(lines)
+    for bound in spec.get("losses", [0.5, 1.0]):
+        within = [r for r in e["rows"] if r["lost"] <= bound]
+        if not within:
+            lines.append(f"- At <= {bound:g} {name} lost: no deployment.")
+            continue
+        fastest = max(within, key=lambda r: r["sentences_per_s"])
+        smallest = min(within, key=lambda r: r["size_mb"])
+        lines.append(f"- At <= {bound:g} {name} lost: fastest {fastest['model']} in {fastest['engine']} "
+                     f"({fastest['speedup']:.2f}x the fairseq teacher's sentences/s, {fastest['lost']:+.2f} lost); "
+                     f"smallest {smallest['model']} in {smallest['engine']} ({smallest['size_mb']:.1f} MB, "
+                     f"{smallest['lost']:+.2f} lost).")
+    goal, goal_loss = spec.get("goal_speedup", 5.0), spec.get("goal_loss", 0.5)
+    students = [r for r in e["rows"] if r["model"] != "teacher"]
+    met = [r for r in students if r["speedup"] >= goal and r["lost"] <= goal_loss]
+    if met:
+        best = max(met, key=lambda r: r["speedup"])
+        lines.append(f"- Goal ({goal:g}x the fairseq teacher's sentences/s at <= {goal_loss:g} {name} lost): met by "
+                     f"{best['model']} in {best['engine']}, {best['speedup']:.2f}x at {best['lost']:+.2f} lost.")
+    else:
+        near = [r for r in students if r["lost"] <= goal_loss]
+        nearest = max(near, key=lambda r: r["speedup"]) if near else None
+        lines.append(f"- Goal ({goal:g}x the fairseq teacher's sentences/s at <= {goal_loss:g} {name} lost): not met; "
+                     + (f"nearest {nearest['model']} in {nearest['engine']}, {nearest['speedup']:.2f}x at "
+                        f"{nearest['lost']:+.2f} lost." if nearest else f"no student is within {goal_loss:g} lost."))
+    for refusal in e["refused"]:
+        lines.append(f"- Not deployed: {refusal['model']} in {refusal['engine']}: {refusal['reason']}")
+    if summary:
+        return "\n".join(lines[first_advice:]) + f"\n- Measured {e['date']}: [{os.path.relpath(path, ROOT)}'s table]" \
+            f"(results/{ladder.name}.md).\n"
+    stale = [m for m, d in described.items() if m in cells and set(map(int, d["records"])) != set(cells[m])]
+    if stale:
+        lines.append(f"- Measured before the store's latest records of {', '.join(stale)}: measure again.")
+    if without:
+        lines.append(f"- Cells without records yet (not on the ladder): {', '.join(without)}.")
+    lines += ["", f"{name} on the test set (beam {settings['beam']}): fairseq rows are the records' scores, other "
+              "engines decode each seed's checkpoint; lost: the fairseq teacher's score minus the mean. Speed: the "
+              f"lowest seed's checkpoint, median of {settings['runs']} runs with the rows measured in turn, "
+              f"{settings['threads']} thread(s) per row, ratios against the fairseq teacher in the same run. Size: the "
+              "weights as stored (fairseq: the state dict; CTranslate2: model.bin). CPU h to make: the records' "
+              "training and compression stages (scoring excluded; a grid's shared preparation, e.g. its teacher-output "
+              "cache, excluded)." + (f" A pipeline check on {settings['max_sentences']} sentences: not a ladder."
+                                      if settings.get("max_sentences") else ""),
+              "", f"Measured {e['date']} on {e['machine']} (load average {e['load_average_before'][0]:.2f} before, "
+              f"{e['load_average_after'][0]:.2f} after) by `{e['command']}`."]
+    return "\n".join(lines) + "\n"
+
+
 BLOCKS = {
     "pet-sizes": lambda store: sizes_table(os.path.join(ROOT, "grids", "pet.toml"), "pet"),
     "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
@@ -270,6 +407,10 @@ BLOCKS = {
     "claims-glue": lambda store: claims_table(store, [c for c in load_claims() if c["grid"] == "glue"]),
     "claims-ghostbert-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "GhostBERT"]),
     "claims-apc-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "APC"]),
+    "claims-variator-summary": lambda store: claims_summary(store, [c for c in load_claims()
+                                                                    if c["method"] == "Variator"]),
+    "ladder-mt": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml")),
+    "ladder-mt-summary": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml"), summary=True),
 }
 
 

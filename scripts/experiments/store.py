@@ -3,6 +3,8 @@
     records.jsonl          one JSON line per finished cell: its key (scripts/experiments/grid.py), grid, cell, seed and
                            the recipe's WORK/result.json (scripts/experiments/record.py)
     outputs/KEY.txt.gz     the cell's per-example outputs (hypotheses or predictions), one line per example
+    outputs/KEY.ROW.txt.gz the outputs of another row of the same measurement the record names in 'also' (e.g. the
+                           backbone a Variator plugin is compared with)
     references/SHA.txt.gz  the references they are scored against, by the sha256 of their text (record: references)
 
 Lines are only ever appended (under a file lock, so parallel jobs, local or on Slurm, can file at once); a key filed
@@ -41,12 +43,12 @@ class Store:
         return [r for r in self.records() if (grid is None or r.get("grid") == grid)
                 and (cell is None or r.get("cell") == cell) and (seed is None or r.get("seed") == seed)]
 
-    def outputs_path(self, key):
-        return os.path.join(self.root, "outputs", f"{key}.txt.gz")
+    def outputs_path(self, key, row=None):
+        return os.path.join(self.root, "outputs", f"{key}.{row}.txt.gz" if row else f"{key}.txt.gz")
 
-    def outputs(self, record):
-        """The record's per-example outputs, a list of lines."""
-        with gzip.open(self.outputs_path(record["key"]), "rt") as f:
+    def outputs(self, record, row=None):
+        """The record's per-example outputs (``row``: those of the row of its 'also'), a list of lines."""
+        with gzip.open(self.outputs_path(record["key"], row), "rt") as f:
             return f.read().splitlines()
 
     def references(self, record):
@@ -69,18 +71,19 @@ class Store:
             os.replace(dest + ".tmp", dest)
         return name
 
-    def _append(self, record, outputs_file=None):
+    def _append(self, record, outputs_files=()):
+        """File a record and its outputs (``outputs_files``: (row or None, text file) pairs, gzipped in)."""
         os.makedirs(os.path.join(self.root, "outputs"), exist_ok=True)
         with open(self.path + ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             self._cache = None
             if self.get(record["key"]) is not None:
                 return self.get(record["key"])
-            if outputs_file:
-                tmp = self.outputs_path(record["key"]) + ".tmp"
-                with open(outputs_file, "rb") as src, gzip.GzipFile(tmp, "wb", mtime=0) as dst:
+            for row, outputs_file in outputs_files:
+                dest = self.outputs_path(record["key"], row)
+                with open(outputs_file, "rb") as src, gzip.GzipFile(dest + ".tmp", "wb", mtime=0) as dst:
                     shutil.copyfileobj(src, dst)
-                os.replace(tmp, self.outputs_path(record["key"]))
+                os.replace(dest + ".tmp", dest)
             with open(self.path, "a") as f:
                 f.write(json.dumps(record, sort_keys=True) + "\n")
                 f.flush()
@@ -93,20 +96,25 @@ class Store:
         record = dict(result, key=key, grid=grid, cell=cell, seed=seed)
         if result.get("references"):
             record["references"] = self._file_references(result["references"])
-        outputs = os.path.join(work, result["outputs"]) if result.get("outputs") else None
-        if outputs and not os.path.exists(outputs):
-            raise FileNotFoundError(f"{work}/result.json names outputs {result['outputs']}, which are missing")
-        return self._append(record, outputs)
+        files = [(None, result.get("outputs"))] + [(row, also.get("outputs"))
+                                                   for row, also in (result.get("also") or {}).items()]
+        files = [(row, os.path.join(work, path)) for row, path in files if path]
+        for _, path in files:
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{work}/result.json names outputs {os.path.relpath(path, work)}, which are "
+                                        "missing")
+        return self._append(record, files)
 
     def merge(self, other):
         """Another store's records (a device call's, carried back) that this one lacks; returns how many."""
         added = 0
         for record in other.records():
             if self.get(record["key"]) is None:
-                source = other.outputs_path(record["key"])
-                if os.path.exists(source):
-                    os.makedirs(os.path.join(self.root, "outputs"), exist_ok=True)
-                    shutil.copyfile(source, self.outputs_path(record["key"]))
+                for row in [None] + list(record.get("also") or {}):
+                    source = other.outputs_path(record["key"], row)
+                    if os.path.exists(source):
+                        os.makedirs(os.path.join(self.root, "outputs"), exist_ok=True)
+                        shutil.copyfile(source, self.outputs_path(record["key"], row))
                 if record.get("references"):
                     name = f"{record['references']}.txt.gz"
                     os.makedirs(os.path.join(self.root, "references"), exist_ok=True)

@@ -30,6 +30,8 @@ METHODS = [
     ("archive/", "Archive: superseded tables, kept as they were written (the scripts that made them are deleted; "
                  "git keeps them)", None),
     ("claims", "The papers' central claims (rendered from the store, paired tests over seeds)", "README.md"),
+    ("ladder_", "Which method (rendered from the store: the grids' students deployed and measured in one run)",
+     "README.md"),
     ("pet_multi30k", "PET", "user_dir/pet/README.md"),
     ("quickstart_apc", "APC", "user_dir/apc/README.md"),
     ("quickstart_ghostbert", "GhostBERT", "user_dir/ghost/README.md"),
@@ -48,6 +50,9 @@ METHODS = [
 STATUS = {
     "claims.md": ("headline", "one row per central claim of each paper: difference, 95% interval, p, verdict"),
     "pet_multi30k.md": ("headline", "PET's full CPU recipe, measured from the shipped files"),
+    "ladder_mt.md": ("headline", "translation: the teacher and the PET grid's students in fairseq and CTranslate2 "
+                     "float32/int8, speed measured alone in one run, the training cost from the records, the "
+                     "recommendation"),
     "store/README.md": ("part", "the store's layout: every finished grid cell's record and outputs (scripts/experiments/)"),
     "pet_sizes.md": ("part", "the PET claims grid's students sized against PET (rendered by scripts/experiments/render.py)"),
     **{f"quickstart_{name}.md": ("part", "the page's quickstart: the recipe as the page runs it on the shipped teacher, "

@@ -15,8 +15,9 @@
 #                                translation student shares (pet.sh, competitors.sh): one rule for every method
 #   write_result NAME CHECKPOINT STAGES... -- TRAIN_STAGES...   WORK/result.json (scripts/experiments/record.py) from
 #                                WORK/measure.json and WORK/outputs/NAME.txt (fc-measure --outputs-dir), with the
-#                                variables named in RECORD_VARS; the references: RAW_REFERENCE's file (sacreBLEU's),
-#                                else WORK/outputs/references.txt (GLUE: the labels)
+#                                variables named in RECORD_VARS, the rows named in RECORD_ALSO (their scores and
+#                                outputs beside the student's) and RECORD_COST's cost JSON; the references:
+#                                RAW_REFERENCE's file (sacreBLEU's), else WORK/outputs/references.txt (GLUE: the labels)
 #   bert_teachers                (the GPU reproductions) TEACHERS: a folder of GLUE teachers as scripts/recipes/glue_teachers.sh
 #                                leaves them, fine-tuned here from HF_MODEL unless given
 # Switches every recipe takes: SMOKE=1 (a tiny budget: an end-to-end check, numbers meaningless), DRY_RUN=1
@@ -255,6 +256,8 @@ write_result() {
   [ $# -gt 0 ] && shift
   train=("$@")
   for var in ${RECORD_VARS:-}; do vars+=(--var "$var=${!var:-}"); done
+  for var in ${RECORD_ALSO:-}; do vars+=(--also "$var"); done
+  [ -n "${RECORD_COST:-}" ] && vars+=(--cost "$RECORD_COST")
   "$PY" "$ROOT/scripts/experiments/record.py" "$WORK" --recipe "$RECIPE" --name "$name" --stages "${stages[@]}" \
     --train-stages "${train[@]}" --checkpoint "$checkpoint" --measure "$WORK/measure.json" \
     --outputs "$WORK/outputs/$name.txt" --teacher "$TEACHER" --data "$DATA" --device-flags="$DEVICE_FLAGS" \

@@ -104,7 +104,7 @@ stage cost "$PY" -m user_dir.variator.tools.cost "$DATA" --path "$TEACHER" --plu
 RECORD_VARS="GLUE_TASK K BOTTLENECK PLACE PLUGIN_FLAGS UPDATES PRETRAIN_UPDATES LR PRETRAIN_LR WARMUP BATCH PRETRAIN_BATCH MAX_TOKENS VALIDATIONS SEED EXTRA DEVICE_FLAGS"
 TRAINED=(plugin); STAGES=("${SHIPPED_DATA_STAGE[@]}")
 [ -f "$WORK/pretrain/DONE" ] && TRAINED=(pretrain plugin) && STAGES+=(pretrain pretrain-export)
-write_result "variator-k$K" "$WORK/plugin/$CHOSEN" "${STAGES[@]}" plugin export measure cost -- "${TRAINED[@]}"
+RECORD_ALSO=teacher RECORD_COST="$WORK/cost.json" write_result "variator-k$K" "$WORK/plugin/$CHOSEN" "${STAGES[@]}" plugin export measure cost -- "${TRAINED[@]}"
 "$PY" - "$WORK" "$K" "${GLUE_TASK:-}" "${PRIMARY_METRIC:-}" <<'PY'
 import json, os, sys
 work, k, task, metric = sys.argv[1:]

@@ -1,0 +1,255 @@
+#!/usr/bin/env python
+"""The which-method ladders: the students the grids made, each deployed in every engine that takes it, measured alone
+in one run; rendered from the store.
+
+    python scripts/experiments/ladder.py plan grids/ladder_mt.toml      # what would be measured, and what is missing
+    python scripts/experiments/ladder.py measure grids/ladder_mt.toml   # alone on the machine: no training beside it
+
+A ladder (grids/ladder_*.toml) names grids; each of their cells with records in the store is a model, with the
+teacher and the ladder's [[extra]] checkpoints. ``measure``:
+1. deploys every model in each of the ladder's engines: fairseq as trained; CTranslate2 float32 and int8 from
+   fc-export's stock checkpoint (user_dir/deploy/export.py, then ct2_engine.convert); a model an engine refuses is
+   listed with the reason (e.g. GhostBERT's depthwise convolutions have no CTranslate2 layer);
+2. measures, ``runs`` times, every deployment in turn (A B C ... A B C ...: a drifting machine affects all alike) at
+   batch ``batch`` over the test set (sentences/s) and at batch 1 over its first ``latency_sentences`` (ms per
+   sentence), each in its own process (fc-measure's worker; ct2_engine's), so every speed ratio comes from one run
+   on one machine; the lowest seed's checkpoint stands for its cell;
+3. scores every seed of every cell in every engine: the records' scores in fairseq (what the claims test),
+   CTranslate2's own decoding of each seed's checkpoint otherwise;
+4. appends the run to results/store/ladders/NAME.jsonl.
+scripts/experiments/render.py renders the latest run with the records' training cost (block NAME, '_' as '-').
+"""
+import argparse
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+import tomllib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+import store as store_lib  # noqa: E402
+from grid import Grid, rooted  # noqa: E402
+from record import sha256_of  # noqa: E402
+
+ENGINES = {"fairseq": None, "ct2-float32": "float32", "ct2-int8": "int8"}
+# the stages whose cost is making the model (not scoring it)
+SCORING_STAGES = ("measure", "cost")
+
+
+class Ladder:
+    def __init__(self, path, store=None):
+        with open(path, "rb") as f:
+            spec = tomllib.load(f)
+        self.path, self.spec = path, spec
+        self.name = spec.get("name") or os.path.splitext(os.path.basename(path))[0]
+        self.store = store_lib.Store(store or os.path.join(ROOT, "results", "store"))
+        unknown = set(spec.get("engines", [])) - set(ENGINES)
+        if unknown:
+            raise SystemExit(f"ladder {path}: engines {sorted(unknown)}: one of {', '.join(ENGINES)}")
+        self.grids = [Grid(rooted(g), store=self.store.root) for g in spec.get("grids", [])]
+        if not self.grids:
+            raise SystemExit(f"ladder {path}: no grids = [...]")
+        teachers = {g.teacher for g in self.grids}
+        datas = {g.inputs.get("DATA") for g in self.grids}
+        if len(teachers) != 1 or len(datas) != 1:
+            raise SystemExit(f"ladder {path}: its grids have other teachers or data ({teachers}, {datas})")
+        (self.teacher,), (self.data,) = teachers, datas
+        for extra in spec.get("extra", []):
+            for field in ("name", "path"):
+                if field not in extra:
+                    raise SystemExit(f"ladder {path}: an [[extra]] has no '{field}'")
+
+    @property
+    def runs_file(self):
+        return os.path.join(self.store.root, "ladders", f"{self.name}.jsonl")
+
+    def models(self):
+        """[{name, grid, cell, seeds: {seed: record}}] for every cell with current records, then the extras; and the
+        cells without any."""
+        models, missing = [], []
+        for grid in self.grids:
+            fingerprint = grid.data_fingerprint()
+            for name in dict.fromkeys(c.name for c in grid.cells):
+                seeds = {}
+                for record in grid.store.find(grid=grid.name, cell=name):
+                    if record["teacher"]["sha256"] == grid.teacher_sha and (
+                            fingerprint is None or record["data"]["fingerprint"] == fingerprint):
+                        seeds[record["seed"]] = record  # the latest filed of each seed
+                if seeds:
+                    models.append({"name": name, "grid": grid.name, "seeds": dict(sorted(seeds.items()))})
+                else:
+                    missing.append(f"{grid.name}/{name}")
+        for extra in self.spec.get("extra", []):
+            models.append({"name": extra["name"], "path": rooted(extra["path"]), "about": extra.get("about", "")})
+        return models, missing
+
+
+def deployed_checkpoint(model):
+    """The checkpoint that stands for the model (its lowest seed's) and that seed."""
+    if "path" in model:
+        return model["path"], None
+    seed = min(model["seeds"])
+    return rooted(model["seeds"][seed]["checkpoint"]), seed
+
+
+def deploy(path, data, engine, work, label):
+    """(the path an engine measures, None) or (None, why it cannot): fairseq takes the checkpoint; CTranslate2 takes
+    fc-export's stock checkpoint converted to the engine's weights."""
+    if ENGINES[engine] is None:
+        return path, None
+    from user_dir.deploy import ct2_engine, export
+
+    stock = os.path.join(work, f"{label}.stock.pt")
+    try:
+        if not os.path.exists(stock):
+            export.export(path, stock)
+        out = os.path.join(work, f"{label}.{engine}")
+        if not os.path.exists(os.path.join(out, "model.bin")):
+            ct2_engine.convert(stock, data, out, ENGINES[engine])
+        return out, None
+    except (export.ExportError, ct2_engine.CT2Error) as error:
+        return None, str(error).replace(ROOT + "/", "")
+
+
+def measure_one(spec, engine):
+    from user_dir.deploy import ct2_engine
+    from user_dir.tools import measure
+
+    if ENGINES[engine] is None:
+        return measure._run_worker(dict(spec, engine="fairseq"))
+    return ct2_engine.measure(dict(spec, compute_type=ENGINES[engine]))
+
+
+def run_measure(ladder, args):
+    from user_dir.tools import measure
+
+    spec = ladder.spec
+    engines = spec.get("engines", list(ENGINES))
+    runs = args.runs or spec.get("runs", 3)
+    threads = spec.get("threads", 1)
+    raw_reference = os.path.join(ladder.data, "text", "test.raw.en")
+    models, missing = ladder.models()
+    if missing:
+        print(f"ladder: no records yet for {', '.join(missing)} (measured without them)", file=sys.stderr)
+    work = os.path.abspath(args.work or os.path.join(ROOT, "work", "ladders", ladder.name))
+    os.makedirs(work, exist_ok=True)
+    teacher = {"name": "teacher", "path": ladder.teacher, "about": "the grids' teacher"}
+    base = {"data": ladder.data, "subset": "test", "beam": 5, "lenpen": 1.0, "max_len_a": 0, "max_len_b": 200,
+            "post_process": "subword_nmt", "classification_head": None, "threads": threads, "cpu": True,
+            "fp16": False}
+    deployments, refused, described = [], [], []
+    for model in [teacher] + models:
+        path, seed = deployed_checkpoint(model)
+        if not os.path.exists(path):
+            raise SystemExit(f"ladder: {model['name']}'s checkpoint {path} is not on this machine: measure where its "
+                             "cells ran (their work folders hold the checkpoints), or run the cells again here")
+        described.append({"name": model["name"], "grid": model.get("grid"), "checkpoint": os.path.relpath(path, ROOT),
+                          "sha256": sha256_of(path), "deployed_seed": seed, "about": model.get("about", ""),
+                          "records": {str(s): r["key"] for s, r in model.get("seeds", {}).items()}})
+        for engine in engines:
+            where, why = deploy(path, ladder.data, engine, work, f"{model['name']}-s{seed or 0}")
+            if why:
+                refused.append({"model": model["name"], "engine": engine, "reason": why})
+                print(f"ladder: {model['name']} in {engine}: {why}", file=sys.stderr)
+            else:
+                deployments.append({"model": model, "engine": engine, "path": where, "throughput": [],
+                                    "latency": []})
+    load_before = os.getloadavg()
+    for r in range(runs):
+        for d in deployments:
+            print(f"[ladder] run {r + 1}/{runs}: {d['model']['name']} in {d['engine']}", file=sys.stderr, flush=True)
+            d["throughput"].append(measure_one(dict(base, path=d["path"], batch_size=spec.get("batch", 64),
+                                                    max_sentences=args.max_sentences), d["engine"]))
+            d["latency"].append(measure_one(dict(base, path=d["path"], batch_size=1,
+                                                 max_sentences=spec.get("latency_sentences", 100)), d["engine"]))
+    load_after = os.getloadavg()
+    metric = spec.get("metric", "sacrebleu")
+    rows = []
+    fairseq_params = {}
+    for d in deployments:
+        model, first = d["model"], d["throughput"][0]
+        quality = measure.translation_scores(first["outputs"], first["references"], first["ids"], first["target_lang"],
+                                             raw_reference)
+        seeds = {}
+        _, deployed_seed = deployed_checkpoint(model)
+        for seed, record in model.get("seeds", {}).items():
+            if d["engine"] == "fairseq":
+                seeds[str(seed)] = record["metrics"][metric]
+            elif seed == deployed_seed:
+                seeds[str(seed)] = quality[metric]
+            else:  # another seed's checkpoint, deployed and decoded once for its score
+                where, why = deploy(rooted(record["checkpoint"]), ladder.data, d["engine"], work,
+                                    f"{model['name']}-s{seed}")
+                if why is None:
+                    out = measure_one(dict(base, path=where, batch_size=spec.get("batch", 64),
+                                           max_sentences=args.max_sentences), d["engine"])
+                    seeds[str(seed)] = measure.translation_scores(out["outputs"], out["references"], out["ids"],
+                                                                  out["target_lang"], raw_reference)[metric]
+        if not seeds:  # the teacher and the extras: the deployed checkpoint's own score
+            seeds[str(deployed_seed or 0)] = quality[metric]
+        if d["engine"] == "fairseq":
+            fairseq_params[model["name"]] = (first.get("params"), first.get("non_embedding_params"))
+        sps = [x["sentences"] / x["seconds"] for x in d["throughput"]]
+        ms = [1000 * x["seconds"] / x["sentences"] for x in d["latency"]]
+        rows.append({"model": model["name"], "engine": d["engine"], "deployed_quality": quality[metric],
+                     "bleu_tok": quality["bleu_tok"], "quality_seeds": seeds, "sentences": first["sentences"],
+                     "sentences_per_s": statistics.median(sps), "sentences_per_s_runs": sps,
+                     "latency_ms": statistics.median(ms), "latency_ms_runs": ms,
+                     "peak_memory_mb": statistics.median(x["peak_memory_mb"] for x in d["throughput"]),
+                     "size_mb": first["weights_bytes"] / 2**20,
+                     "outputs_identical_across_runs": all(x["outputs"] == first["outputs"] for x in d["throughput"])})
+    for row in rows:  # a CTranslate2 model has no parameter count of its own: its fairseq model's
+        row["params"], row["non_embedding_params"] = fairseq_params.get(row["model"], (None, None))
+    entry = {"ladder": ladder.name, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+             "machine": measure.machine_description(), "cpu": measure.cpu_name(),
+             "command": "python scripts/experiments/ladder.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+             "settings": {"metric": metric, "batch": spec.get("batch", 64), "runs": runs, "threads": threads,
+                          "latency_sentences": spec.get("latency_sentences", 100), "beam": 5,
+                          "max_sentences": args.max_sentences},
+             "load_average_before": load_before, "load_average_after": load_after,
+             "teacher_sha256": sha256_of(ladder.teacher), "models": described, "rows": rows, "refused": refused}
+    os.makedirs(os.path.dirname(ladder.runs_file), exist_ok=True)
+    with open(ladder.runs_file, "a") as f:
+        f.write(json.dumps(entry, sort_keys=True) + "\n")
+    print(f"ladder: {len(rows)} deployments measured, {len(refused)} refused -> "
+          f"{os.path.relpath(ladder.runs_file, ROOT)}; render: python scripts/experiments/render.py")
+    return entry
+
+
+def run_plan(ladder):
+    models, missing = ladder.models()
+    print(f"ladder {ladder.name} ({os.path.relpath(ladder.path, ROOT)}): teacher {os.path.relpath(ladder.teacher, ROOT)}, "
+          f"engines {', '.join(ladder.spec.get('engines', list(ENGINES)))}")
+    for model in models:
+        path, seed = deployed_checkpoint(model)
+        where = "here" if os.path.exists(path) else "NOT on this machine"
+        seeds = f"seeds {', '.join(map(str, model['seeds']))}" if "seeds" in model else "one checkpoint"
+        print(f"  {model['name']:<16} {seeds:<16} deploys {os.path.relpath(path, ROOT)} ({where})")
+    for name in missing:
+        print(f"  {name:<16} no records in the store yet")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("action", choices=("plan", "measure"))
+    p.add_argument("ladder", help="a ladder file, e.g. grids/ladder_mt.toml")
+    p.add_argument("--store", default=None, help="the store (default results/store)")
+    p.add_argument("--work", default=None, help="deployed models (default work/ladders/NAME)")
+    p.add_argument("--runs", type=int, default=None, help="timed runs (default: the ladder's)")
+    p.add_argument("--max-sentences", type=int, default=None,
+                   help="throughput and scores on the first N test sentences only (a pipeline check: not a ladder)")
+    args = p.parse_args(argv)
+    ladder = Ladder(args.ladder, args.store)
+    if args.action == "plan":
+        run_plan(ladder)
+    else:
+        run_measure(ladder, args)
+
+
+if __name__ == "__main__":
+    main()
