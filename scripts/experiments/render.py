@@ -400,6 +400,45 @@ def ladder_table(store, path, summary=False):
     return "\n".join(lines) + "\n"
 
 
+def _results_rows(name):
+    """{row name: row} of a results/*.json table (fc-measure's --json), and the table."""
+    with open(os.path.join(ROOT, "results", name)) as f:
+        table = json.load(f)
+    return {r["name"]: r for r in table["rows"]}, table
+
+
+def pet_shipped(kind):
+    """The shipped PET student against the teacher, from results/pet_multi30k.json (scripts/bench/measure_shipped.sh):
+    a sentence, the recipe's score line for it, or the PET page's results rows with the demo's (results/demo.json)."""
+    rows, table = _results_rows("pet_multi30k.json")
+    teacher, pet = rows["teacher"], rows["pet"]
+    if kind == "score":
+        return (f"```\nscore: pet BLEU (tok) {pet['bleu_tok']:.2f} (teacher {teacher['bleu_tok']:.2f}) at "
+                f"{pet['compression_rate']:.2f}% of the teacher's non-embedding parameters, {pet['sentences']} sentences "
+                "-- work/pet/measure.md\n```\n")
+    if kind == "sentence":
+        return (f"The shipped student (`checkpoints/multi30k.de-en/pet_student.pt`: the full CPU recipe at its defaults "
+                f"of then, 3 + 20 epochs, one seed) scores {pet['bleu_tok']:.2f} BLEU (tok) and {pet['sacrebleu']:.2f} "
+                f"sacreBLEU against the teacher's {teacher['bleu_tok']:.2f} and {teacher['sacrebleu']:.2f}, at "
+                f"{pet['compression_rate']:.2f}% of its non-embedding parameters and {pet['speedup']:.2f}x its "
+                f"sentences/s in fairseq ({table['date']}, {table['machine'].split(',')[0]}).\n")
+    demo, _ = _results_rows("demo.json")
+    return ("| comparison | teacher | PET | source |\n| --- | --- | --- | --- |\n"
+            f"| shipped student, full CPU recipe, BLEU (tok) | {teacher['bleu_tok']:.2f} | {pet['bleu_tok']:.2f} at "
+            f"{pet['compression_rate']:.2f}%, {pet['speedup']:.2f}x the sentences/s | results/pet_multi30k.md |\n"
+            f"| demo: 200 + 600 updates, BLEU (tok) | {demo['teacher']['bleu_tok']:.2f} | {demo['pet']['bleu_tok']:.2f} "
+            "| results/demo.md |\n")
+
+
+def demo_run():
+    """The README's demo sentence: the demo's report (results/demo.json's scores, results/demo.md's minutes)."""
+    rows, _ = _results_rows("demo.json")
+    with open(os.path.join(ROOT, "results", "demo.md")) as f:
+        minutes = float(re.search(r"^\| total \| ([\d.]+) \|$", f.read(), re.M).group(1))
+    return (f"One demo run: {rows['pet']['bleu_tok']:.2f} BLEU (tok) against the teacher's "
+            f"{rows['teacher']['bleu_tok']:.2f} after 200 + 600 updates, in {minutes:g} minutes.\n")
+
+
 BLOCKS = {
     "pet-sizes": lambda store: sizes_table(os.path.join(ROOT, "grids", "pet.toml"), "pet"),
     "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
@@ -409,6 +448,10 @@ BLOCKS = {
     "claims-apc-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "APC"]),
     "claims-variator-summary": lambda store: claims_summary(store, [c for c in load_claims()
                                                                     if c["method"] == "Variator"]),
+    "pet-shipped": lambda store: pet_shipped("sentence"),
+    "pet-shipped-score": lambda store: pet_shipped("score"),
+    "pet-results": lambda store: pet_shipped("table"),
+    "demo-run": lambda store: demo_run(),
     "ladder-mt": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml")),
     "ladder-mt-summary": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml"), summary=True),
 }
