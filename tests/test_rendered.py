@@ -42,18 +42,16 @@ def test_every_student_of_the_pet_grid_is_within_4_percent_of_pet():
     assert all(s["within"] for s in sizes), sizes
 
 
-def test_a_claim_against_the_backbone_row_of_its_own_records_is_tested_and_carries_its_cost(tmp_path, monkeypatch):
-    """A claim whose B is 'CELL:ROW' (the backbone each Variator record files beside its plugged model): paired by
-    seed, its difference is the pooled metric's (A's predictions against B's, on the same labels), its verdict the one
-    rule's, and the row states the cost A's records measured beside the paper's."""
+def backbone_store(tmp_path):
+    """Three seeds of a cell 'v' whose records file the backbone's predictions beside the plugged model's (as
+    variator.sh and apc.sh do) on 200 labelled examples: (store, labels, {seed: {"a": accuracy, "b": accuracy}})."""
     import random
 
     sys.path.insert(0, os.path.dirname(RENDER))
-    import render
     import store as store_lib
 
     rng = random.Random(0)
-    labels = [rng.randint(0, 1) for _ in range(200)]
+    labels = [int(rng.random() < 0.7) for _ in range(200)]  # 70% positive
     teacher = [y if rng.random() < 0.85 else 1 - y for y in labels]  # the backbone: 85% right
     store = store_lib.Store(str(tmp_path / "store"))
     accuracy = {}
@@ -76,9 +74,22 @@ def test_a_claim_against_the_backbone_row_of_its_own_records_is_tested_and_carri
                            "length": 128}, "training": {"plugin": {"epochs": 20}}, "cpu_s": 3600.0,
                   "machine": {"cpu": "test"}}
         store.add(f"k{seed}", "glue", "v", seed, result, str(work))
-    claim = {"id": "c", "method": "Variator", "claim": "a plugin loses under 2 points", "paper": "the paper's words",
-             "grid": "glue", "a": "v", "b": "v:teacher", "metric": "accuracy", "test": "greater", "threshold": -2.0,
-             "seeds": 3, "cost": "53% saved"}
+    return store, labels, accuracy
+
+
+def claim_of(**fields):
+    return dict({"id": "c", "method": "Variator", "claim": "a plugin loses under 2 points", "paper": "the paper's words",
+                 "grid": "glue", "a": "v", "b": "v:teacher", "metric": "accuracy", "seeds": 3}, **fields)
+
+
+def test_a_claim_against_the_backbone_row_of_its_own_records_is_tested_and_carries_its_cost(tmp_path, monkeypatch):
+    """A claim whose B is 'CELL:ROW' (the backbone each Variator record files beside its plugged model): paired by
+    seed, its difference is the pooled metric's (A's predictions against B's, on the same labels), its verdict the one
+    rule's, and the row states the cost A's records measured beside the paper's and its CPU hours once."""
+    import render
+
+    store, _, accuracy = backbone_store(tmp_path)
+    claim = claim_of(test="greater", threshold=-2.0, cost="53% saved")
     monkeypatch.setattr(render, "load_claims", lambda path=None: [claim])
     render._EVALUATED.clear()
     (row,) = render.claims_table(store, [claim]).splitlines()[2:]
@@ -86,7 +97,7 @@ def test_a_claim_against_the_backbone_row_of_its_own_records_is_tested_and_carri
     assert f"| {diff:+.2f} [" in row, row
     means = [sum(a[k] for a in accuracy.values()) / 3 for k in ("a", "b")]
     assert f"| v: {means[0]:.2f} +- " in row and f"| v:teacher: {means[1]:.2f} +- 0.00 " in row
-    assert "| 4140 updates | 3 |" in row
+    assert "| 4140 updates | 3 |" in row and "| 3.0 on CPU (test, 1 thread a run) |" in row
     assert row.endswith("at this stopping rule; cost: 42.0% of the encoder's FLOPs saved with 1.0% extra parameters, "
                         "measured x1.50 speed at length 128 (the paper: 53% saved) |"), row
     verdict = row.split("|")[-2].split(" at this")[0].strip()
@@ -94,3 +105,23 @@ def test_a_claim_against_the_backbone_row_of_its_own_records_is_tested_and_carri
     summary = render.claims_summary(store, [claim])
     assert summary.startswith(f"- a plugin loses under 2 points (the paper's claim): accuracy {diff:+.2f} [")
     assert f"{verdict} at 4140 updates, 3 seeds; cost: 42.0%" in summary
+
+
+def test_a_retention_claim_is_a_ratio_interval_with_the_constant_answers_ratio_beside_it(tmp_path, monkeypatch):
+    """test = "ratio": A / B pooled over seeds with its two-sided cluster-bootstrap interval, no p (outside Holm), the
+    one rule's ratio verdict, and what answering the most frequent label for every example keeps."""
+    import render
+
+    store, labels, accuracy = backbone_store(tmp_path)
+    ratio = sum(a["a"] for a in accuracy.values()) / sum(a["b"] for a in accuracy.values())
+    constant = 100 * labels.count(1) / len(labels) / accuracy[1]["b"]
+    for bar, verdict in ((ratio - 0.2, "reproduced"), (ratio + 0.2, "not reproduced")):
+        claim = claim_of(test="ratio", ratio=bar)
+        monkeypatch.setattr(render, "load_claims", lambda path=None: [claim])
+        render._EVALUATED.clear()
+        (row,) = render.claims_table(store, [claim]).splitlines()[2:]
+        assert f"| A / B > {bar:g} (retention: a two-sided 95% interval, no p) |" in row
+        assert f"| A / B {ratio:.3f} [" in row and "| - | - | - |" in row, row
+        assert row.endswith(f"| {verdict} at this stopping rule; a constant answer (the most frequent label) keeps "
+                            f"{constant:.3f} |"), row
+        assert f"kept {ratio:.3f} [" in render.claims_summary(store, [claim])

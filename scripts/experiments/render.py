@@ -134,7 +134,8 @@ def device_text(records):
 
 def evaluate(store, claims):
     """Every claim's row: its state, and when both sides have their seeds, the test."""
-    from user_dir.common.significance import claim_verdict, cluster_test, detectable_difference, holm
+    from user_dir.common.significance import (claim_verdict, cluster_test, detectable_difference, holm,
+                                              retention)
 
     rows = []
     for claim in claims:
@@ -143,7 +144,17 @@ def evaluate(store, claims):
         prior = prior_spread(claim)
         if prior:
             row["prior_detectable"] = detectable_difference(prior[0], prior[1], claim.get("seeds", 3))["detectable"]
-        if len(pairs) >= claim.get("seeds", 3):
+        if len(pairs) >= claim.get("seeds", 3) and claim["test"] == "ratio":
+            # retention, A / B: a ratio interval, no p (outside Holm), the constant predictor's ratio beside it
+            recs_a = [pairs[s][0] for s in pairs]
+            recs_b = [pairs[s][1] for s in pairs]
+            stats_b = statistics_of(store, recs_b, claim["metric"], side(claim["b"])[1])
+            row["result"] = retention(statistics_of(store, recs_a, claim["metric"], side(claim["a"])[1]), stats_b,
+                                      claim["metric"])
+            row["constant_ratio"] = constant_ratio(store, recs_b[0], side(claim["b"])[1], claim["metric"])
+            row["verdict"] = claim_verdict(row["result"], kind="ratio", ratio=claim["ratio"])
+            row["records"] = (recs_a, recs_b)
+        elif len(pairs) >= claim.get("seeds", 3):
             recs_a = [pairs[s][0] for s in pairs]
             recs_b = [pairs[s][1] for s in pairs]
             parity = claim["test"] == "parity"
@@ -160,13 +171,24 @@ def evaluate(store, claims):
                                                       result["per_seed_std"], result["seeds"])["detectable"]
             row["records"] = (recs_a, recs_b)
         rows.append(row)
-    tested = [r for r in rows if "result" in r]
+    tested = [r for r in rows if "result" in r and r["claim"]["test"] != "ratio"]
     for row, p in zip(tested, holm([r["result"]["claim_p"] for r in tested])):
         row["holm_p"] = p
         c = row["claim"]
         row["verdict"] = claim_verdict(row["result"], c.get("threshold", 0.0), p=p,
                                        kind="parity" if c["test"] == "parity" else "better", margin=c.get("margin"))
     return rows
+
+
+def constant_ratio(store, record, row, metric):
+    """A constant answer's score (the references' most frequent label for every example: a classifier that learned
+    nothing but the label counts) over the score of the record's ``row`` outputs, on the record's references."""
+    from user_dir.common.glue_metrics import METRIC_FUNCTIONS
+
+    labels = [float(x) for x in (store.references(record) or _any_references(store, record))]
+    outputs = [float(x) for x in store.outputs(record, row)]
+    constant = max(set(labels), key=labels.count)
+    return METRIC_FUNCTIONS[metric]([constant] * len(labels), labels) / METRIC_FUNCTIONS[metric](outputs, labels)
 
 
 def per_seed_scores(records, metric, name):
@@ -195,6 +217,7 @@ def claims_table(store, claims):
         c = row["claim"]
         name = c["claim"] + (" (ours)" if c.get("ours") else "")
         test = (f"\\|A - B\\| < {c['margin']:g} (TOST; margin {c['margin_source']})" if c["test"] == "parity"
+                else f"A / B > {c['ratio']:g} (retention: a two-sided 95% interval, no p)" if c["test"] == "ratio"
                 else f"A - B > {c.get('threshold', 0.0):g}")
         metric = METRIC_NAMES[c["metric"]]
         if "result" not in row:
@@ -207,7 +230,17 @@ def claims_table(store, claims):
                          f"| - | - | {detect} | - | - | not yet tested |")
             continue
         r, (recs_a, recs_b) = row["result"], row["records"]
-        cpu_hours = sum(x["cpu_s"] for x in recs_a + recs_b) / 3600
+        cpu_hours = sum({x["key"]: x["cpu_s"] for x in recs_a + recs_b}.values()) / 3600  # a row of A's: once
+        if c["test"] == "ratio":
+            lines.append(
+                f"| {name} | {c['paper']} | {metric} | {test} | {rule_text(recs_a[0])} | {r['seeds']} "
+                f"| {c['a']}: {per_seed_scores(recs_a, c['metric'], c['a'])} | {c['b']}: "
+                f"{per_seed_scores(recs_b, c['metric'], c['b'])} | A / B {r['ratio']:.3f} [{r['low']:.3f}, "
+                f"{r['high']:.3f}] | {', '.join(f'{x:.3f}' for x in r['per_seed'])} | - | - | - "
+                f"| {budget_text(recs_a)}; {budget_text(recs_b)} | {cpu_hours:.1f} on {device_text(recs_a + recs_b)} "
+                f"| {row['verdict']} at this stopping rule; a constant answer (the most frequent label) keeps "
+                f"{row['constant_ratio']:.3f} |")
+            continue
         lines.append(
             f"| {name} | {c['paper']} | {metric} | {test} | {rule_text(recs_a[0])} | {r['seeds']} "
             f"| {c['a']}: {per_seed_scores(recs_a, c['metric'], c['a'])} | {c['b']}: "
@@ -244,6 +277,11 @@ def claims_summary(store, claims):
                        f"{c.get('seeds', 3)}, B {len(row['b_seeds'])}/{c.get('seeds', 3)}")
             continue
         r = row["result"]
+        if c["test"] == "ratio":
+            out.append(f"- {c['claim']} ({who}): {METRIC_NAMES[c['metric']]} kept {r['ratio']:.3f} [{r['low']:.3f}, "
+                       f"{r['high']:.3f}] (a constant answer: {row['constant_ratio']:.3f}), {row['verdict']} at "
+                       f"{rule_text(row['records'][0][0])}, {r['seeds']} seeds")
+            continue
         out.append(f"- {c['claim']} ({who}): {METRIC_NAMES[c['metric']]} {r['diff']:+.2f} [{r['low']:+.2f}, "
                    f"{r['high']:+.2f}], {row['verdict']} at {rule_text(row['records'][0][0])}, {r['seeds']} seeds"
                    f"{cost_text(c, row['records'][0])}")

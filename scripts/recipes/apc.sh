@@ -134,5 +134,5 @@ stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$MODEL"
   --json "$WORK/measure.json" "${RAW_REFERENCE[@]}" --outputs-dir "$WORK/outputs"
 [ "$DRY_RUN" = 1 ] && exit 0
 RECORD_VARS="VARIANT GLUE_TASK ENCODER_FFN_DIMS DECODER_FFN_DIMS ENCODER_ATTN_DIMS ENCODER_EMBED_DIMS INIT_METHOD STRATEGY CRITERION COMPRESS_UPDATES COMPRESS_LR FINETUNE_UPDATES FINETUNE_EPOCHS FINETUNE_LR BATCH SEED EXTRA DEVICE_FLAGS"
-write_result "$ROW" "$MODEL" "${SHIPPED_DATA_STAGE[@]}" "${STAGES[@]}" measure -- "${TRAINED[@]}"
+RECORD_ALSO=teacher write_result "$ROW" "$MODEL" "${SHIPPED_DATA_STAGE[@]}" "${STAGES[@]}" measure -- "${TRAINED[@]}"
 score_measure "$WORK/measure.json" "$ROW"
