@@ -132,6 +132,8 @@ def test_variator_recipe_on_translation(smoke):
     teacher = record["also"]["teacher"]
     measured = {r["name"]: r for r in json.load(open(os.path.join(run["work"], "measure.json")))["rows"]}
     assert teacher["metrics"]["bleu_tok"] == measured["teacher"]["bleu_tok"]
+    assert (teacher["sentences_per_s"], record["sentences_per_s"]) == (measured["teacher"]["sentences_per_s"],
+                                                                      measured["variator-k4"]["sentences_per_s"])
     assert len(open(os.path.join(run["work"], teacher["outputs"])).read().splitlines()) == 20
     cost = json.load(open(os.path.join(run["work"], "cost.json")))["rows"][-1]
     assert record["cost"]["encoder_flops_saved_percent"] == cost["encoder_flops_saved_percent"]

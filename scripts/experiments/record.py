@@ -149,6 +149,7 @@ def build(args):
         also[name] = {"metrics": {k: rows[name][k] for k in metric_keys if k in rows[name]},
                       "params": {"total": rows[name].get("params"),
                                  "non_embedding": rows[name].get("non_embedding_params")},
+                      "sentences_per_s": rows[name].get("sentences_per_s"),
                       "outputs": os.path.relpath(outputs, work) if outputs else None}
     cost = None
     if args.cost:  # the plugged model's cost row (user_dir/variator/tools/cost.py --json): FLOPs and measured speed
@@ -169,7 +170,7 @@ def build(args):
         "split": args.split,
         "metrics": {k: row[k] for k in metric_keys if k in row},
         "params": {"total": row.get("params"), "non_embedding": row.get("non_embedding_params")},
-        "sentences": row.get("sentences"),
+        "sentences": row.get("sentences"), "sentences_per_s": row.get("sentences_per_s"),
         "outputs": os.path.relpath(os.path.abspath(args.outputs), work) if args.outputs else None,
         "references": os.path.abspath(args.references) if args.references else None,
         "also": also, "cost": cost,

@@ -262,8 +262,12 @@ def cost_text(claim, records):
     saved = statistics.mean(c["encoder_flops_saved_percent"] for c in costs)
     speed = statistics.mean(c["speedup"] for c in costs)
     extra = statistics.mean(c["extra_params_percent"] for c in costs)
-    return (f"; cost: {saved:.1f}% of the encoder's FLOPs saved with {extra:.1f}% extra parameters, measured "
-            f"x{speed:.2f} speed at length {costs[0]['length']} (the paper: {claim['cost']})")
+    whole = [r["sentences_per_s"] / r["also"]["teacher"]["sentences_per_s"] for r in records
+             if r.get("sentences_per_s") and (r.get("also") or {}).get("teacher", {}).get("sentences_per_s")]
+    whole_text = (f", the whole model x{statistics.mean(whole):.2f} the teacher's sentences/s (the recipe's "
+                  "measurement, the two in turn)" if whole else "")
+    return (f"; cost: {saved:.1f}% of the encoder's FLOPs saved with {extra:.1f}% extra parameters, the encoder "
+            f"x{speed:.2f} faster at length {costs[0]['length']}{whole_text} (the paper: {claim['cost']})")
 
 
 def claims_summary(store, claims):
@@ -482,6 +486,7 @@ BLOCKS = {
     "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
     "claims-pet-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "PET"]),
     "claims-glue": lambda store: claims_table(store, [c for c in load_claims() if c["grid"] == "glue"]),
+    "claims-mt": lambda store: claims_table(store, [c for c in load_claims() if c["grid"] == "claims_mt"]),
     "claims-ghostbert-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "GhostBERT"]),
     "claims-apc-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "APC"]),
     "claims-variator-summary": lambda store: claims_summary(store, [c for c in load_claims()
