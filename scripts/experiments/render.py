@@ -485,7 +485,7 @@ BLOCKS = {
     "pet-sizes": lambda store: sizes_table(os.path.join(ROOT, "grids", "pet.toml"), "pet"),
     "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
     "claims-pet-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "PET"]),
-    "claims-glue": lambda store: claims_table(store, [c for c in load_claims() if c["grid"] == "glue"]),
+    "claims-glue": lambda store: claims_table(store, [c for c in load_claims() if c["grid"] in ("glue", "glue_sst2")]),
     "claims-mt": lambda store: claims_table(store, [c for c in load_claims() if c["grid"] == "claims_mt"]),
     "claims-ghostbert-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "GhostBERT"]),
     "claims-apc-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "APC"]),
