@@ -66,6 +66,12 @@ def test_a_ladder_deploys_measures_files_and_renders_its_run(shipped_data, tmp_p
     assert int8["sentences"] == 16 and len(int8["latency_ms_runs"]) == 1
     assert int8["non_embedding_params"] == rows["pet", "fairseq"]["non_embedding_params"] == 483_072
     assert int8["size_mb"] < rows["pet", "ct2-float32"]["size_mb"]  # int8 weights: a quarter of float32's
+    # in fairseq, where the time goes: the encoder's and the decoder's forwards and the search around them
+    for batch in ("batch", "one"):
+        parts = rows["teacher", "fairseq"]["time_parts"][batch]
+        assert parts["encoder"] > 0 and parts["decoder"] > parts["encoder"] and parts["search"] > 0
+        assert sum(parts.values()) == pytest.approx(1.0)
+    assert rows["pet", "ct2-int8"]["time_parts"] == {"batch": None, "one": None}
     described = {m["name"]: m for m in entry["models"]}
     assert described["pet"]["deployed_seed"] == 1 and described["pet"]["records"] == {"1": "key-1", "2": "key-2"}
 
@@ -119,6 +125,11 @@ def test_the_recommendation_names_the_fastest_and_smallest_within_each_bound_and
             "smallest b in fairseq (5.0 MB, +0.20 lost).") in text
     assert "- At <= 1 sacreBLEU lost: fastest a in ct2-int8 (6.00x" in text and "smallest a in ct2-int8 (2.0 MB" in text
     assert "not met; nearest b in fairseq, 4.50x at +0.20 lost." in text
+    assert "- Where the time goes, b in fairseq: not measured." in text  # (these rows carry no time_parts)
+    rows[3]["time_parts"] = {"batch": {"encoder": 0.1, "decoder": 0.6, "search": 0.3},
+                             "one": {"encoder": 0.05, "decoder": 0.75, "search": 0.2}}
+    assert ("- Where the time goes, b in fairseq: at batch 64: encoder 10%, decoder 60%, search 30%; at batch 1: "
+            "encoder 5%, decoder 75%, search 20%.") in rendered(tmp_path, entry(rows))
     rows[3]["sentences_per_s"] = 55.0
     assert "met by b in fairseq, 5.50x at +0.20 lost." in rendered(tmp_path, entry(rows))
 

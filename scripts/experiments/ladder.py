@@ -13,7 +13,8 @@ teacher and the ladder's [[extra]] checkpoints. ``measure``:
 2. measures, ``runs`` times, every deployment in turn (A B C ... A B C ...: a drifting machine affects all alike) at
    batch ``batch`` over the test set (sentences/s) and at batch 1 over its first ``latency_sentences`` (ms per
    sentence), each in its own process (fc-measure's worker; ct2_engine's), so every speed ratio comes from one run
-   on one machine; the lowest seed's checkpoint stands for its cell;
+   on one machine; the lowest seed's checkpoint stands for its cell; in fairseq, where the time goes (the encoder's
+   forwards, the decoder's steps, the beam search around them);
 3. scores every seed of every cell in every engine: the records' scores in fairseq (what the claims test),
    CTranslate2's own decoding of each seed's checkpoint otherwise;
 4. appends the run to results/store/ladders/NAME.jsonl.
@@ -120,8 +121,8 @@ def measure_one(spec, engine):
     from user_dir.deploy import ct2_engine
     from user_dir.tools import measure
 
-    if ENGINES[engine] is None:
-        return measure._run_worker(dict(spec, engine="fairseq"))
+    if ENGINES[engine] is None:  # with the encoder's, the decoder's and the search's shares of the time
+        return measure._run_worker(dict(spec, engine="fairseq", profile=True))
     return ct2_engine.measure(dict(spec, compute_type=ENGINES[engine]))
 
 
@@ -202,7 +203,8 @@ def run_measure(ladder, args):
                      "latency_ms": statistics.median(ms), "latency_ms_runs": ms,
                      "peak_memory_mb": statistics.median(x["peak_memory_mb"] for x in d["throughput"]),
                      "size_mb": first["weights_bytes"] / 2**20,
-                     "outputs_identical_across_runs": all(x["outputs"] == first["outputs"] for x in d["throughput"])})
+                     "outputs_identical_across_runs": all(x["outputs"] == first["outputs"] for x in d["throughput"]),
+                     "time_parts": {"batch": first.get("time_parts"), "one": d["latency"][0].get("time_parts")}})
     for row in rows:  # a CTranslate2 model has no parameter count of its own: its fairseq model's
         row["params"], row["non_embedding_params"] = fairseq_params.get(row["model"], (None, None))
     entry = {"ladder": ladder.name, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -336,6 +336,18 @@ def sizes_table(grid_path, reference_cell):
     return "\n".join(lines) + "\n"
 
 
+def time_parts_text(rows, model, batch):
+    """The shares of a model's fairseq time (ladder.py's measurement) in its encoder, decoder and beam search."""
+    row = next((r for r in rows if r["model"] == model and r["engine"] == "fairseq"), None)
+    parts = (row or {}).get("time_parts") or {}
+    if not parts.get("batch"):
+        return "not measured."
+
+    def shares(p):
+        return f"encoder {100 * p['encoder']:.0f}%, decoder {100 * p['decoder']:.0f}%, search {100 * p['search']:.0f}%"
+    return f"at batch {batch}: {shares(parts['batch'])}; at batch 1: {shares(parts['one'])}."
+
+
 def ladder_table(store, path, summary=False):
     """The latest measured run of a ladder (scripts/experiments/ladder.py), each model's training cost from its records,
     and the recommendation: at each quality bound, the fastest and the smallest deployment, and the issue's goal
@@ -419,6 +431,9 @@ def ladder_table(store, path, summary=False):
         lines.append(f"- Goal ({goal:g}x the fairseq teacher's sentences/s at <= {goal_loss:g} {name} lost): not met; "
                      + (f"nearest {nearest['model']} in {nearest['engine']}, {nearest['speedup']:.2f}x at "
                         f"{nearest['lost']:+.2f} lost." if nearest else f"no student is within {goal_loss:g} lost."))
+        for model in ["teacher"] + ([nearest["model"]] if nearest else []):
+            lines.append(f"- Where the time goes, {model} in fairseq: "
+                         + time_parts_text(e["rows"], model, settings["batch"]))
     for refusal in e["refused"]:
         lines.append(f"- Not deployed: {refusal['model']} in {refusal['engine']}: {refusal['reason']}")
     if summary:

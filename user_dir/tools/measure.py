@@ -60,6 +60,28 @@ def shown_path(path) -> str:
 # ----------------------------------------------------------------------------------------------
 # worker: one model, one run
 # ----------------------------------------------------------------------------------------------
+def _time_parts(model, sync) -> dict:
+    """Time spent in the model's encoder and decoder forwards, accumulated in the returned dict (``spec["profile"]``:
+    the rest of a translation's time is the beam search around them). The forwards are wrapped on the instance, so
+    fairseq's generator calls them as before."""
+    import time as clock
+
+    spent = {"encoder": 0.0, "decoder": 0.0}
+    for part in ("encoder", "decoder"):
+        module = getattr(model, part)
+        forward = module.forward
+
+        def timed(*args, _forward=forward, _part=part, **kwargs):
+            sync()
+            began = clock.perf_counter()
+            out = _forward(*args, **kwargs)
+            sync()
+            spent[_part] += clock.perf_counter() - began
+            return out
+        module.forward = timed
+    return spent
+
+
 def _worker(spec: dict) -> dict:
     import torch
 
@@ -117,16 +139,22 @@ def _worker(spec: dict) -> dict:
             logits, _ = model(**sample["net_input"], features_only=True, classification_head_name=head)
             return logits
 
+    spent = _time_parts(model, sync) if spec.get("profile") and is_translation else None
     with torch.no_grad():
         step(samples[0])  # warm-up, not timed
         sync()
         if use_cuda:
             torch.cuda.reset_peak_memory_stats()
+        if spent:
+            spent.update(encoder=0.0, decoder=0.0)
         outputs, start = [], time.perf_counter()
         for sample in samples:
             outputs.append(step(sample))
         sync()
         elapsed = time.perf_counter() - start
+    if spent:  # where the time went: the encoder, the decoder's steps, and the search around them
+        result["time_parts"] = {"encoder": spent["encoder"] / elapsed, "decoder": spent["decoder"] / elapsed,
+                                "search": max(0.0, 1 - (spent["encoder"] + spent["decoder"]) / elapsed)}
 
     by_id, n_tokens = {}, 0
     if is_translation:
