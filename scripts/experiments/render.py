@@ -496,6 +496,46 @@ def demo_run():
             f"{rows['teacher']['bleu_tok']:.2f} after 200 + 600 updates, in {minutes:g} minutes.\n")
 
 
+def deploy_table():
+    """The deployment page's table: results/deploy.json (scripts/bench/bench_deploy.py), the teacher and the shipped
+    PET student in stock fairseq and CTranslate2, and what int8 changes."""
+    with open(os.path.join(ROOT, "results", "deploy.json")) as f:
+        rep = json.load(f)
+    by = {r["row"]: r for r in rep["rows"]}
+    shown = [("teacher, fairseq", "teacher / fairseq"), ("teacher, CTranslate2 int8", "teacher / CT2 int8"),
+             ("PET exported, stock fairseq", "PET exported / fairseq"), ("PET, CTranslate2 float32", "PET / CT2 float32"),
+             ("PET, CTranslate2 int8", "PET / CT2 int8")]
+    lines = ["| engine | BLEU (tok) | size on disk MB | speed-up over the fairseq teacher | hypotheses = fairseq's |",
+             "| --- | --- | --- | --- | --- |"]
+    for label, key in shown:
+        r = by[key]
+        same = "-" if key == "teacher / fairseq" else f"{r['identical_to_fairseq']}/{r['sentences']}"
+        lines.append(f"| {label} | {r['bleu_tok']:.2f} | {r['size_mb']:.1f} | {r['speedup_vs_fairseq_teacher']:.2f}x "
+                     f"| {same} |")
+    change = rep["goals"]["pet_ct2_int8_bleu_minus_pet_fairseq"]
+    return "\n".join(lines) + (f"\n\nMeasured on the {by['teacher / fairseq']['sentences']:,} test sentences, beam "
+                                f"{rep['beam']}, {rep['threads']} thread(s) per engine ({rep['date']}). int8 changes "
+                                f"some hypotheses: a BLEU (tok) change of {change:+.2f} for PET.\n")
+
+
+def glue_teachers_table():
+    """The GLUE page's table of the MiniLM-L6 teachers: results/glue.json (scripts/recipes/glue_teachers.sh's report)."""
+    with open(os.path.join(ROOT, "results", "glue.json")) as f:
+        rows = json.load(f)["rows"]
+    lines = ["| task (MiniLM-L6, CPU recipe) | dev score (chosen on a held-out slice of train) | majority class | "
+             "published | gap |", "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        budget = f"{r['updates']:,} updates" if r["epochs"] != int(r["epochs"]) else f"{r['epochs']:g} epochs"
+        metric, score = ("F1 / accuracy", f"{r['f1']:.2f} / {r['accuracy']:.2f}") if r.get("f1") is not None else \
+            ("accuracy", f"{r['accuracy']:.2f}")
+        published = "-" if r.get("published") is None else f"{r['published']:g}"
+        gap = "-" if r.get("gap") is None else f"{r['gap']:+.2f}"
+        lr = f"{r['lr']:.0e}".replace("e-0", "e-")
+        lines.append(f"| {r['task']} {metric} ({budget}, lr {lr}) | {score} | {r['majority_class']:.2f} "
+                     f"| {published} | {gap} |")
+    return "\n".join(lines) + "\n"
+
+
 BLOCKS = {
     "pet-sizes": lambda store: sizes_table(os.path.join(ROOT, "grids", "pet.toml"), "pet"),
     "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
@@ -510,6 +550,8 @@ BLOCKS = {
     "pet-shipped-score": lambda store: pet_shipped("score"),
     "pet-results": lambda store: pet_shipped("table"),
     "demo-run": lambda store: demo_run(),
+    "deploy-table": lambda store: deploy_table(),
+    "glue-teachers": lambda store: glue_teachers_table(),
     "ladder-mt": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml")),
     "ladder-mt-summary": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml"), summary=True),
 }
