@@ -536,6 +536,14 @@ def glue_teachers_table():
     return "\n".join(lines) + "\n"
 
 
+def quickstart_score(method):
+    """A method page's quickstart output: the recipe's score line as results/quickstart_METHOD.md recorded it
+    (scripts/recipes/quickstarts.sh)."""
+    with open(os.path.join(ROOT, "results", f"quickstart_{method}.md")) as f:
+        line = next(line for line in f.read().splitlines() if line.startswith("score: "))
+    return f"```\n{line}\n```\n"
+
+
 BLOCKS = {
     "pet-sizes": lambda store: sizes_table(os.path.join(ROOT, "grids", "pet.toml"), "pet"),
     "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
@@ -552,6 +560,7 @@ BLOCKS = {
     "demo-run": lambda store: demo_run(),
     "deploy-table": lambda store: deploy_table(),
     "glue-teachers": lambda store: glue_teachers_table(),
+    **{f"quickstart-{m}": (lambda store, m=m: quickstart_score(m)) for m in ("apc", "ghostbert", "variator")},
     "ladder-mt": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml")),
     "ladder-mt-summary": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml"), summary=True),
 }
