@@ -544,6 +544,29 @@ def quickstart_score(method):
     return f"```\n{line}\n```\n"
 
 
+def deploy_glue_table():
+    """The deployment page's GLUE rows: results/deploy_glue.json (scripts/bench/bench_deploy_glue.py), a selection of
+    (model, runtime) pairs: each export's score, its logits against fairseq's, its agreement and its speed."""
+    with open(os.path.join(ROOT, "results", "deploy_glue.json")) as f:
+        rep = json.load(f)
+    models = {r["name"]: r for r in rep["rows"]}
+    width = rep["width"]
+    shown = [("teacher", "teacher", "transformers"), ("teacher", "teacher", "onnx int8"),
+             (f"pruned only, m = {width}", "pruned only", "onnx fp32"), (f"GhostBERT, m = {width}", "GhostBERT", "onnx fp32"),
+             ("APC-finalized", "APC-finalized", "transformers")]
+    lines = [f"{rep['task']} dev, {rep['dev_examples']} examples from raw text, {rep['provenance']['threads']} thread(s):",
+             "", "| model | runtime | dev | largest logit difference to fairseq | predictions = fairseq's | sent/s batch 32 |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for label, name, runtime in shown:
+        r = models[name]["runtimes"][runtime]
+        shown_runtime = runtime + (" (zero-padded)" if runtime == "transformers" and models[name].get("hf_padded_because")
+                                   else "")
+        score = " / ".join(f"{'acc' if k == 'accuracy' else k} {v:.2f}" for k, v in r["score"].items())
+        lines.append(f"| {label} | {shown_runtime} | {score} | {r['max_abs_diff']:.1e} | {100 * r['agreement']:.1f}% "
+                     f"| {rep['speed']['batch 32'][f'{name}|{runtime}']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 BLOCKS = {
     "pet-sizes": lambda store: sizes_table(os.path.join(ROOT, "grids", "pet.toml"), "pet"),
     "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
@@ -559,6 +582,7 @@ BLOCKS = {
     "pet-results": lambda store: pet_shipped("table"),
     "demo-run": lambda store: demo_run(),
     "deploy-table": lambda store: deploy_table(),
+    "deploy-glue-table": lambda store: deploy_glue_table(),
     "glue-teachers": lambda store: glue_teachers_table(),
     **{f"quickstart-{m}": (lambda store, m=m: quickstart_score(m)) for m in ("apc", "ghostbert", "variator")},
     "ladder-mt": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml")),
@@ -567,7 +591,8 @@ BLOCKS = {
 
 
 def pages():
-    patterns = ["README.md", "results/*.md", "user_dir/*/README.md", "user_dir/*/NOTES.md", "user_dir/GLOSSARY.md"]
+    patterns = ["README.md", "results/*.md", "scripts/*.md", "user_dir/*/README.md", "user_dir/*/NOTES.md",
+                "user_dir/GLOSSARY.md"]
     return sorted({p for pattern in patterns for p in glob.glob(os.path.join(ROOT, pattern))})
 
 
