@@ -134,6 +134,10 @@ def run_measure(ladder, args):
     runs = args.runs or spec.get("runs", 3)
     threads = spec.get("threads", 1)
     raw_reference = os.path.join(ladder.data, "text", "test.raw.en")
+    if not os.path.isfile(raw_reference):
+        raise SystemExit(f"ladder: {raw_reference}: no raw references for sacreBLEU (a data-bin made by "
+                         "preprocess.prepare_multi30k or prepare_parallel keeps them in text/); prepare the grids' data "
+                         "first (grid.py plan makes it)")
     models, missing = ladder.models()
     if missing:
         print(f"ladder: no records yet for {', '.join(missing)} (measured without them)", file=sys.stderr)
