@@ -127,3 +127,20 @@ def test_a_retention_claim_is_a_ratio_interval_with_the_constant_answers_ratio_b
         assert row.endswith(f"| {verdict} at this stopping rule; a constant answer (the most frequent label) keeps "
                             f"{constant:.3f} |"), row
         assert f"kept {ratio:.3f} [" in render.claims_summary(store, [claim])
+
+
+def test_the_teacher_cache_table_divides_the_training_stages_cpu_time_by_its_updates(tmp_path):
+    sys.path.insert(0, os.path.dirname(RENDER))
+    import render
+    import store as store_lib
+
+    store = store_lib.Store(str(tmp_path / "store"))
+    assert render.teacher_cache_table(store).startswith("Not measured yet")
+    for cell, cpu, wall in (("online", 500.0, 520.0), ("cached", 200.0, 260.0)):
+        record = {"key": cell, "grid": "teacher_cache", "cell": cell, "seed": 1, "date": "d",
+                  "commands": [{"stage": "train", "cpu_s": cpu, "wall_s": wall}, {"stage": "measure", "cpu_s": 99.0,
+                                                                                    "wall_s": 99.0}],
+                  "training": {"train": {"updates": 200}}, "machine": {"cpu": "test"}}
+        store._append(record)
+    text = render.teacher_cache_table(store)
+    assert "| 1 | 200 | 2.500 | 1.000 | 2.50x | 2.00x |" in text and "2.50x cheaper in CPU time" in text

@@ -567,6 +567,36 @@ def deploy_glue_table():
     return "\n".join(lines) + "\n"
 
 
+def teacher_cache_table(store):
+    """What the teacher-output cache saves a word-KD update: grids/teacher_cache.toml's two cells per seed, the
+    training stage's CPU seconds per update (its start-up and final validation included) online and cached."""
+    by_seed = {}
+    for record in store.find(grid="teacher_cache"):
+        by_seed.setdefault(record["seed"], {})[record["cell"]] = record
+    pairs = {seed: cells for seed, cells in sorted(by_seed.items()) if {"online", "cached"} <= set(cells)}
+    if not pairs:
+        return ("Not measured yet: `python scripts/experiments/grid.py run grids/teacher_cache.toml --jobs 1 "
+                "--threads 1 --commit`, alone on the machine.\n")
+
+    def per_update(record):
+        stage = next(c for c in record["commands"] if c["stage"] == "train")
+        return stage["cpu_s"] / record["training"]["train"]["updates"], stage["wall_s"] / record["training"]["train"]["updates"]
+
+    lines = ["| seed | updates | online: CPU s / update | cached: CPU s / update | online / cached (CPU) | online / cached "
+             "(wall) |", "| --- | --- | --- | --- | --- | --- |"]
+    ratios = []
+    for seed, cells in pairs.items():
+        (cpu_on, wall_on), (cpu_ca, wall_ca) = per_update(cells["online"]), per_update(cells["cached"])
+        ratios.append(cpu_on / cpu_ca)
+        lines.append(f"| {seed} | {cells['online']['training']['train']['updates']} | {cpu_on:.3f} | {cpu_ca:.3f} "
+                     f"| {cpu_on / cpu_ca:.2f}x | {wall_on / wall_ca:.2f}x |")
+    first = next(iter(pairs.values()))["online"]
+    lines += ["", f"The cache makes a word-KD update {statistics.mean(ratios):.2f}x cheaper in CPU time (the mean over "
+              f"{len(ratios)} seed(s)); the training stage's CPU and wall seconds per update, its start-up and final "
+              f"validation included. {device_text([first])}; {first['date']}."]
+    return "\n".join(lines) + "\n"
+
+
 BLOCKS = {
     "pet-sizes": lambda store: sizes_table(os.path.join(ROOT, "grids", "pet.toml"), "pet"),
     "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
@@ -582,6 +612,7 @@ BLOCKS = {
     "pet-results": lambda store: pet_shipped("table"),
     "demo-run": lambda store: demo_run(),
     "deploy-table": lambda store: deploy_table(),
+    "teacher-cache": lambda store: teacher_cache_table(store),
     "deploy-glue-table": lambda store: deploy_glue_table(),
     "glue-teachers": lambda store: glue_teachers_table(),
     **{f"quickstart-{m}": (lambda store, m=m: quickstart_score(m)) for m in ("apc", "ghostbert", "variator")},

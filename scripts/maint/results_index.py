@@ -42,6 +42,7 @@ METHODS = [
     ("ghost_costs", "GhostBERT", "user_dir/ghost/README.md"),
     ("apc", "APC", "user_dir/apc/README.md"),
     ("glue", "GLUE teachers", "user_dir/bert/README.md"),
+    ("teacher_cache", "The teacher-output cache", "user_dir/tools/README.md"),
     ("teacher_", "Translation teachers", "scripts/README.md"),
     ("deploy", "Deployment", "user_dir/deploy/README.md"),
     ("serving", "Serving Variator", "user_dir/serving/README.md"),
@@ -91,6 +92,8 @@ STATUS = {
     "archive/gpu_check.md": ("headline", "every method with float32, --fp16, --bf16 and fc-train-bf16 on an H100"),
     "archive/gpu_check_apc_fp16_overflow.md": ("superseded", "the first H100 run: APC's fp16 loss-scale overflow, before "
                                        "its refusal (and before the seconds column worked)"),
+    "teacher_cache.md": ("headline", "a word-level KD update's CPU time with the teacher online and with its outputs "
+                         "cached (rendered from grids/teacher_cache.toml's cells)"),
     "teacher_multi30k.md": ("headline", "the CPU-scale Multi30k teacher against the reference"),
     "deploy.md": ("headline", "fairseq and CTranslate2 (float32, int8), teacher and PET"),
     "deploy_glue.md": ("headline", "a GLUE task's teacher and compressed encoders in fairseq, Hugging Face and ONNX"),
