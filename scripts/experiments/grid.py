@@ -317,8 +317,31 @@ def run_cell(grid_path, work_root, store_root, label, threads=None, device_flags
     log(f"grid: {cell.label} done in {(time.time() - started) / 60:.1f} min: "
         + ", ".join(f"{k} {v:.2f}" for k, v in record["metrics"].items()))
     if commit:
-        grid.store.commit(f"store: {grid.name} {cell.label} ({cell.key[:10]})")
+        commit_landed(grid, f"store: {grid.name} {cell.label} ({cell.key[:10]})")
     return record
+
+
+def commit_landed(grid, message):
+    """Commit the store's new records, then the pages they change: every rendered block (scripts/experiments/render.py)
+    and results/README.md, those files alone (a user's other changes stay uncommitted), one committer at a time."""
+    import fcntl
+
+    with open(os.path.join(grid.store.root, ".commit.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        grid.store.commit(message)
+        import render
+
+        pages = sorted({stale.split(": ")[0] for stale in render.render_pages()})
+        index = os.path.join(ROOT, "results", "README.md")
+        with open(index) as f:
+            before = f.read()
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "maint", "results_index.py")], cwd=ROOT,
+                       capture_output=True)
+        with open(index) as f:
+            pages += ["results/README.md"] if f.read() != before else []
+        if pages:
+            subprocess.run(["git", "-C", ROOT, "add", "--", *pages], check=True)
+            subprocess.run(["git", "-C", ROOT, "commit", "-q", "-m", f"render: {message}", "--", *pages], check=False)
 
 
 def run_local(grid, cells, args):
@@ -362,7 +385,7 @@ def run_slurm(grid, cells, args):
         except Exception as error:
             failures.append(f"{label}: {error}")
     if args.commit:
-        grid.store.commit(f"store: {grid.name} ({n - len(failures)} cells from Slurm)")
+        commit_landed(grid, f"store: {grid.name} ({n - len(failures)} cells from Slurm)")
     return failures
 
 

@@ -172,7 +172,10 @@ def results_files(results=RESULTS):
     else:
         names = [os.path.relpath(os.path.join(folder, n), results) for folder, _, files in os.walk(results)
                  for n in files]
-    return sorted(n for n in names if n != "README.md" and not any(part.startswith(".") for part in n.split("/")))
+    # the store's data (records, outputs, references, ladder runs) is read by scripts/experiments/render.py, not indexed
+    # file by file: store/README.md stands for it
+    return sorted(n for n in names if n != "README.md" and not any(part.startswith(".") for part in n.split("/"))
+                  and not (n.startswith("store/") and n != "store/README.md"))
 
 
 def entries(results=RESULTS):
