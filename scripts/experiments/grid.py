@@ -326,6 +326,8 @@ def commit_landed(grid, message):
     and results/README.md, those files alone (a user's other changes stay uncommitted), one committer at a time."""
     import fcntl
 
+    if subprocess.run(["git", "-C", ROOT, "rev-parse", "--show-toplevel"], capture_output=True).returncode != 0:
+        return  # not a git checkout (Store.commit does the same): the records are filed, nothing to commit
     with open(os.path.join(grid.store.root, ".commit.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         grid.store.commit(message)

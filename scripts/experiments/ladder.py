@@ -136,8 +136,8 @@ def run_measure(ladder, args):
     raw_reference = os.path.join(ladder.data, "text", "test.raw.en")
     if not os.path.isfile(raw_reference):
         raise SystemExit(f"ladder: {raw_reference}: no raw references for sacreBLEU (a data-bin made by "
-                         "preprocess.prepare_multi30k or prepare_parallel keeps them in text/); prepare the grids' data "
-                         "first (grid.py plan makes it)")
+                         "preprocess.prepare_multi30k or prepare_parallel keeps them in text/); prepare the grids' "
+                         "data first (grid.py plan makes it)")
     models, missing = ladder.models()
     if missing:
         print(f"ladder: no records yet for {', '.join(missing)} (measured without them)", file=sys.stderr)
@@ -229,8 +229,8 @@ def run_measure(ladder, args):
 
 def run_plan(ladder):
     models, missing = ladder.models()
-    print(f"ladder {ladder.name} ({os.path.relpath(ladder.path, ROOT)}): teacher {os.path.relpath(ladder.teacher, ROOT)}, "
-          f"engines {', '.join(ladder.spec.get('engines', list(ENGINES)))}")
+    print(f"ladder {ladder.name} ({os.path.relpath(ladder.path, ROOT)}): teacher "
+          f"{os.path.relpath(ladder.teacher, ROOT)}, engines {', '.join(ladder.spec.get('engines', list(ENGINES)))}")
     for model in models:
         path, seed = deployed_checkpoint(model)
         where = "here" if os.path.exists(path) else "NOT on this machine"

@@ -155,7 +155,7 @@ def build(args):
     if args.cost:  # the plugged model's cost row (user_dir/variator/tools/cost.py --json): FLOPs and measured speed
         with open(args.cost) as f:
             measured_cost = json.load(f)
-        (row_cost,) = [r for r in measured_cost["rows"] if r["ratio"] != 0][-1:]
+        row_cost = [r for r in measured_cost["rows"] if r["ratio"] != 0][-1]
         cost = {"encoder_flops_saved_percent": row_cost["encoder_flops_saved_percent"],
                 "ffn_flops_saved_percent": row_cost["ffn_flops_saved_percent"],
                 "extra_params_percent": row_cost["plugin_params_percent"],
@@ -178,7 +178,8 @@ def build(args):
         "updates": sum((t or {}).get("updates", 0) for t in training.values()),
         "epochs": sum((t or {}).get("epochs", 0) for t in training.values()),
         "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
-        "machine": machine_of_record(measured.get("cpu") or platform.machine(), args.device_flags), "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine_of_record(measured.get("cpu") or platform.machine(), args.device_flags),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
     }
     return record
 

@@ -580,7 +580,8 @@ def teacher_cache_table(store):
 
     def per_update(record):
         stage = next(c for c in record["commands"] if c["stage"] == "train")
-        return stage["cpu_s"] / record["training"]["train"]["updates"], stage["wall_s"] / record["training"]["train"]["updates"]
+        updates = record["training"]["train"]["updates"]
+        return stage["cpu_s"] / updates, stage["wall_s"] / updates
 
     lines = ["| seed | updates | online: CPU s / update | cached: CPU s / update | online / cached (CPU) | online / cached "
              "(wall) |", "| --- | --- | --- | --- | --- | --- |"]

@@ -36,7 +36,6 @@ import platform
 import resource
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -64,8 +63,6 @@ def _time_parts(model, sync) -> dict:
     """Time spent in the model's encoder and decoder forwards, accumulated in the returned dict (``spec["profile"]``:
     the rest of a translation's time is the beam search around them). The forwards are wrapped on the instance, so
     fairseq's generator calls them as before."""
-    import time as clock
-
     spent = {"encoder": 0.0, "decoder": 0.0}
     for part in ("encoder", "decoder"):
         module = getattr(model, part)
@@ -73,10 +70,10 @@ def _time_parts(model, sync) -> dict:
 
         def timed(*args, _forward=forward, _part=part, **kwargs):
             sync()
-            began = clock.perf_counter()
+            began = time.perf_counter()
             out = _forward(*args, **kwargs)
             sync()
-            spent[_part] += clock.perf_counter() - began
+            spent[_part] += time.perf_counter() - began
             return out
         module.forward = timed
     return spent
