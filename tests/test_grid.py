@@ -177,3 +177,25 @@ def test_bad_grids_are_refused_naming_the_field(tmp_path):
     path.write_text('[[cell]]\nname = "x"\n')
     proc = grid("plan", str(path))
     assert proc.returncode != 0 and "has no 'recipe'" in proc.stderr
+
+
+def test_a_record_at_a_fixed_budget_does_not_estimate_a_cell_stopped_by_patience(tmp_path):
+    """plan's estimate for a patience-stopped cell is its bound at the epoch cap even where the store holds a record of
+    the same recipe and variables trained for a fixed number of updates (a 200-update timing run, say), whose wall
+    says nothing of it; a cell with that fixed budget takes the record's wall."""
+    import grid as grid_lib
+
+    path = tmp_path / "budget.toml"
+    path.write_text('name = "budget"\nseeds = [1]\n[inputs]\nDATA = "work/data/multi30k.de-en"\n'
+                    '[[cell]]\nname = "patience"\nrecipe = "competitors.sh"\nvariables = { KIND = "word" }\n'
+                    '[[cell]]\nname = "fixed"\nrecipe = "competitors.sh"\nvariables = { KIND = "word", UPDATES = "200" }\n')
+    store = tmp_path / "store"
+    store.mkdir()
+    timing = {"recipe": "competitors.sh", "grid": "timing", "cell": "online", "wall_s": 216.0, "updates": 200,
+              "machine": {"device": "cpu"}, "variables": {"KIND": "word", "UPDATES": "200", "SEED": "1"}}
+    (store / "records.jsonl").write_text(json.dumps(timing) + "\n")
+    grid = grid_lib.Grid(str(path), str(tmp_path / "work"), str(store))
+    patience, fixed = grid.cells
+    seconds, bound = grid_lib.estimate(grid, patience, "cpu")
+    assert bound and seconds > 3600  # 60 epochs of Multi30k at the measured rate, not the 216 s of 200 updates
+    assert grid_lib.estimate(grid, fixed, "cpu") == (216.0, False)

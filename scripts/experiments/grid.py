@@ -218,6 +218,10 @@ def alive(marker):
 RATES = os.path.join(ROOT, "grids", "rates.toml")
 
 
+# the variables that fix a cell's budget in updates (none: stopped by patience at an epoch cap)
+BUDGET_VARIABLES = ("UPDATES", "KD_UPDATES")
+
+
 def estimate(grid, cell, device):
     """(seconds, bound) for CELL on DEVICE ('cpu' or 'gpu'), from what was measured: the mean wall of the store's
     records of the same cell, else of the same recipe and variables but the seed; else grids/rates.toml's measured
@@ -226,8 +230,10 @@ def estimate(grid, cell, device):
     records = [r for r in grid.store.records() if r["machine"].get("device", "cpu") == device]
     variables = {k: v for k, v in cell.variables.items() if k != "SEED"}
     same_cell = [r for r in records if r.get("cell") == cell.name and r.get("grid") == grid.name]
+    # a record made at a fixed budget says nothing of a cell stopped by patience, nor the reverse
     same_vars = [r for r in records if r["recipe"] == cell.recipe and
-                 all(r["variables"].get(k, "") == v for k, v in variables.items() if k in r["variables"])]
+                 all(r["variables"].get(k, "") == v for k, v in variables.items() if k in r["variables"]) and
+                 all(r["variables"].get(k, "") == variables.get(k, "") for k in BUDGET_VARIABLES)]
     for pool in (same_cell, same_vars):
         if pool:
             return sum(r["wall_s"] for r in pool) / len(pool), False
