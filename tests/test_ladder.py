@@ -51,13 +51,19 @@ def test_a_ladder_deploys_measures_files_and_renders_its_run(shipped_data, tmp_p
     assert plan.returncode == 0, plan.stderr[-2000:]
     assert "seeds 1, 2" in plan.stdout and "word-kd" in plan.stdout and "no records in the store yet" in plan.stdout
     proc = subprocess.run([sys.executable, LADDER, "measure", ladder, "--store", store.root, "--work",
-                           str(tmp_path / "work"), "--max-sentences", "16"], capture_output=True, text=True, env=env,
+                           str(tmp_path / "work"), "--max-sentences", "16", "--extra", f"mine={PET}"],
+                          capture_output=True, text=True, env=env,
                           cwd=REPO, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (entry,) = [json.loads(line) for line in open(tmp_path / "store" / "ladders" / "lad.jsonl")]
     rows = {(r["model"], r["engine"]): r for r in entry["rows"]}
-    assert set(rows) == {(m, e) for m in ("teacher", "pet") for e in ("fairseq", "ct2-float32", "ct2-int8")}
+    assert set(rows) == {(m, e) for m in ("teacher", "pet", "mine") for e in ("fairseq", "ct2-float32", "ct2-int8")}
     assert not entry["refused"]
+    # the conversion round trip: CTranslate2 float32 gives fairseq's hypotheses string for string; int8 is compared too
+    assert rows["pet", "ct2-float32"]["identical_to_fairseq"] == rows["teacher", "ct2-float32"]["identical_to_fairseq"] == 16
+    assert 0 <= rows["pet", "ct2-int8"]["identical_to_fairseq"] <= 16 and "identical_to_fairseq" not in rows["pet", "fairseq"]
+    assert rows["mine", "ct2-int8"]["deployed_quality"] == rows["pet", "ct2-int8"]["deployed_quality"]  # --extra: PET
+    assert {m["name"]: m["export"].get("non_embedding_export") for m in entry["models"]}["pet"] == 1_003_392
     # fairseq: the records' scores; CTranslate2: each seed's checkpoint decoded (the same file: the same score)
     assert rows["pet", "fairseq"]["quality_seeds"] == {"1": 30.0, "2": 31.0}
     int8 = rows["pet", "ct2-int8"]
@@ -145,3 +151,24 @@ def test_a_run_measured_before_newer_records_says_measure_again(tmp_path):
     assert "Measured before" not in text
     text = rendered(tmp_path, entry(rows, models), [record, dict(record, key="k2", seed=2)])
     assert "- Measured before the store's latest records of pet: measure again." in text
+
+
+def test_a_ladder_of_your_own_names_its_teacher_and_data_and_a_ladder_with_grids_takes_theirs(tmp_path):
+    """A ladder without grids (your teacher, data and students) names its teacher and data; one with grids may not
+    name others; one with neither is refused, naming what it lacks."""
+    from ladder import Ladder
+
+    data = tmp_path / "data"
+    data.mkdir()
+    own = tmp_path / "own.toml"
+    own.write_text(f'name = "own"\nteacher = "{TEACHER}"\ndata = "{data}"\n[[extra]]\nname = "s"\npath = "{PET}"\n')
+    ladder = Ladder(str(own), str(tmp_path / "store"))
+    models, missing = ladder.models()
+    assert (ladder.teacher, ladder.data) == (TEACHER, str(data)) and [m["path"] for m in models] == [PET] and not missing
+    both = tmp_path / "both.toml"
+    both.write_text(open(ladder_files(tmp_path, str(data))).read() + f'teacher = "{TEACHER}"\n')
+    with pytest.raises(SystemExit, match="takes their teacher and data"):
+        Ladder(str(both), str(tmp_path / "store"))
+    (tmp_path / "none.toml").write_text('name = "none"\n')
+    with pytest.raises(SystemExit, match="no grids"):
+        Ladder(str(tmp_path / "none.toml"), str(tmp_path / "store"))

@@ -6,7 +6,17 @@ in one run; rendered from the store.
     python scripts/experiments/ladder.py measure grids/ladder_mt.toml   # alone on the machine: no training beside it
 
 A ladder (grids/ladder_*.toml) names grids; each of their cells with records in the store is a model, with the
-teacher and the ladder's [[extra]] checkpoints. ``measure``:
+teacher and the ladder's [[extra]] checkpoints (and ``--extra NAME=PATH``'s: your own student beside them). A ladder
+without grids names its ``teacher`` and ``data`` itself: your own teacher, data and students, e.g.
+
+    name = "mine"
+    teacher = "checkpoints/my.fr-en/teacher.pt"
+    data = "data-bin/my.fr-en"                # with text/test.raw.<target> for sacreBLEU
+    [[extra]]
+    name = "pet"
+    path = "work/pet-my/kd/checkpoint_best.pt"
+
+``measure``:
 1. deploys every model in each of the ladder's engines: fairseq as trained; CTranslate2 float32 and int8 from
    fc-export's stock checkpoint (user_dir/deploy/export.py, then ct2_engine.convert); a model an engine refuses is
    listed with the reason (e.g. GhostBERT's depthwise convolutions have no CTranslate2 layer);
@@ -14,7 +24,8 @@ teacher and the ladder's [[extra]] checkpoints. ``measure``:
    batch ``batch`` over the test set (sentences/s) and at batch 1 over its first ``latency_sentences`` (ms per
    sentence), each in its own process (fc-measure's worker; ct2_engine's), so every speed ratio comes from one run
    on one machine; the lowest seed's checkpoint stands for its cell; in fairseq, where the time goes (the encoder's
-   forwards, the decoder's steps, the beam search around them);
+   forwards, the decoder's steps, the beam search around them); each CTranslate2 deployment's hypotheses compared
+   with the same model's in fairseq, string for string (the conversion round trip: float32 keeps them all);
 3. scores every seed of every cell in every engine: the records' scores in fairseq (what the claims test),
    CTranslate2's own decoding of each seed's checkpoint otherwise;
 4. appends the run to results/store/ladders/NAME.jsonl.
@@ -53,13 +64,15 @@ class Ladder:
         if unknown:
             raise SystemExit(f"ladder {path}: engines {sorted(unknown)}: one of {', '.join(ENGINES)}")
         self.grids = [Grid(rooted(g), store=self.store.root) for g in spec.get("grids", [])]
-        if not self.grids:
-            raise SystemExit(f"ladder {path}: no grids = [...]")
-        teachers = {g.teacher for g in self.grids}
-        datas = {g.inputs.get("DATA") for g in self.grids}
+        if not self.grids and not ("teacher" in spec and "data" in spec):
+            raise SystemExit(f"ladder {path}: no grids = [...], nor a teacher = and data = of its own")
+        teachers = {g.teacher for g in self.grids} or {rooted(spec["teacher"])}
+        datas = {g.inputs.get("DATA") for g in self.grids} or {rooted(spec["data"])}
         if len(teachers) != 1 or len(datas) != 1:
             raise SystemExit(f"ladder {path}: its grids have other teachers or data ({teachers}, {datas})")
         (self.teacher,), (self.data,) = teachers, datas
+        if self.grids and ({"teacher", "data"} & set(spec)):
+            raise SystemExit(f"ladder {path}: a ladder with grids takes their teacher and data, not its own")
         for extra in spec.get("extra", []):
             for field in ("name", "path"):
                 if field not in extra:
@@ -74,13 +87,8 @@ class Ladder:
         cells without any."""
         models, missing = [], []
         for grid in self.grids:
-            fingerprint = grid.data_fingerprint()
             for name in dict.fromkeys(c.name for c in grid.cells):
-                seeds = {}
-                for record in grid.store.find(grid=grid.name, cell=name):
-                    if record["teacher"]["sha256"] == grid.teacher_sha and (
-                            fingerprint is None or record["data"]["fingerprint"] == fingerprint):
-                        seeds[record["seed"]] = record  # the latest filed of each seed
+                seeds = {r["seed"]: r for r in grid.current_records(name)}  # the latest filed of each seed
                 if seeds:
                     models.append({"name": name, "grid": grid.name, "seeds": dict(sorted(seeds.items()))})
                 else:
@@ -98,16 +106,19 @@ def deployed_checkpoint(model):
     return rooted(model["seeds"][seed]["checkpoint"]), seed
 
 
-def deploy(path, data, engine, work, label):
+def deploy(path, data, engine, work, label, exported=None):
     """(the path an engine measures, None) or (None, why it cannot): fairseq takes the checkpoint; CTranslate2 takes
-    fc-export's stock checkpoint converted to the engine's weights."""
+    fc-export's stock checkpoint converted to the engine's weights (fc-export's summary into ``exported``)."""
     if ENGINES[engine] is None:
         return path, None
     from user_dir.deploy import ct2_engine, export
 
     stock = os.path.join(work, f"{label}.stock.pt")
     try:
-        if not os.path.exists(stock):
+        if exported is not None and not exported:
+            exported.update(export.export(path, stock))
+            exported.update({k: os.path.relpath(exported[k], ROOT) for k in ("student", "out")})
+        elif not os.path.exists(stock):
             export.export(path, stock)
         out = os.path.join(work, f"{label}.{engine}")
         if not os.path.exists(os.path.join(out, "model.bin")):
@@ -133,12 +144,15 @@ def run_measure(ladder, args):
     engines = spec.get("engines", list(ENGINES))
     runs = args.runs or spec.get("runs", 3)
     threads = spec.get("threads", 1)
-    raw_reference = os.path.join(ladder.data, "text", "test.raw.en")
-    if not os.path.isfile(raw_reference):
-        raise SystemExit(f"ladder: {raw_reference}: no raw references for sacreBLEU (a data-bin made by "
-                         "preprocess.prepare_multi30k or prepare_parallel keeps them in text/); prepare the grids' "
-                         "data first (grid.py plan makes it)")
+    text = os.path.join(ladder.data, "text")
+    raw = sorted(f for f in os.listdir(text) if f.startswith("test.raw.")) if os.path.isdir(text) else []
+    if len(raw) != 1:
+        raise SystemExit(f"ladder: {text}: {'no' if not raw else 'more than one'} test.raw.<target> with the raw "
+                         "references for sacreBLEU (a data-bin made by preprocess.prepare_multi30k or prepare_parallel "
+                         "keeps them in text/); prepare the grids' data first (grid.py plan makes it)")
+    raw_reference = os.path.join(text, raw[0])
     models, missing = ladder.models()
+    models += extras(args.extra)
     if missing:
         print(f"ladder: no records yet for {', '.join(missing)} (measured without them)", file=sys.stderr)
     work = os.path.abspath(args.work or os.path.join(ROOT, "work", "ladders", ladder.name))
@@ -153,11 +167,13 @@ def run_measure(ladder, args):
         if not os.path.exists(path):
             raise SystemExit(f"ladder: {model['name']}'s checkpoint {path} is not on this machine: measure where its "
                              "cells ran (their work folders hold the checkpoints), or run the cells again here")
+        exported = {}
         described.append({"name": model["name"], "grid": model.get("grid"), "checkpoint": os.path.relpath(path, ROOT),
                           "sha256": sha256_of(path), "deployed_seed": seed, "about": model.get("about", ""),
-                          "records": {str(s): r["key"] for s, r in model.get("seeds", {}).items()}})
+                          "records": {str(s): r["key"] for s, r in model.get("seeds", {}).items()},
+                          "export": exported})
         for engine in engines:
-            where, why = deploy(path, ladder.data, engine, work, f"{model['name']}-s{seed or 0}")
+            where, why = deploy(path, ladder.data, engine, work, f"{model['name']}-s{seed or 0}", exported)
             if why:
                 refused.append({"model": model["name"], "engine": engine, "reason": why})
                 print(f"ladder: {model['name']} in {engine}: {why}", file=sys.stderr)
@@ -209,8 +225,14 @@ def run_measure(ladder, args):
                      "size_mb": first["weights_bytes"] / 2**20,
                      "outputs_identical_across_runs": all(x["outputs"] == first["outputs"] for x in d["throughput"]),
                      "time_parts": {"batch": first.get("time_parts"), "one": d["latency"][0].get("time_parts")}})
-    for row in rows:  # a CTranslate2 model has no parameter count of its own: its fairseq model's
+    in_fairseq = {d["model"]["name"]: d["throughput"][0] for d in deployments if d["engine"] == "fairseq"}
+    for row, d in zip(rows, deployments):  # a CTranslate2 model has no parameter count of its own: its fairseq model's
         row["params"], row["non_embedding_params"] = fairseq_params.get(row["model"], (None, None))
+        reference, first = in_fairseq.get(row["model"]), d["throughput"][0]
+        if d["engine"] != "fairseq" and reference is not None and reference["ids"] == first["ids"]:
+            pairs = list(zip(first["ids"], reference["outputs"], first["outputs"]))
+            row["identical_to_fairseq"] = sum(a == b for _, a, b in pairs)
+            row["first_differences"] = [{"id": i, "fairseq": a, row["engine"]: b} for i, a, b in pairs if a != b][:3]
     entry = {"ladder": ladder.name, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
              "machine": measure.machine_description(), "cpu": measure.cpu_name(),
              "command": "python scripts/experiments/ladder.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
@@ -222,13 +244,30 @@ def run_measure(ladder, args):
     os.makedirs(os.path.dirname(ladder.runs_file), exist_ok=True)
     with open(ladder.runs_file, "a") as f:
         f.write(json.dumps(entry, sort_keys=True) + "\n")
+    import render
+
+    print(render.ladder_table(ladder.store, ladder.path))
     print(f"ladder: {len(rows)} deployments measured, {len(refused)} refused -> "
-          f"{os.path.relpath(ladder.runs_file, ROOT)}; render: python scripts/experiments/render.py")
+          f"{os.path.relpath(ladder.runs_file, ROOT)}; the pages: python scripts/experiments/render.py")
     return entry
 
 
-def run_plan(ladder):
+def extras(values):
+    """[model] of ``--extra NAME=PATH`` flags."""
+    out = []
+    for value in values or []:
+        name, _, path = value.partition("=")
+        if not name or not path:
+            raise SystemExit(f"ladder: --extra {value}: NAME=PATH, e.g. --extra mine=work/pet-my/kd/checkpoint_best.pt")
+        if not os.path.isfile(rooted(path)):
+            raise SystemExit(f"ladder: --extra {value}: no checkpoint {path}")
+        out.append({"name": name, "path": rooted(path), "about": f"--extra {value}"})
+    return out
+
+
+def run_plan(ladder, args):
     models, missing = ladder.models()
+    models += extras(args.extra)
     print(f"ladder {ladder.name} ({os.path.relpath(ladder.path, ROOT)}): teacher "
           f"{os.path.relpath(ladder.teacher, ROOT)}, engines {', '.join(ladder.spec.get('engines', list(ENGINES)))}")
     for model in models:
@@ -247,12 +286,14 @@ def main(argv=None):
     p.add_argument("--store", default=None, help="the store (default results/store)")
     p.add_argument("--work", default=None, help="deployed models (default work/ladders/NAME)")
     p.add_argument("--runs", type=int, default=None, help="timed runs (default: the ladder's)")
+    p.add_argument("--extra", action="append", metavar="NAME=PATH",
+                   help="a checkpoint of your own measured beside the ladder's models (repeatable)")
     p.add_argument("--max-sentences", type=int, default=None,
                    help="throughput and scores on the first N test sentences only (a pipeline check: not a ladder)")
     args = p.parse_args(argv)
     ladder = Ladder(args.ladder, args.store)
     if args.action == "plan":
-        run_plan(ladder)
+        run_plan(ladder, args)
     else:
         run_measure(ladder, args)
 
