@@ -153,6 +153,28 @@ def test_a_run_measured_before_newer_records_says_measure_again(tmp_path):
     assert "- Measured before the store's latest records of pet: measure again." in text
 
 
+def test_the_plot_draws_the_latest_run_beside_its_store(tmp_path):
+    """ladder.py plot: the latest run's points, each cost a panel (the CPU hours from the records' training, not their
+    scoring), drawn beside the store it was read from (results/ only for the project's store), the command inside."""
+    pytest.importorskip("matplotlib")
+    from ladder import Ladder, plot
+
+    rows = [{"model": "teacher", "engine": "fairseq", "deployed_quality": 40.0, "quality_seeds": {"0": 40.0},
+             "sentences_per_s": 10.0},
+            {"model": "pet", "engine": "ct2-int8", "deployed_quality": 39.0, "quality_seeds": {"1": 39.0},
+             "sentences_per_s": 20.0}]
+    models = [{"name": "teacher", "records": {}}, {"name": "pet", "records": {"1": "k1"}}]
+    record = {"key": "k1", "grid": "g", "cell": "pet", "seed": 1, "machine": {},
+              "commands": [{"stage": "kd", "cpu_s": 7200.0}, {"stage": "measure", "cpu_s": 999.0}]}
+    rendered(tmp_path, dict(entry(rows, models), command="ladder.py measure lad.toml"), [record])
+    ladder = Ladder(str(tmp_path / "ladder.toml"), str(tmp_path / "store"))
+    run = render.ladder_run(ladder.store, ladder)
+    assert [r["cost_h"] for r in run["rows"]] == [None, 2.0]
+    png = plot(ladder)
+    assert png == str(tmp_path / "store" / "ladders" / "lad.png")
+    assert b"ladder.py measure lad.toml" in open(png, "rb").read()
+
+
 def test_a_ladder_of_your_own_names_its_teacher_and_data_and_a_ladder_with_grids_takes_theirs(tmp_path):
     """A ladder without grids (your teacher, data and students) names its teacher and data; one with grids may not
     name others; one with neither is refused, naming what it lacks."""

@@ -28,7 +28,9 @@ without grids names its ``teacher`` and ``data`` itself: your own teacher, data 
    with the same model's in fairseq, string for string (the conversion round trip: float32 keeps them all);
 3. scores every seed of every cell in every engine: the records' scores in fairseq (what the claims test),
    CTranslate2's own decoding of each seed's checkpoint otherwise;
-4. appends the run to results/store/ladders/NAME.jsonl.
+4. appends the run to results/store/ladders/NAME.jsonl and draws it (``plot``: again from the store) into
+   results/NAME.png: quality lost against the fairseq teacher beside the speed-up (batch ``batch``, batch 1), the size
+   and the CPU hours each point took to make (its records' training and compression).
 scripts/experiments/render.py renders the latest run with the records' training cost (block NAME, '_' as '-').
 """
 import argparse
@@ -265,6 +267,40 @@ def extras(values):
     return out
 
 
+def plot(ladder, command=None):
+    """results/NAME.png from the ladder's latest run: one panel per cost, a series per engine, each point named."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts", "bench"))
+    import render
+    from benchlib import plot_panels
+
+    e = render.ladder_run(ladder.store, ladder)
+    if e is None:
+        raise SystemExit(f"ladder {ladder.name}: not measured yet (ladder.py measure {os.path.relpath(ladder.path, ROOT)})")
+    lost = f"{render.METRIC_NAMES[e['settings']['metric']]} lost vs the fairseq teacher"
+    costs = [("speedup", f"speed-up, batch {e['settings']['batch']}", None),
+             ("latency_speedup", "speed-up, batch 1", None), ("size_mb", "size MB", "log"),
+             ("cost_h", "CPU h to make (records' training)", "log")]
+    panels = []
+    for key, label, scale in costs:
+        series = []
+        for engine in dict.fromkeys(r["engine"] for r in e["rows"]):
+            rows = [r for r in e["rows"] if r["engine"] == engine and r[key] is not None and (scale is None or r[key] > 0)]
+            if rows:
+                series.append({"x": [r["lost"] for r in rows], "y": [r[key] for r in rows], "style": "o",
+                               "label": engine, "notes": [r["model"] for r in rows], "note_offset": (4, 2),
+                               "note_style": {"fontsize": 7}})
+        goal = [{"y": ladder.spec.get("goal_speedup", 5.0), "color": "red", "ls": "--", "lw": 0.8}] \
+            if key == "speedup" else []
+        panels.append({"series": series, "hlines": goal, "xlabel": lost, "ylabel": label, "yscale": scale, "grid": True,
+                       "legend": {"fontsize": 7} if series else None, "vlines": [{"x": ladder.spec.get("goal_loss", 0.5), "color": "red", "ls": "--", "lw": 0.8}],
+                       "title": None if series else "no records yet", "title_size": 8})
+    project = os.path.join(ROOT, "results", "store")  # the project's ladders are drawn in results/, others beside their store
+    png = os.path.join(ROOT, "results", f"{ladder.name}.png") if os.path.samefile(ladder.store.root, project) else \
+        os.path.join(ladder.store.root, "ladders", f"{ladder.name}.png")
+    return plot_panels(png, panels, command=command or e["command"], shape=(2, 2),
+                       title=f"{ladder.spec.get('title', ladder.name)}: measured {e['date']}")
+
+
 def run_plan(ladder, args):
     models, missing = ladder.models()
     models += extras(args.extra)
@@ -281,7 +317,7 @@ def run_plan(ladder, args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("action", choices=("plan", "measure"))
+    p.add_argument("action", choices=("plan", "measure", "plot"))
     p.add_argument("ladder", help="a ladder file, e.g. grids/ladder_mt.toml")
     p.add_argument("--store", default=None, help="the store (default results/store)")
     p.add_argument("--work", default=None, help="deployed models (default work/ladders/NAME)")
@@ -294,8 +330,12 @@ def main(argv=None):
     ladder = Ladder(args.ladder, args.store)
     if args.action == "plan":
         run_plan(ladder, args)
+    elif args.action == "plot":
+        print(plot(ladder) or "no plot (matplotlib is not installed)")
     else:
         run_measure(ladder, args)
+        if not args.max_sentences:  # a pipeline check is not a ladder: results/ keeps the ladder's plot
+            plot(ladder)
 
 
 if __name__ == "__main__":

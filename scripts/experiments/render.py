@@ -348,48 +348,58 @@ def time_parts_text(rows, model, batch):
     return f"at batch {batch}: {shares(parts['batch'])}; at batch 1: {shares(parts['one'])}."
 
 
+def ladder_run(store, ladder):
+    """The latest measured run of a ladder (None before any), its rows each with its mean quality over seeds, quality
+    lost against the fairseq teacher, speed-ups over it (throughput, batch 1) and the CPU hours its records' training
+    and compression took (mean over seeds; None without records) with the GPUs they ran on."""
+    from ladder import SCORING_STAGES
+
+    if not os.path.exists(ladder.runs_file):
+        return None
+    with open(ladder.runs_file) as f:
+        e = [json.loads(line) for line in f if line.strip()][-1]
+    teacher = next(r for r in e["rows"] if r["model"] == "teacher" and r["engine"] == "fairseq")
+    described = {m["name"]: m for m in e["models"]}
+    for row in e["rows"]:
+        row["quality"] = statistics.mean(row["quality_seeds"].values())
+        row["lost"] = teacher["deployed_quality"] - row["quality"]
+        row["speedup"] = row["sentences_per_s"] / teacher["sentences_per_s"]
+        row["latency_speedup"] = teacher["latency_ms"] / row["latency_ms"]
+        records = [store.get(key) for key in described[row["model"]]["records"].values()]
+        records = [r for r in records if r is not None]
+        row["cost_h"] = statistics.mean(sum(c["cpu_s"] for c in r["commands"] if c["stage"] not in SCORING_STAGES)
+                                        for r in records) / 3600 if records else None
+        row["cost_gpus"] = sorted({r["machine"].get("gpu") for r in records} - {None})
+    return e
+
+
 def ladder_table(store, path, summary=False):
     """The latest measured run of a ladder (scripts/experiments/ladder.py), each model's training cost from its records,
     and the recommendation: at each quality bound, the fastest and the smallest deployment, and the issue's goal
     (``summary``: the recommendation alone, for the README)."""
-    from ladder import SCORING_STAGES, Ladder
+    from ladder import Ladder
 
     ladder = Ladder(path, store.root)
     spec, shown = ladder.spec, os.path.relpath(path, ROOT)
-    entries = []
-    if os.path.exists(ladder.runs_file):
-        with open(ladder.runs_file) as f:
-            entries = [json.loads(line) for line in f if line.strip()]
+    e = ladder_run(store, ladder)
     cells = {}  # grid cell -> {seed: latest record}
     for grid in ladder.grids:
         for name in dict.fromkeys(c.name for c in grid.cells):
             cells[name] = {r["seed"]: r for r in store.find(grid=grid.name, cell=name)}
     without = [name for name, seeds in cells.items() if not seeds]
-    if not entries:
+    if e is None:
         with_records = [f"{name} ({len(seeds)} seeds)" for name, seeds in cells.items() if seeds]
         return (f"Not measured yet. Cells with records in the store: {', '.join(with_records) or 'none'}; without: "
                 f"{', '.join(without) or 'none'}. Measured alone on the machine by `python "
                 f"scripts/experiments/ladder.py measure {shown}`.\n")
-    e = entries[-1]
     metric, settings = e["settings"]["metric"], e["settings"]
     name = METRIC_NAMES[metric]
-    teacher = next(r for r in e["rows"] if r["model"] == "teacher" and r["engine"] == "fairseq")
-    for row in e["rows"]:
-        values = list(row["quality_seeds"].values())
-        row["quality"] = statistics.mean(values)
-        row["lost"] = teacher["deployed_quality"] - row["quality"]
-        row["speedup"] = row["sentences_per_s"] / teacher["sentences_per_s"]
-        row["latency_speedup"] = teacher["latency_ms"] / row["latency_ms"]
     described = {m["name"]: m for m in e["models"]}
 
-    def cost(model):
-        records = [store.get(key) for key in described[model]["records"].values()]
-        records = [r for r in records if r is not None]
-        if not records:
+    def cost(row):
+        if row["cost_h"] is None:
             return "-"
-        hours = [sum(c["cpu_s"] for c in r["commands"] if c["stage"] not in SCORING_STAGES) / 3600 for r in records]
-        gpu = {r["machine"].get("gpu") for r in records} - {None}
-        return f"{statistics.mean(hours):.2f}" + (f" ({', '.join(sorted(gpu))})" if gpu else "")
+        return f"{row['cost_h']:.2f}" + (f" ({', '.join(row['cost_gpus'])})" if row["cost_gpus"] else "")
 
     def quality(row):
         values = list(row["quality_seeds"].values())
@@ -404,7 +414,7 @@ def ladder_table(store, path, summary=False):
         params = "-" if row["non_embedding_params"] is None else f"{row['non_embedding_params']:,}"
         lines.append(f"| {row['model']} | {row['engine']} | {quality(row)} | {row['lost']:+.2f} | {params} "
                      f"| {row['size_mb']:.1f} | {row['sentences_per_s']:.1f} | {row['speedup']:.2f}x "
-                     f"| {row['latency_ms']:.1f} | {row['latency_speedup']:.2f}x | {cost(row['model'])} |")
+                     f"| {row['latency_ms']:.1f} | {row['latency_speedup']:.2f}x | {cost(row)} |")
     lines.append("")
     first_advice = len(lines)
     for bound in spec.get("losses", [0.5, 1.0]):
@@ -496,26 +506,32 @@ def demo_run():
             f"{rows['teacher']['bleu_tok']:.2f} after 200 + 600 updates, in {minutes:g} minutes.\n")
 
 
-def deploy_table():
-    """The deployment page's table: results/deploy.json (scripts/bench/bench_deploy.py), the teacher and the shipped
-    PET student in stock fairseq and CTranslate2, and what int8 changes."""
-    with open(os.path.join(ROOT, "results", "deploy.json")) as f:
-        rep = json.load(f)
-    by = {r["row"]: r for r in rep["rows"]}
-    shown = [("teacher, fairseq", "teacher / fairseq"), ("teacher, CTranslate2 int8", "teacher / CT2 int8"),
-             ("PET exported, stock fairseq", "PET exported / fairseq"), ("PET, CTranslate2 float32", "PET / CT2 float32"),
-             ("PET, CTranslate2 int8", "PET / CT2 int8")]
-    lines = ["| engine | BLEU (tok) | size on disk MB | speed-up over the fairseq teacher | hypotheses = fairseq's |",
-             "| --- | --- | --- | --- | --- |"]
-    for label, key in shown:
-        r = by[key]
-        same = "-" if key == "teacher / fairseq" else f"{r['identical_to_fairseq']}/{r['sentences']}"
-        lines.append(f"| {label} | {r['bleu_tok']:.2f} | {r['size_mb']:.1f} | {r['speedup_vs_fairseq_teacher']:.2f}x "
-                     f"| {same} |")
-    change = rep["goals"]["pet_ct2_int8_bleu_minus_pet_fairseq"]
-    return "\n".join(lines) + (f"\n\nMeasured on the {by['teacher / fairseq']['sentences']:,} test sentences, beam "
-                                f"{rep['beam']}, {rep['threads']} thread(s) per engine ({rep['date']}). int8 changes "
-                                f"some hypotheses: a BLEU (tok) change of {change:+.2f} for PET.\n")
+def deploy_table(store):
+    """The deployment page's table: the latest run of the translation ladder (grids/ladder_mt.toml,
+    scripts/experiments/ladder.py), the teacher and the shipped PET student in fairseq and CTranslate2, and what
+    CTranslate2 changes in the hypotheses."""
+    from ladder import Ladder
+
+    ladder = Ladder(os.path.join(ROOT, "grids", "ladder_mt.toml"), store.root)
+    with open(ladder.runs_file) as f:
+        e = [json.loads(line) for line in f if line.strip()][-1]
+    by = {(r["model"], r["engine"]): r for r in e["rows"]}
+    base = by["teacher", "fairseq"]
+    name = METRIC_NAMES[e["settings"]["metric"]]
+    lines = [f"| model, engine | {name} | size MB | speed-up over the fairseq teacher (batch {e['settings']['batch']}) "
+             "| hypotheses = fairseq's |", "| --- | --- | --- | --- | --- |"]
+    for model, engine in (("teacher", "fairseq"), ("teacher", "ct2-int8"), ("pet-shipped", "fairseq"),
+                          ("pet-shipped", "ct2-float32"), ("pet-shipped", "ct2-int8")):
+        r = by[model, engine]
+        same = "-" if engine == "fairseq" else f"{r['identical_to_fairseq']:,}/{r['sentences']:,}" \
+            if "identical_to_fairseq" in r else "not compared in this run"
+        lines.append(f"| {model}, {engine} | {r['deployed_quality']:.2f} | {r['size_mb']:.1f} "
+                     f"| {r['sentences_per_s'] / base['sentences_per_s']:.2f}x | {same} |")
+    change = by["pet-shipped", "ct2-int8"]["deployed_quality"] - by["pet-shipped", "fairseq"]["deployed_quality"]
+    return "\n".join(lines) + (f"\n\nThe {base['sentences']:,} test sentences, beam {e['settings']['beam']}, "
+                                f"{e['settings']['threads']} thread(s) per engine, measured {e['date']} "
+                                f"([results/ladder_mt.md](../../results/ladder_mt.md)). int8 weights change some "
+                                f"hypotheses: {change:+.2f} {name} for PET.\n")
 
 
 def glue_teachers_table():
@@ -598,6 +614,99 @@ def teacher_cache_table(store):
     return "\n".join(lines) + "\n"
 
 
+def teacher_reference():
+    """The reference teacher's scores on test_2016_flickr: results/teacher_multi30k.json (user_dir/tools/measure.py)."""
+    rows, _ = _results_rows("teacher_multi30k.json")
+    r = rows["teacher_reference"]
+    return (f"The reference teacher scores {r['sacrebleu']:.2f} sacreBLEU and {r['bleu_tok']:.2f} BLEU (tok) on the "
+            f"{r['sentences']:,} sentences of test_2016_flickr.\n")
+
+
+def ghost_costs():
+    """GhostBERT's encoder time against pruned-only's, eager and ``--ghost-compile``d: the CPU section of
+    results/deploy_glue.json (scripts/bench/bench_deploy_glue.py --ghost-costs-only) and each dtype of
+    results/ghost_costs_gpu.json (scripts/bench/bench_ghost_costs.py --device cuda); the goal's verdict is
+    bench_ghost_costs.costs_verdict's."""
+    if os.path.join(ROOT, "scripts", "bench") not in sys.path:
+        sys.path.insert(0, os.path.join(ROOT, "scripts", "bench"))
+    from bench_ghost_costs import costs_verdict
+
+    with open(os.path.join(ROOT, "results", "deploy_glue.json")) as f:
+        rep = json.load(f)
+    cpu, prov = rep["ghost_costs"], rep["ghost_costs_provenance"]
+    batch = f"{cpu['time_batch']} x 128"
+
+    def ratio(x):
+        return f"{x['median']:.3f}x" if x else "-"
+    lines = [f"On a CPU ({', '.join(prov['machine'].split(', ')[:2])}, {prov['threads']} thread(s), {prov['date']}), "
+             f"the {rep['task']} encoders cut from the teacher at each m: GhostBERT's time over pruned-only's, the "
+             "median over rounds" + (", the compiled form fused with the residual add" if cpu.get("residual_fusion")
+                                     else "") + ":", "",
+             f"| m | eager ({batch}) | compiled ({batch}) | eager (1 x 128) | compiled (1 x 128) "
+             + (f"| ONNX Runtime ({batch}) |" if cpu.get("onnx") else "|"),
+             "| --- | --- | --- | --- | --- |" + (" --- |" if cpu.get("onnx") else "")]
+    for row in cpu["rows"]:
+        lines.append(f"| {row['m']} | {ratio(row['batch: ghost'])} | {ratio(row['batch: ghost, compiled'])} "
+                     f"| {ratio(row['single: ghost'])} | {ratio(row.get('single: ghost, compiled'))} |"
+                     + (f" {ratio(row.get('onnx: ghost'))} |" if cpu.get("onnx") else ""))
+    lines += ["", costs_verdict(cpu), ""]
+    with open(os.path.join(ROOT, "results", "ghost_costs_gpu.json")) as f:
+        gpu = json.load(f)
+    devices = sorted({c["device"].split(" (")[0] for c in gpu["costs"]})
+    fused = all(c.get("residual_fusion") for c in gpu["costs"])
+    (shape,) = {f"{c['time_batch']} x 128" for c in gpu["costs"]}
+    lines += [f"On {', '.join(devices)} ({gpu['provenance']['date']}"
+              + ("" if fused else ", before the compiled form's residual fusion") + "), each dtype's range over m:", "",
+              f"| dtype | pruned only, ms (1 x 128) | pruned only, ms ({shape}) | eager / pruned ({shape}) "
+              f"| compiled / pruned ({shape}) | m where compiled is below eager |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for c in gpu["costs"]:
+        rows = c["rows"]
+        single, whole = [r["single: pruned ms"] for r in rows], [r["batch: pruned ms"] for r in rows]
+        eager, compiled = ([r[f"batch: {k}"]["median"] for r in rows] for k in ("ghost", "ghost, compiled"))
+        below = [r["m"] for r, e, k in zip(rows, eager, compiled) if k < e]
+        lines.append(f"| {c['dtype']} | {min(single):.2f}-{max(single):.2f} | {min(whole):.2f}-{max(whole):.2f} "
+                     f"| {min(eager):.3f}x-{max(eager):.3f}x | {min(compiled):.3f}x-{max(compiled):.3f}x "
+                     f"| {', '.join(below) or 'none'} |")
+    return "\n".join(lines) + "\n"
+
+
+def serving_burst():
+    """The serving page's burst table: the archived fc-serve benchmark, results/archive/serving.json
+    (scripts/bench/bench_serving.py): each policy's median over its repeats (as bench_serving.serving_verdict takes
+    it), whether its p95 stayed within the target in every repeat (serving_verdict's test), and each other policy's
+    accuracy against fixed:0's on the sentences both answered."""
+    with open(os.path.join(ROOT, "results", "archive", "serving.json")) as f:
+        rep = json.load(f)
+    target, runs = rep["target_p95_ms"], {}
+    for run in rep["policies"].values():
+        runs.setdefault(run["policy"], []).append(run)
+    plugins = ", ".join(str(k) for k in rep["ratios"] if k)
+    lines = [f"{rep['task']} dev sentences, a burst at {rep['burst_factor']:g}x the backbone's throughput, a latency "
+             f"target of {target:.0f} ms at the p95, the median of each policy's {rep['repeats']} repeats "
+             f"({', '.join(rep['machine'].split(', ')[:2])}, {rep['date']}):", "",
+             "| policy | burst p95 ms | sentences answered | accuracy of answered sentences | p95 within the target "
+             "in every repeat |", "| --- | --- | --- | --- | --- |"]
+    for policy, repeats in runs.items():
+        s = [r["summary"] for r in repeats]
+        within = all(x["burst_p95_ms"] <= target and x["p95_ms"] <= target for x in s)
+        label = f"`{policy}`" + (f" (k = {plugins})" if policy == "adaptive" else "")
+        lines.append(f"| {label} | {statistics.median(x['burst_p95_ms'] for x in s):,.0f} "
+                     f"| {statistics.median(x['examples_answered'] for x in s):,.0f} "
+                     f"| {statistics.median(x['accuracy'] for x in s):.2f} | {'yes' if within else 'no'} |")
+    base = statistics.median(r["summary"]["burst_p95_ms"] for r in runs["fixed:0"])
+    tests = []
+    for policy, repeats in runs.items():
+        shown = [r["summary"]["shared_test"] for r in sorted(repeats, key=lambda r: r["repeat"])
+                 if "shared_test" in r["summary"]]
+        if shown:
+            tests.append(f"`{policy}` " + ", ".join(f"{t['diff']:+.2f} [{t['low']:+.2f}, {t['high']:+.2f}]"
+                                                    for t in shown))
+    return "\n".join(lines) + (f"\n\n`fixed:0`'s burst p95 was {base / target:.2f}x the target. Accuracy against "
+                               "`fixed:0` on the sentences both answered (points, 95% interval, each repeat): "
+                               f"{'; '.join(tests)}.\n")
+
+
 BLOCKS = {
     "pet-sizes": lambda store: sizes_table(os.path.join(ROOT, "grids", "pet.toml"), "pet"),
     "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
@@ -612,13 +721,16 @@ BLOCKS = {
     "pet-shipped-score": lambda store: pet_shipped("score"),
     "pet-results": lambda store: pet_shipped("table"),
     "demo-run": lambda store: demo_run(),
-    "deploy-table": lambda store: deploy_table(),
+    "deploy-table": deploy_table,
     "teacher-cache": lambda store: teacher_cache_table(store),
     "deploy-glue-table": lambda store: deploy_glue_table(),
     "glue-teachers": lambda store: glue_teachers_table(),
     **{f"quickstart-{m}": (lambda store, m=m: quickstart_score(m)) for m in ("apc", "ghostbert", "variator")},
     "ladder-mt": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml")),
     "ladder-mt-summary": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml"), summary=True),
+    "teacher-reference": lambda store: teacher_reference(),
+    "ghost-costs": lambda store: ghost_costs(),
+    "serving-burst": lambda store: serving_burst(),
 }
 
 

@@ -95,7 +95,6 @@ STATUS = {
     "teacher_cache.md": ("headline", "a word-level KD update's CPU time with the teacher online and with its outputs "
                          "cached (rendered from grids/teacher_cache.toml's cells)"),
     "teacher_multi30k.md": ("headline", "the CPU-scale Multi30k teacher against the reference"),
-    "deploy.md": ("headline", "fairseq and CTranslate2 (float32, int8), teacher and PET"),
     "deploy_glue.md": ("headline", "a GLUE task's teacher and compressed encoders in fairseq, Hugging Face and ONNX"),
     "archive/serving.md": ("headline", "fc-serve under a bursty load: fixed k against the adaptive policy (SST-2)"),
     "archive/methods_multi30k_ladder.md": ("headline", "the default ladder (15 models: PET, word-KD, Variator, GhostBERT, "
