@@ -111,29 +111,3 @@ def test_device_and_precision_turn_into_fairseqs_and_the_tools_flags():
     with pytest.raises(ValueError, match="--device tpu"):
         benchlib.Device(Args(device="tpu"))
 
-
-def test_the_glue_deployment_benchmark_reads_its_models_from_the_recipes_records(tmp_path):
-    """bench_deploy_glue's --pruned/--ghost/--apc: a checkpoint as given, or a recipe's work folder whose
-    result.json names it (made from this teacher; another teacher's is refused); a folder without a record stops
-    with the recipe command that makes the model."""
-    import hashlib
-    import json
-
-    import bench_deploy_glue
-
-    teacher = tmp_path / "teacher.pt"
-    teacher.write_bytes(b"teacher")
-    setup = {"teacher": str(teacher), "data": str(tmp_path / "data-bin")}
-    work = tmp_path / "ghost"
-    work.mkdir()
-    (work / "result.json").write_text(json.dumps({"checkpoint": str(work / "finetune" / "checkpoint_best.pt"),
-                                                  "teacher": {"sha256": hashlib.sha256(b"teacher").hexdigest()}}))
-    assert bench_deploy_glue.recipe_checkpoint("GhostBERT", str(work), setup, "MRPC") == str(
-        work / "finetune" / "checkpoint_best.pt")
-    assert bench_deploy_glue.recipe_checkpoint("GhostBERT", str(teacher), setup, "MRPC") == str(teacher)
-    (work / "result.json").write_text(json.dumps({"checkpoint": "x.pt", "teacher": {"sha256": "0" * 64}}))
-    with pytest.raises(SystemExit, match="made from another teacher"):
-        bench_deploy_glue.recipe_checkpoint("GhostBERT", str(work), setup, "MRPC")
-    with pytest.raises(SystemExit, match=r"--pruned .*none: no checkpoint and no recipe record .* GLUE_TASK=MRPC "
-                                         r"VARIANT=pruned bash scripts/recipes/ghostbert.sh"):
-        bench_deploy_glue.recipe_checkpoint("pruned only", str(tmp_path / "none"), setup, "MRPC")

@@ -10,7 +10,7 @@ Outside fenced code blocks (read with test_readme_numbers' ``units``):
 * a ``results/...`` path (or ``scripts/``, ``user_dir/``, ``preprocess/``, ``tests/``, ``checkpoints/``: an old
   script name), in a code span or plain, names a file or folder that exists, relative to the checkout
   (as commands are run from it) or, for ``../results/...``, to the page. A glob (``results/translation_800_*.md``)
-  or a placeholder (``results/NAME``, ``results/quickstart_<recipe>.md``) matches at least one file; a command's
+  or a placeholder (``results/NAME``, ``results/<table>.json``) matches at least one file; a command's
   output prefix (``--out results/apc_300_updates``) names at least one file ``results/apc_300_updates.*``.
 
 That every number a page quotes is in the results file it cites is test_readme_numbers'.
@@ -31,7 +31,7 @@ IMAGE = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)>?\s*\)")
 # (group 1: a command's --out before it); the same for a path into the other folders of the checkout
 PATH_REF = re.compile(r"(--out\s+)?(?<![\w/.-])((?:\.\./)*(?:results|scripts|user_dir|preprocess|tests|checkpoints)/"
                          r"[\w.*/<>-]*[\w*>])")
-# a placeholder in a documented path: results/NAME, results/quickstart_<recipe>.md
+# a placeholder in a documented path: results/NAME, results/<table>.json
 PLACEHOLDER = re.compile(r"<[^>]*>|(?<![a-z])[A-Z]{2,}(?![a-z])")
 
 

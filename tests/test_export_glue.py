@@ -133,7 +133,7 @@ def _logits_agree(path, data, vocab, folders, texts, atol=1e-4):
 def test_fine_tuned_minilm_from_raw_text_through_transformers_and_onnx_runtime(glue_models, tmp_path):
     """Every real RTE dev pair: the exported tokenizer's ids are prepare_glue.py's (longest-first truncation at 64
     included); transformers' and ONNX Runtime's logits equal fairseq's within 1e-4 with the same predictions (on 96
-    of them here; on every dev example of SST-2, MRPC and RTE in scripts/bench/bench_deploy_glue.py)."""
+    of them here; on every dev example of a GLUE ladder's task in scripts/experiments/ladder.py)."""
     from fairseq.data import Dictionary, data_utils
 
     from user_dir.deploy.export_hf import export_hf

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, TEACHER_DIR, clean_env, needs_teacher
 
-DRIVERS = ["bench_deploy_glue", "bench_ghost_costs", "bench_serving"]
+DRIVERS = ["bench_ghost_costs", "bench_serving"]
 
 # Imports each driver named on the command line as running it does (scripts/ on sys.path), calls its main(ARGV)
 # and stops at its argument parser's return: prints {driver: the parsed namespace} as JSON.
@@ -93,10 +93,10 @@ def test_what_does_not_ship_stops_at_once_naming_the_path_and_the_switch(no_shar
 
     script = [sys.executable]
     glue = str(tmp_path / "glue")
-    fails(script + ["scripts/bench/bench_deploy_glue.py", "--glue-task", "RTE", "--glue-work", glue,
-                    "--parity-tasks", "", "--work", str(tmp_path / "deploy")],
+    fails(script + ["scripts/bench/bench_ghost_costs.py", "--glue-task", "RTE", "--glue-work", glue,
+                    "--work", str(tmp_path / "ghost")],
           os.path.join(glue, "RTE", "checkpoints", "checkpoint_best.pt"), "glue_teachers.sh")
-    assert not (tmp_path / "deploy").exists()  # nothing made before the check
+    assert not (tmp_path / "ghost").exists()  # nothing made before the check
     fails(["bash", "scripts/recipes/glue_teachers.sh"], os.path.join(shared, "data", "glue"), "FAIRSEQ_COMPRESS_SHARED")
 
 

@@ -192,10 +192,31 @@ def test_a_record_at_a_fixed_budget_does_not_estimate_a_cell_stopped_by_patience
     store = tmp_path / "store"
     store.mkdir()
     timing = {"recipe": "competitors.sh", "grid": "timing", "cell": "online", "wall_s": 216.0, "updates": 200,
-              "machine": {"device": "cpu"}, "variables": {"KIND": "word", "UPDATES": "200", "SEED": "1"}}
+              "machine": {"device": "cpu"}, "variables": {"KIND": "word", "UPDATES": "200", "SEED": "1"},
+              "data": {"path": "/elsewhere/multi30k.de-en"}, "training": {"train": {"updates": 200}},
+              "commands": [{"stage": "train", "wall_s": 160.0}, {"stage": "measure", "wall_s": 56.0}]}
     (store / "records.jsonl").write_text(json.dumps(timing) + "\n")
     grid = grid_lib.Grid(str(path), str(tmp_path / "work"), str(store))
     patience, fixed = grid.cells
-    seconds, bound = grid_lib.estimate(grid, patience, "cpu")
-    assert bound and seconds > 3600  # 60 epochs of Multi30k at the measured rate, not the 216 s of 200 updates
+    # 60 epochs of Multi30k (grids/rates.toml: 246 updates each) at the record's training rate (200 updates in 160 s),
+    # not the 216 s of its 200 updates
+    assert grid_lib.estimate(grid, patience, "cpu") == (60 * 246 / (200 / 160), True)
     assert grid_lib.estimate(grid, fixed, "cpu") == (216.0, False)
+
+
+def test_a_cells_budget_is_its_stages_epochs_or_updates():
+    """Each stage's epochs (of the data's measured epoch, or its training examples at the cell's batch) or updates;
+    pet.sh adds its 3 warm-up epochs; a budget left to the recipe's defaults is unknown, not guessed."""
+    import grid as grid_lib
+
+    class Cell:
+        def __init__(self, recipe, **variables):
+            self.recipe, self.variables = recipe, {k: str(v) for k, v in variables.items()}
+
+    glue = {"train_examples": 3302}  # ceil(3302 / 32) = 104 updates an epoch at batch 32
+    assert grid_lib.budget(Cell("ghostbert.sh", DISTILL_EPOCHS=3, FINETUNE_EPOCHS=3), glue) == (624, False)
+    assert grid_lib.budget(Cell("apc.sh", COMPRESS_UPDATES=100, FINETUNE_EPOCHS=2, BATCH=16), glue) == (100 + 414, False)
+    assert grid_lib.budget(Cell("pet.sh", KD_UPDATES=500), {"updates_per_epoch": 10}) == (530, False)
+    assert grid_lib.budget(Cell("pet.sh", MAX_EPOCHS=20), {"updates_per_epoch": 10}) == (230, True)
+    assert grid_lib.budget(Cell("apc.sh", FINETUNE_EPOCHS=2), {}) == (None, False)
+    assert grid_lib.budget(Cell("variator.sh", K=4), glue) == (None, False)

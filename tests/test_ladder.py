@@ -1,13 +1,14 @@
-"""The which-method ladder (scripts/experiments/ladder.py, rendered by render.py's ladder_table): the teacher and a
-grid cell's records deployed in fairseq and CTranslate2 (float32, int8), measured in one run, every seed scored in
-every engine, the run filed in the store and rendered with the records' cost and the recommendation."""
+"""The which-method ladders (scripts/experiments/ladder.py, rendered by render.py's ladder_table): the teacher and a
+grid cell's records deployed in fairseq and CTranslate2 (float32, int8) for translation, in fairseq and ONNX Runtime
+(fp32, int8) for GLUE, measured in one run, every seed scored in every engine, the run filed in the store and rendered
+with the records' cost and the recommendation."""
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, SHARED_DATA, USER_DIR, run_cli
 from test_checkpoint_flags import PET, TEACHER, shipped_data  # noqa: F401  (shipped_data: a session fixture)
 
 sys.path.insert(0, os.path.join(REPO, "scripts", "experiments"))
@@ -18,14 +19,19 @@ from record import data_fingerprint, sha256_of  # noqa: E402
 LADDER = os.path.join(REPO, "scripts", "experiments", "ladder.py")
 
 
-def ladder_files(tmp_path, data):
+PET_CELLS = ('[[cell]]\nname = "pet"\nrecipe = "pet.sh"\n'
+             '[[cell]]\nname = "word-kd"\nrecipe = "competitors.sh"\nvariables = { KIND = "word" }\n')
+
+
+def ladder_files(tmp_path, data, inputs="", cells=PET_CELLS,
+                 ladder='name = "lad"\nengines = ["fairseq", "ct2-float32", "ct2-int8"]\nlosses = [0.5, 1.0]\n'):
+    """Grid g (seeds 1 and 2, its DATA and ``inputs``, its ``cells``) and a ladder over it measured at batch 8, three
+    sentences' latency, one run and one thread."""
     grid = tmp_path / "grid.toml"
-    grid.write_text(f'name = "g"\nseeds = [1, 2]\n[inputs]\nDATA = "{data}"\n[[cell]]\nname = "pet"\nrecipe = "pet.sh"\n'
-                    '[[cell]]\nname = "word-kd"\nrecipe = "competitors.sh"\nvariables = { KIND = "word" }\n')
-    ladder = tmp_path / "ladder.toml"
-    ladder.write_text(f'name = "lad"\ngrids = ["{grid}"]\nengines = ["fairseq", "ct2-float32", "ct2-int8"]\nbatch = 8\n'
-                      'latency_sentences = 3\nruns = 1\nthreads = 1\nlosses = [0.5, 1.0]\n')
-    return str(ladder)
+    grid.write_text(f'name = "g"\nseeds = [1, 2]\n[inputs]\nDATA = "{data}"\n{inputs}{cells}')
+    path = tmp_path / "ladder.toml"
+    path.write_text(f'{ladder}grids = ["{grid}"]\nbatch = 8\nlatency_sentences = 3\nruns = 1\nthreads = 1\n')
+    return str(path)
 
 
 def file_records(store, data, scores):
@@ -194,3 +200,125 @@ def test_a_ladder_of_your_own_names_its_teacher_and_data_and_a_ladder_with_grids
     (tmp_path / "none.toml").write_text('name = "none"\n')
     with pytest.raises(SystemExit, match="no grids"):
         Ladder(str(tmp_path / "none.toml"), str(tmp_path / "store"))
+
+
+# ---- GLUE: fairseq and ONNX Runtime fp32/int8 ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def wordpiece_mrpc(tmp_path_factory):
+    """Real MRPC (64 training pairs, all 408 dev pairs) under a WordPiece vocabulary of single characters and the
+    dev set's 500 commonest words (BERT's tokenizer, as fc-export-onnx needs), a tiny hf_bert classifier trained 2
+    updates on it (2 layers, width 32), and GhostBERT cut from it at m = 2/4 with depthwise ghost convolutions (which
+    ONNX takes) and with conv1d_f (refused)."""
+    if not os.path.isdir(SHARED_DATA):
+        pytest.skip(f"needs the shared corpora at {SHARED_DATA} (not part of a clone)")
+    pytest.importorskip("onnxruntime", reason="needs onnxruntime (the deploy/test extra)")
+    import collections
+    import re
+    import string
+
+    from preprocess.prepare_glue import main as prepare_glue
+    from user_dir.ghost.tools import prune as ghost_prune
+
+    root = tmp_path_factory.mktemp("glue_ladder")
+    vocab = root / "vocab"
+    vocab.mkdir()
+    with open(os.path.join(SHARED_DATA, "glue", "MRPC", "dev.tsv"), encoding="utf-8") as f:
+        words = collections.Counter(re.findall(r"[a-z]{2,}", f.read().lower()))
+    pieces = list(string.ascii_lowercase + string.digits + string.punctuation) + [w for w, _ in words.most_common(500)]
+    (vocab / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + pieces
+                                               + ["##" + p for p in pieces]) + "\n")
+    (vocab / "dict.txt").write_text("".join(f"{p} 1\n" for p in pieces + ["##" + p for p in pieces]))
+    data = root / "MRPC.wordpiece"
+    prepare_glue(["--task", "MRPC", "--glue-dir", os.path.join(SHARED_DATA, "glue"), "--dest", str(data),
+                  "--tokenizer", "wordpiece", "--wordpiece-vocab", str(vocab), "--dict", str(vocab / "dict.txt"),
+                  "--max-length", "96", "--train-rows", "64", "--workers", "1"])
+    run_cli("fairseq_cli.train", data, "--user-dir", USER_DIR, "--task", "sentence_prediction", "--num-classes", "2",
+            "--init-token", "0", "--max-positions", "512", "--shorten-method", "truncate", "--batch-size", "16",
+            "--arch", "hf_bert", "--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+            "--encoder-attention-heads", "4", "--criterion", "sentence_prediction", "--optimizer", "adam", "--lr",
+            "1e-3", "--cpu", "--num-workers", "0", "--log-format", "simple", "--no-epoch-checkpoints", "--seed", "1",
+            "--max-update", "2", "--save-dir", root / "teacher")
+    out = {"data": str(data), "teacher": str(root / "teacher" / "checkpoint_last.pt")}
+    for name, conv in (("ghost", "dwconv"), ("conv1d", "conv1d_f")):
+        out[name] = str(root / f"{name}.pt")
+        ghost_prune.main([str(data), "--path", out["teacher"], "--width-mult", "2/4", "--out", out[name],
+                          "--ghost-positions", "o,ffn2", "--ghost-conv", conv, "--max-batches", "1", "--batch-size",
+                          "8", "--cpu"])
+    return out
+
+
+def test_a_glue_ladder_deploys_in_onnx_runtime_compares_predictions_and_renders(wordpiece_mrpc, tmp_path):
+    """A grid with GLUE_TASK makes a GLUE ladder: the teacher and a GhostBERT cell (2 seeds) in fairseq and ONNX
+    Runtime fp32/int8 (fc-export-onnx, its tokenizer checked on every dev example's raw text), scored in MRPC's first
+    metric (F1) on dev, each ONNX row's predictions compared with the same model's in fairseq; a conv1d_f GhostBERT
+    (--extra) refused by ONNX with the reason; the run rendered, and the deployment page's GLUE rows read from it."""
+    m = wordpiece_mrpc
+    ladder = ladder_files(tmp_path, m["data"], f'TEACHER = "{m["teacher"]}"\n[variables]\nGLUE_TASK = "MRPC"\n',
+                          '[[cell]]\nname = "ghost"\nrecipe = "ghostbert.sh"\n',
+                          'name = "ladder_glue"\nlosses = [1.0, 2.0]\n')
+    store = store_lib.Store(str(tmp_path / "store"))
+    for seed, score in {1: 60.0, 2: 62.0}.items():
+        store.add(f"key-{seed}", "g", "ghost", seed, {
+            "recipe": "ghostbert.sh", "name": "ghost", "variables": {"SEED": str(seed)},
+            "commands": [{"stage": "distill", "cpu_s": 3600.0}, {"stage": "measure", "cpu_s": 999.0}],
+            "teacher": {"path": m["teacher"], "sha256": sha256_of(m["teacher"])},
+            "data": {"path": m["data"], "fingerprint": data_fingerprint(m["data"])}, "checkpoint": m["ghost"],
+            "metrics": {"f1": score, "accuracy": score - 5}, "machine": {"cpu": "test"}, "outputs": None},
+            str(store.root))
+    proc = subprocess.run([sys.executable, LADDER, "measure", ladder, "--store", store.root, "--work",
+                           str(tmp_path / "work"), "--max-sentences", "24", "--extra", f"conv={m['conv1d']}"],
+                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=REPO,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (entry,) = [json.loads(line) for line in open(tmp_path / "store" / "ladders" / "ladder_glue.jsonl")]
+    assert entry["settings"]["task"] == "glue" and entry["settings"]["glue_task"] == "MRPC"
+    assert entry["settings"]["metric"] == "f1" and entry["settings"]["subset"] == "dev"
+    rows = {(r["model"], r["engine"]): r for r in entry["rows"]}
+    assert set(rows) == {(m_, e) for m_ in ("teacher", "ghost") for e in ("fairseq", "onnx-fp32", "onnx-int8")} | {
+        ("conv", "fairseq")}
+    assert {(r["model"], r["engine"]) for r in entry["refused"]} == {("conv", "onnx-fp32"), ("conv", "onnx-int8")}
+    assert all("conv1d_f" in r["reason"] for r in entry["refused"])
+    # the export round trip: float32 gives fairseq's predicted class on every example; int8 is compared too
+    for model in ("teacher", "ghost"):
+        fp32, int8, fairseq = (rows[model, e] for e in ("onnx-fp32", "onnx-int8", "fairseq"))
+        assert fp32["identical_to_fairseq"] == fp32["sentences"] == 24 and fp32["first_differences"] == []
+        assert 0 <= int8["identical_to_fairseq"] <= 24 and "identical_to_fairseq" not in fairseq
+        assert fp32["scores"] == fairseq["scores"] and set(fairseq["scores"]) == {"f1", "accuracy"}
+        assert fp32["deployed_quality"] == fairseq["scores"]["f1"]
+        assert int8["size_mb"] < fp32["size_mb"] and int8["non_embedding_params"] == fairseq["non_embedding_params"]
+        assert len(fp32["latency_ms_runs"]) == 1 and fp32["time_parts"] == {"batch": None, "one": None}
+    # fairseq: the records' scores; ONNX Runtime: each seed's checkpoint exported and run (one file: one score)
+    assert rows["ghost", "fairseq"]["quality_seeds"] == {"1": 60.0, "2": 62.0}
+    assert set(rows["ghost", "onnx-int8"]["quality_seeds"]) == {"1", "2"}
+    assert len(set(rows["ghost", "onnx-int8"]["quality_seeds"].values())) == 1
+    described = {d["name"]: d for d in entry["models"]}
+    assert described["ghost"]["export"]["raw_text_checked"] == {"subset": "dev", "examples": 408}
+    assert described["ghost"]["export"]["max_abs_diff"] <= 1e-4
+
+    text = render.ladder_table(store, ladder)
+    assert "| predictions = fairseq's |" in text and "F1 on MRPC's dev set" in text
+    assert "| ghost | onnx-fp32 | " in text and " | 24/24 | " in text and "Where the time goes" not in text
+    assert "- Not deployed: conv in onnx-fp32: " in text and "Goal (5x the fairseq teacher's" in text
+    page = render.deploy_glue_table(store)  # grids/ladder_glue.toml's name: this store's run
+    assert "| ghost, onnx-fp32 | " in page and "| 24/24 |" in page and "Archived" not in page
+
+
+def test_a_glue_ladder_is_told_by_its_grids_or_data_and_takes_glue_engines_only(tmp_path):
+    """A ladder whose data preprocess/prepare_glue.py made is a GLUE ladder of that task (engines fairseq, onnx-fp32,
+    onnx-int8); CTranslate2 is refused there, and a translation ladder takes no ONNX engine."""
+    from ladder import Ladder
+
+    data = tmp_path / "rte"
+    data.mkdir()
+    (data / ".prepared.json").write_text(json.dumps({"config": {"task": "RTE", "glue_dir": "glue"}}))
+    own = tmp_path / "own.toml"
+    own.write_text(f'name = "own"\nteacher = "{TEACHER}"\ndata = "{data}"\n')
+    ladder = Ladder(str(own), str(tmp_path / "store"))
+    assert (ladder.task, ladder.glue_task, ladder.engines) == ("glue", "RTE", ["fairseq", "onnx-fp32", "onnx-int8"])
+    own.write_text(own.read_text() + 'engines = ["fairseq", "ct2-int8"]\n')
+    with pytest.raises(SystemExit, match="a glue ladder's are fairseq, onnx-fp32, onnx-int8"):
+        Ladder(str(own), str(tmp_path / "store"))
+    plain = tmp_path / "plain.toml"
+    plain.write_text(f'name = "plain"\nteacher = "{TEACHER}"\ndata = "{tmp_path}"\nengines = ["onnx-fp32"]\n')
+    with pytest.raises(SystemExit, match="a translation ladder's are fairseq, ct2-float32, ct2-int8"):
+        Ladder(str(plain), str(tmp_path / "store"))

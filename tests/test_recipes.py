@@ -48,6 +48,18 @@ def score_line(run):
     return lines[0]
 
 
+def rendered_score_line(run):
+    """The score line scripts/experiments/render.py makes of the run's record (a method page's quickstart, from the
+    store): the line the recipe printed."""
+    import json
+
+    sys.path.insert(0, os.path.join(REPO, "scripts", "experiments"))
+    import render
+
+    with open(os.path.join(run["work"], "result.json")) as f:
+        return render.score_line(json.load(f), os.path.relpath(run["work"], REPO))
+
+
 @pytest.fixture(scope="module")
 def smoke(shipped_data, tmp_path_factory, request):  # noqa: F811
     """The CPU recipes on a SMOKE budget, two at a time: GhostBERT, APC and Variator on the shipped translation
@@ -91,6 +103,7 @@ def test_ghostbert_recipe_on_translation(smoke):
     run = smoke["ghostbert"]
     line = score_line(run)
     assert re.match(r"score: ghostbert-ghost BLEU \(tok\) [\d.]+ \(teacher [\d.]+\) at [\d.]+% ", line)
+    assert rendered_score_line(run) == line
     # m = 1/2 of the shipped teacher's 4 heads: the pruned checkpoint's flags, read by fc-flags, trained both stages
     arch = flags(os.path.join(run["work"], "prune", "init.pt"))
     assert arch[:2] == ["--arch", "ghost_transformer"] and "--ghost-heads 2 --ghost-ffn-dim 512" in " ".join(arch)
@@ -104,6 +117,7 @@ def test_apc_recipe_on_translation(smoke):
     line = score_line(run)
     # every FFN 1024 -> 128: half of the non-embedding parameters; finalized into a stock transformer, fine-tuned
     assert re.match(r"score: apc BLEU \(tok\) [\d.]+ \(teacher [\d.]+\) at 50\.12% ", line), line
+    assert rendered_score_line(run) == line
     final = flags(os.path.join(run["work"], "finalize", "apc.pt"))
     assert final[:2] == ["--arch", "transformer"] and "--encoder-ffn-embed-dim 128" in " ".join(final)
     assert "--apc-encoder-ffn-dims 128" in open(os.path.join(run["work"], "compress", "DONE")).read()
@@ -116,6 +130,7 @@ def test_variator_recipe_on_translation(smoke):
     m = re.match(r"score: variator k=4 BLEU4 ([\d.]+) \(backbone alone ([\d.]+)\), ([\d.]+)% of the encoder's FLOPs "
                  r"saved with ([\d.]+)% extra parameters", line)
     assert m and 0 < float(m.group(3)) < 75 and 0 < float(m.group(4)) < 1, line
+    assert rendered_score_line(run) == line
     # the backbone's flags came from the shipped checkpoint (fc-flags) and it stayed the shipped file
     assert " ".join(flags(TEACHER)) in open(os.path.join(run["work"], "plugin", "DONE")).read()
     assert os.path.getsize(os.path.join(run["work"], "plugin-k4.pt")) < 2_000_000

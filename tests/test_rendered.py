@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 RENDER = os.path.join(REPO, "scripts", "experiments", "render.py")
@@ -144,3 +145,43 @@ def test_the_teacher_cache_table_divides_the_training_stages_cpu_time_by_its_upd
         store._append(record)
     text = render.teacher_cache_table(store)
     assert "| 1 | 200 | 2.500 | 1.000 | 2.50x | 2.00x |" in text and "2.50x cheaper in CPU time" in text
+
+
+def test_a_quickstart_block_is_its_cells_score_line_from_its_latest_record_of_the_grids_teacher_and_data(tmp_path):
+    """A method page's quickstart: grids/quickstart.toml's cell as its recipe's score line (variator.sh's own, else
+    common.sh's score_measure), from the cell's latest record of the grid's teacher and data, with its updates and CPU
+    time; without one, an error naming the grid command that makes it."""
+    sys.path.insert(0, os.path.dirname(RENDER))
+    import render
+    import store as store_lib
+    from grid import Grid
+
+    store = store_lib.Store(str(tmp_path / "store"))
+    with pytest.raises(SystemExit, match=r"`python scripts/experiments/grid\.py run grids/quickstart\.toml --only apc "):
+        render.quickstart_score(store, "apc")
+    grid = Grid(render.QUICKSTART, store=store.root)
+    current = {"teacher": {"sha256": grid.teacher_sha}, "data": {"fingerprint": grid.data_fingerprint()}}
+
+    def record(key, cell, recipe, bleu, **fields):
+        store._append({"key": key * 64, "grid": "quickstart", "cell": cell, "seed": 1, "recipe": recipe,
+                       "name": cell, "date": "2026-11-29 07:00", "metrics": {"bleu_tok": bleu},
+                       "params": {"non_embedding": 2771712}, "sentences": 1000, "updates": 300, "cpu_s": 900.0,
+                       "machine": {"cpu": "test"}, "also": {"teacher": {"metrics": {"bleu_tok": 36.29},
+                                                                        "params": {"non_embedding": 5529600}}},
+                       **current, **fields})
+
+    record("a", "apc", "apc.sh", 35.0)
+    record("b", "apc", "apc.sh", 35.58)
+    record("c", "apc", "apc.sh", 99.0, teacher={"sha256": "another teacher"})  # stale: never shown
+    assert render.quickstart_score(store, "apc") == (
+        "```\nscore: apc BLEU (tok) 35.58 (teacher 36.29) at 50.12% of the teacher's non-embedding parameters, 1000 "
+        "sentences -- work/grid/apc-s1-bbbbbbbbbb/measure.md\n```\n\ngrids/quickstart.toml's cell `apc`, seed 1 "
+        "(2026-11-29 07:00): 300 training updates, 15.0 CPU minutes in all (every stage, scoring included) on CPU "
+        "(test, 1 thread a run).\n")
+    record("d", "variator", "variator.sh", 35.35, variables={"K": "4"},
+           cost={"encoder_flops_saved_percent": 44.93, "extra_params_percent": 0.664})
+    assert render.quickstart_score(store, "variator").startswith(
+        "```\nscore: variator k=4 BLEU4 35.35 (backbone alone 36.29), 44.9% of the encoder's FLOPs saved with 0.66% "
+        "extra parameters -- work/grid/variator-s1-dddddddddd\n```\n")
+    with pytest.raises(SystemExit, match="ghostbert"):
+        render.quickstart_score(store, "ghostbert")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """GhostBERT's ghost modules against pruned only (issue 35's goal: GhostBERT within 10% of pruned-only's encoder
 time at every m), on a CPU or a GPU, paired in one run. Written to work/results/ghost_costs.md (``--out``;
-+ .json, + .png); scripts/bench/bench_deploy_glue.py runs the same measurement for its own section.
++ .json, + .png); its CPU run of MRPC is results/archive/deploy_glue.md's last section.
 
     python scripts/bench/bench_ghost_costs.py --glue-task MRPC --glue-work work/deploy-glue/glue      # this CPU
     python scripts/bench/bench_ghost_costs.py --glue-work work/deploy-glue/glue --save-shapes work/ghost-shapes
@@ -53,7 +53,7 @@ WHOLE = {"default": "torch.compile of the encoder, Inductor's default mode: the 
 FORMS = (("GhostBERT", "ghost"), ("compiled", "ghost, compiled"), ("reference form", "ghost, reference form"))
 
 
-def timed_rounds(configs, items, runs, log_every=None):
+def timed_rounds(configs, items, runs):
     """{key: [seconds per round]}: in each round every config ``configs[key](item)`` runs on every item, the configs
     interleaved item by item (the order rotating by one each round), so a change of the machine's load between
     two moments falls on every config alike; a round's time of a config is the sum over the items."""
@@ -69,8 +69,6 @@ def timed_rounds(configs, items, runs, log_every=None):
                 total[k] += time.perf_counter() - start
         for k in keys:
             times[k].append(total[k])
-        if log_every and (r + 1) % log_every == 0:
-            log(f"  timing round {r + 1}/{runs}")
     return times
 
 
@@ -281,7 +279,7 @@ def describe_device(device):
 
 # ---- the report ----------------------------------------------------------------------------------------------
 def costs_table(costs):
-    """The Markdown table of :func:`ghost_costs`' result (also scripts/bench/bench_deploy_glue.py's section)."""
+    """The Markdown table of :func:`ghost_costs`' result."""
     rows, batch = costs["rows"], f"{costs['time_batch']} x 128"
     whole = costs.get("whole_compile", "none") != "none"
     header = ["m", f"pruned only, ms per forward ({batch})"] + [
@@ -346,7 +344,7 @@ def scaling(costs):
     return (f"Pruned only runs {min(single):.2f}-{max(single):.2f} ms per forward at 1 x 128 and "
             f"{min(batch):.2f}-{max(batch):.2f} ms at {costs['time_batch']} x 128 ({costs['time_batch']}x the tokens): "
             f"{min(growth):.1f}x-{max(growth):.1f}x the time" + (
-                f"; the encoder is bound by per-kernel launch costs, not by FLOPs, so the ghost module's extra kernels "
+                "; the encoder is bound by per-kernel launch costs, not by FLOPs, so the ghost module's extra kernels "
                 f"cost time out of proportion to its FLOPs" if max(growth) < costs["time_batch"] / 4 else "") + ".")
 
 
@@ -387,7 +385,7 @@ def plot_costs(result, png, plt=None):
 
 # ---- the command ---------------------------------------------------------------------------------------------
 def add_timing_arguments(p):
-    """The flags :func:`ghost_costs` reads (scripts/bench/bench_deploy_glue.py takes them too)."""
+    """The flags :func:`ghost_costs` reads."""
     p.add_argument("--widths", default="1/12,3/12,6/12,12/12", help="m of the GhostBERT-vs-pruned timing")
     p.add_argument("--prune-batches", type=int, default=4, help="dev batches of ghost_prune's importance (default 4)")
     p.add_argument("--onnx-ratios", action=argparse.BooleanOptionalAction, default=True,
@@ -457,8 +455,10 @@ def main(argv=None):
         from glue_bench import first_glue_setup
         setup = first_glue_setup(args.glue_work, args.glue_task)
         if setup is None:
-            sys.exit(f"bench_ghost_costs: no {args.glue_task} teacher in --glue-work {args.glue_work} (scripts/"
-                     "glue_teachers.sh makes one; or time --save-shapes' folder with --shapes)")
+            looked = os.path.join(args.glue_work.split(",")[0], args.glue_task, "checkpoints", "checkpoint_best.pt")
+            sys.exit(f"bench_ghost_costs: no {args.glue_task} teacher in --glue-work {args.glue_work} (looked for "
+                     f"{looked}); make it with TASKS={args.glue_task} bash scripts/recipes/glue_teachers.sh, or time "
+                     "--save-shapes' folder with --shapes")
     elif not all(os.path.isfile(os.path.join(width_dir(args.shapes, m), f"{v}.cfg.pt")) for m in widths
                  for v, _ in VARIANTS):
         sys.exit(f"bench_ghost_costs: --shapes {args.shapes} lacks a configuration of --widths {args.widths} "

@@ -1,4 +1,4 @@
-"""GLUE pieces the benchmark scripts share (bench_deploy_glue.py, bench_serving.py, bench_ghost_costs.py,
+"""GLUE pieces the benchmark scripts share (bench_serving.py, bench_ghost_costs.py,
 glue_report.py): a task's teacher, data and flags from scripts/recipes/glue_teachers.sh's work folder, and the
 record of what chose its learning rate. Imported as a module.
 """

@@ -110,7 +110,7 @@ class Cell:
 
     @property
     def work(self):
-        return os.path.join(self.grid.work, f"{self.label}-{self.key[:10]}")
+        return self.grid.work_of(self.label, self.key)
 
 
 class Grid:
@@ -189,6 +189,17 @@ class Grid:
         data = self.inputs.get("DATA")
         return data_fingerprint(data) if data and os.path.exists(data) else None
 
+    def work_of(self, label, key):
+        """The work folder of the cell LABEL (name-sSEED) whose key is KEY."""
+        return os.path.join(self.work, f"{label}-{key[:10]}")
+
+    def current_records(self, name):
+        """The store's records of the cell NAME made with the grid's teacher and data now (data not made here: any),
+        in filing order; a record of another teacher or data is stale, never rendered as current."""
+        fingerprint = self.data_fingerprint()
+        return [r for r in self.store.find(grid=self.name, cell=name) if r["teacher"]["sha256"] == self.teacher_sha
+                and (fingerprint is None or r["data"]["fingerprint"] == fingerprint)]
+
     def state(self, cell):
         record = self.store.get(cell.key)
         if record is not None:
@@ -218,43 +229,81 @@ def alive(marker):
 RATES = os.path.join(ROOT, "grids", "rates.toml")
 
 
-# the variables that fix a cell's budget in updates (none: stopped by patience at an epoch cap)
-BUDGET_VARIABLES = ("UPDATES", "KD_UPDATES")
+# a cell's budget: each stage's epochs (updates of an epoch of the grid's data: rates.toml's [data]) or updates
+STAGES = ("WARMUP_", "KD_", "DISTILL_", "FINETUNE_", "COMPRESS_", "")
+BUDGET_VARIABLES = tuple(f"{stage}{unit}" for stage in STAGES for unit in ("UPDATES", "EPOCHS"))
+# the recipes whose students stop by patience at an epoch cap unless given updates (common.sh, student_training)
+PATIENCE_RECIPES = ("pet.sh", "competitors.sh")
+
+
+def budget(cell, data):
+    """(updates, bound) the cell trains, from its variables and DATA's entry in rates.toml's [data] (updates per epoch,
+    or training examples at the cell's BATCH); bound = True: a patience-stopped cell's epoch cap; (None, False) when
+    its budget is the recipe's default or its data's epoch is not measured."""
+    v = cell.variables
+    per_epoch = data.get("updates_per_epoch") or (
+        -(-int(data["train_examples"]) // int(v.get("BATCH", 32))) if "train_examples" in data else None)
+    warmup = []
+    if cell.recipe == "pet.sh" and not (v.get("WARMUP_EPOCHS") or v.get("WARMUP_UPDATES")):
+        warmup = [3 * per_epoch] if per_epoch else [None]  # pet.sh's 3 warm-up epochs, the paper's
+    if cell.recipe in PATIENCE_RECIPES and not (v.get("UPDATES") or v.get("KD_UPDATES")):
+        stages, bound = [int(v.get("MAX_EPOCHS", 60)) * per_epoch if per_epoch else None], True
+        v = {k: x for k, x in v.items() if k.startswith("WARMUP_")}
+    else:
+        stages, bound = [], False
+    for stage in STAGES:
+        if v.get(f"{stage}EPOCHS"):
+            stages.append(int(v[f"{stage}EPOCHS"]) * per_epoch if per_epoch else None)
+        elif v.get(f"{stage}UPDATES"):
+            stages.append(int(v[f"{stage}UPDATES"]))
+    stages += warmup
+    if not stages or None in stages:
+        return None, False
+    return sum(stages), bound
+
+
+def training_rate(records):
+    """Updates per second of wall time over the training stages of RECORDS (None without any)."""
+    updates = sum(t.get("updates") or 0 for r in records for t in r.get("training", {}).values())
+    wall = sum(c["wall_s"] for r in records for c in r["commands"] if c["stage"] in r.get("training", {}))
+    return updates / wall if updates and wall else None
 
 
 def estimate(grid, cell, device):
     """(seconds, bound) for CELL on DEVICE ('cpu' or 'gpu'), from what was measured: the mean wall of the store's
-    records of the same cell, else of the same recipe and variables but the seed; else grids/rates.toml's measured
-    updates/s for the recipe times the updates of the cell's records on another device, or, for a cell stopped by
-    patience, the updates of its epoch cap (bound = True: an upper bound). (None, False) when nothing was measured."""
+    records of the same cell, else of the same recipe and variables but the seed; else the cell's updates (those of
+    its records on another device, or its budget: bound = True where it is a patience-stopped cell's epoch cap) at the
+    training rate of the store's records of the same recipe on the same data and device, else at grids/rates.toml's
+    measured rate for the recipe. (None, False) when nothing was measured."""
     records = [r for r in grid.store.records() if r["machine"].get("device", "cpu") == device]
     variables = {k: v for k, v in cell.variables.items() if k != "SEED"}
     same_cell = [r for r in records if r.get("cell") == cell.name and r.get("grid") == grid.name]
-    # a record made at a fixed budget says nothing of a cell stopped by patience, nor the reverse
+    # a record made at another budget says nothing of this cell's (a fixed one of a patience-stopped one, say)
     same_vars = [r for r in records if r["recipe"] == cell.recipe and
                  all(r["variables"].get(k, "") == v for k, v in variables.items() if k in r["variables"]) and
                  all(r["variables"].get(k, "") == variables.get(k, "") for k in BUDGET_VARIABLES)]
     for pool in (same_cell, same_vars):
         if pool:
             return sum(r["wall_s"] for r in pool) / len(pool), False
+    if variables.get("SMOKE") == "1":
+        return None, False
     with open(RATES, "rb") as f:
         rates = tomllib.load(f)
-    rate = next((r for r in rates.get("rate", []) if r["device"] == device and
-                 all((cell.recipe if k == "recipe" else variables.get(k)) == v for k, v in r["match"].items())), None)
+    data = os.path.basename(grid.inputs.get("DATA", ""))
+    rate = training_rate([r for r in records if r["recipe"] == cell.recipe and
+                          os.path.basename(r["data"].get("path") or "") == data])
+    if rate is None:
+        rate = next((r.get("updates_per_s") or r["examples_per_s"] / int(variables.get("BATCH", 32))
+                     for r in rates.get("rate", []) if r["device"] == device and
+                     all((cell.recipe if k == "recipe" else data if k == "data" else variables.get(k)) == v
+                         for k, v in r["match"].items())), None)
     if rate is None:
         return None, False
     elsewhere = [r for r in grid.store.records() if r.get("cell") == cell.name and r.get("grid") == grid.name]
     if elsewhere:
-        return sum(r["updates"] for r in elsewhere) / len(elsewhere) / rate["updates_per_s"], False
-    data = os.path.basename(grid.inputs.get("DATA", ""))
-    per_epoch = rates.get("data", {}).get(data, {}).get("updates_per_epoch")
-    if not per_epoch or variables.get("SMOKE") == "1":
-        return None, False
-    fixed = variables.get("UPDATES") or variables.get("KD_UPDATES")
-    updates = int(fixed) if fixed else int(variables.get("MAX_EPOCHS", 60)) * per_epoch
-    if cell.recipe == "pet.sh":
-        updates += int(variables.get("WARMUP_EPOCHS", 3)) * per_epoch
-    return updates / rate["updates_per_s"], not fixed
+        return sum(r["updates"] for r in elsewhere) / len(elsewhere) / rate, False
+    updates, bound = budget(cell, rates.get("data", {}).get(data, {}))
+    return (None, False) if updates is None else (updates / rate, bound)
 
 
 def hours(estimated):

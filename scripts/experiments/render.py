@@ -395,6 +395,7 @@ def ladder_table(store, path, summary=False):
     metric, settings = e["settings"]["metric"], e["settings"]
     name = METRIC_NAMES[metric]
     described = {m["name"]: m for m in e["models"]}
+    glue = settings.get("task") == "glue"
 
     def cost(row):
         if row["cost_h"] is None:
@@ -406,13 +407,19 @@ def ladder_table(store, path, summary=False):
         spread = f" +- {statistics.stdev(values):.2f}" if len(values) > 1 else ""
         return f"{row['quality']:.2f}{spread} ({len(values)} seed{'s' if len(values) > 1 else ''})"
 
-    head = ["model", "engine", f"{name} (mean over seeds)", "lost vs teacher", "non-emb. params", "size MB",
-            f"sent/s, batch {settings['batch']}", "speed-up", "ms/sentence, batch 1", "speed-up (batch 1)",
-            "CPU h to make (mean over seeds)"]
+    def same(row):  # GLUE: an export's predictions equal to the same model's in fairseq
+        n = row.get("identical_to_fairseq")
+        return " | -" if n is None else f" | {n:,}/{row['sentences']:,}"
+
+    head = ["model", "engine", f"{name} (mean over seeds)", "lost vs teacher"] + (
+        ["predictions = fairseq's"] if glue else []) + [
+        "non-emb. params", "size MB", f"sent/s, batch {settings['batch']}", "speed-up", "ms/sentence, batch 1",
+        "speed-up (batch 1)", "CPU h to make (mean over seeds)"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in e["rows"]:
         params = "-" if row["non_embedding_params"] is None else f"{row['non_embedding_params']:,}"
-        lines.append(f"| {row['model']} | {row['engine']} | {quality(row)} | {row['lost']:+.2f} | {params} "
+        lines.append(f"| {row['model']} | {row['engine']} | {quality(row)} | {row['lost']:+.2f}"
+                     f"{same(row) if glue else ''} | {params} "
                      f"| {row['size_mb']:.1f} | {row['sentences_per_s']:.1f} | {row['speedup']:.2f}x "
                      f"| {row['latency_ms']:.1f} | {row['latency_speedup']:.2f}x | {cost(row)} |")
     lines.append("")
@@ -441,7 +448,7 @@ def ladder_table(store, path, summary=False):
         lines.append(f"- Goal ({goal:g}x the fairseq teacher's sentences/s at <= {goal_loss:g} {name} lost): not met; "
                      + (f"nearest {nearest['model']} in {nearest['engine']}, {nearest['speedup']:.2f}x at "
                         f"{nearest['lost']:+.2f} lost." if nearest else f"no student is within {goal_loss:g} lost."))
-        for model in ["teacher"] + ([nearest["model"]] if nearest else []):
+        for model in [] if glue else ["teacher"] + ([nearest["model"]] if nearest else []):
             lines.append(f"- Where the time goes, {model} in fairseq: "
                          + time_parts_text(e["rows"], model, settings["batch"]))
     for refusal in e["refused"]:
@@ -454,11 +461,18 @@ def ladder_table(store, path, summary=False):
         lines.append(f"- Measured before the store's latest records of {', '.join(stale)}: measure again.")
     if without:
         lines.append(f"- Cells without records yet (not on the ladder): {', '.join(without)}.")
-    lines += ["", f"{name} on the test set (beam {settings['beam']}): fairseq rows are the records' scores, other "
-              "engines decode each seed's checkpoint; lost: the fairseq teacher's score minus the mean. Speed: the "
+    scored = (f"{name} on {settings['glue_task']}'s dev set (GLUE's, in points): fairseq rows are the records' "
+              "scores, ONNX Runtime rows run each seed's fc-export-onnx graphs (its tokenizer checked to give every "
+              "dev example's ids from the raw text); predictions = fairseq's: the examples whose predicted class (a "
+              "regression head: score, within 1e-4) is the same model's in fairseq" if glue else
+              f"{name} on the test set (beam {settings['beam']}): fairseq rows are the records' scores, other "
+              "engines decode each seed's checkpoint")
+    lines += ["", f"{scored}; lost: the fairseq teacher's score minus the mean. Speed: the "
               f"lowest seed's checkpoint, median of {settings['runs']} runs with the rows measured in turn, "
               f"{settings['threads']} thread(s) per row, ratios against the fairseq teacher in the same run. Size: the "
-              "weights as stored (fairseq: the state dict; CTranslate2: model.bin). CPU h to make: the records' "
+              "weights as stored (fairseq: the state dict; "
+              + ("ONNX Runtime: model.onnx, model.int8.onnx" if glue else "CTranslate2: model.bin")
+              + "). CPU h to make: the records' "
               "training and compression stages (scoring excluded; a grid's shared preparation, e.g. its teacher-output "
               "cache, excluded)." + (f" A pipeline check on {settings['max_sentences']} sentences: not a ladder."
                                       if settings.get("max_sentences") else ""),
@@ -552,18 +566,65 @@ def glue_teachers_table():
     return "\n".join(lines) + "\n"
 
 
-def quickstart_score(method):
-    """A method page's quickstart output: the recipe's score line as results/quickstart_METHOD.md recorded it
-    (scripts/recipes/quickstarts.sh)."""
-    with open(os.path.join(ROOT, "results", f"quickstart_{method}.md")) as f:
-        line = next(line for line in f.read().splitlines() if line.startswith("score: "))
-    return f"```\n{line}\n```\n"
+QUICKSTART = os.path.join(ROOT, "grids", "quickstart.toml")
 
 
-def deploy_glue_table():
-    """The deployment page's GLUE rows: results/deploy_glue.json (scripts/bench/bench_deploy_glue.py), a selection of
-    (model, runtime) pairs: each export's score, its logits against fairseq's, its agreement and its speed."""
-    with open(os.path.join(ROOT, "results", "deploy_glue.json")) as f:
+def score_line(record, work):
+    """The score line a translation record's recipe printed last, from the record (its scores, its teacher's row, its
+    cost): variator.sh's own (the plugin's cost beside the backbone alone), else common.sh's score_measure (the student
+    against the teacher); ``work``: the run's work folder as the line names it."""
+    student, teacher = record["metrics"]["bleu_tok"], record["also"]["teacher"]
+    if record["recipe"] == "variator.sh":
+        cost = record["cost"]
+        return (f"score: variator k={record['variables']['K']} BLEU4 {student:.2f} (backbone alone "
+                f"{teacher['metrics']['bleu_tok']:.2f}), {cost['encoder_flops_saved_percent']:.1f}% of the encoder's "
+                f"FLOPs saved with {cost['extra_params_percent']:.2f}% extra parameters -- {work}")
+    rate = 100.0 * record["params"]["non_embedding"] / teacher["params"]["non_embedding"]
+    return (f"score: {record['name']} BLEU (tok) {student:.2f} (teacher {teacher['metrics']['bleu_tok']:.2f}) at "
+            f"{rate:.2f}% of the teacher's non-embedding parameters, {record['sentences']} sentences -- "
+            f"{work}/measure.md")
+
+
+def quickstart_score(store, cell):
+    """A method page's quickstart output: the score line of grids/quickstart.toml's CELL, from the cell's latest record
+    of the grid's teacher and data, with the run's training updates and CPU time."""
+    from grid import Grid
+
+    grid = Grid(QUICKSTART, store=store.root)
+    labels = {c.seed: c.label for c in grid.select(only=cell)}
+    records = [r for r in grid.current_records(cell) if r["seed"] in labels]
+    if not records:
+        raise SystemExit(f"render: quickstart-{cell}: {os.path.relpath(store.root, ROOT)} holds no record of "
+                         f"grids/quickstart.toml's cell {cell} with the grid's teacher and data; make it with `python "
+                         f"scripts/experiments/grid.py run grids/quickstart.toml --only {cell} --jobs 1 --threads 1`")
+    r = records[-1]
+    work = os.path.relpath(grid.work_of(labels[r["seed"]], r["key"]), ROOT)
+    return (f"```\n{score_line(r, work)}\n```\n\ngrids/quickstart.toml's cell `{cell}`, seed {r['seed']} "
+            f"({r['date']}): {r['updates']:,} training updates, {r['cpu_s'] / 60:.1f} CPU minutes in all (every stage, "
+            f"scoring included) on {device_text([r])}.\n")
+
+
+def deploy_glue_table(store):
+    """The deployment page's GLUE rows: the latest run of the GLUE ladder (grids/ladder_glue.toml), each model in
+    fairseq and ONNX Runtime with its predictions against fairseq's; before its first run, the archived table of the
+    deleted bench_deploy_glue.py (results/archive/deploy_glue.json), a selection of (model, runtime) pairs, so
+    labelled."""
+    from ladder import Ladder
+
+    ladder = Ladder(os.path.join(ROOT, "grids", "ladder_glue.toml"), store.root)
+    e = ladder_run(store, ladder)
+    if e is not None:
+        name = METRIC_NAMES[e["settings"]["metric"]]
+        lines = [f"| model, engine | {name} | predictions = fairseq's | size MB | speed-up over the fairseq teacher "
+                 f"(batch {e['settings']['batch']}) |", "| --- | --- | --- | --- | --- |"]
+        for r in e["rows"]:
+            same = "-" if "identical_to_fairseq" not in r else f"{r['identical_to_fairseq']:,}/{r['sentences']:,}"
+            lines.append(f"| {r['model']}, {r['engine']} | {r['deployed_quality']:.2f} | {same} | {r['size_mb']:.1f} "
+                         f"| {r['speedup']:.2f}x |")
+        return "\n".join(lines) + (f"\n\n{e['settings']['glue_task']} dev, {e['rows'][0]['sentences']:,} examples, "
+                                    f"{e['settings']['threads']} thread(s) per engine, measured {e['date']} "
+                                    "([results/ladder_glue.md](../../results/ladder_glue.md)).\n")
+    with open(os.path.join(ROOT, "results", "archive", "deploy_glue.json")) as f:
         rep = json.load(f)
     models = {r["name"]: r for r in rep["rows"]}
     width = rep["width"]
@@ -580,7 +641,10 @@ def deploy_glue_table():
         score = " / ".join(f"{'acc' if k == 'accuracy' else k} {v:.2f}" for k, v in r["score"].items())
         lines.append(f"| {label} | {shown_runtime} | {score} | {r['max_abs_diff']:.1e} | {100 * r['agreement']:.1f}% "
                      f"| {rep['speed']['batch 32'][f'{name}|{runtime}']:.1f} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + (f"\n\nArchived: measured {rep['provenance']['date']} by a driver since deleted "
+                                "([results/archive/deploy_glue.md]"
+                                "(../../results/archive/deploy_glue.md)); the GLUE ladder replaces it once measured "
+                                "(`python scripts/experiments/ladder.py measure grids/ladder_glue.toml`).\n")
 
 
 def teacher_cache_table(store):
@@ -622,16 +686,16 @@ def teacher_reference():
             f"{r['sentences']:,} sentences of test_2016_flickr.\n")
 
 
-def ghost_costs():
+def ghost_costs_table():
     """GhostBERT's encoder time against pruned-only's, eager and ``--ghost-compile``d: the CPU section of
-    results/deploy_glue.json (scripts/bench/bench_deploy_glue.py --ghost-costs-only) and each dtype of
-    results/ghost_costs_gpu.json (scripts/bench/bench_ghost_costs.py --device cuda); the goal's verdict is
-    bench_ghost_costs.costs_verdict's."""
+    results/archive/deploy_glue.json (bench_ghost_costs.py's measurement, run by the deleted bench_deploy_glue.py) and
+    each dtype of results/ghost_costs_gpu.json (scripts/bench/bench_ghost_costs.py --device cuda); the goal's verdict
+    is bench_ghost_costs.costs_verdict's."""
     if os.path.join(ROOT, "scripts", "bench") not in sys.path:
         sys.path.insert(0, os.path.join(ROOT, "scripts", "bench"))
     from bench_ghost_costs import costs_verdict
 
-    with open(os.path.join(ROOT, "results", "deploy_glue.json")) as f:
+    with open(os.path.join(ROOT, "results", "archive", "deploy_glue.json")) as f:
         rep = json.load(f)
     cpu, prov = rep["ghost_costs"], rep["ghost_costs_provenance"]
     batch = f"{cpu['time_batch']} x 128"
@@ -723,13 +787,16 @@ BLOCKS = {
     "demo-run": lambda store: demo_run(),
     "deploy-table": deploy_table,
     "teacher-cache": lambda store: teacher_cache_table(store),
-    "deploy-glue-table": lambda store: deploy_glue_table(),
+    "deploy-glue-table": deploy_glue_table,
     "glue-teachers": lambda store: glue_teachers_table(),
-    **{f"quickstart-{m}": (lambda store, m=m: quickstart_score(m)) for m in ("apc", "ghostbert", "variator")},
+    **{f"quickstart-{m}": (lambda store, m=m: quickstart_score(store, m)) for m in ("apc", "ghostbert", "variator")},
     "ladder-mt": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml")),
     "ladder-mt-summary": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml"), summary=True),
+    "ladder-glue": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_glue.toml")),
+    "ladder-glue-summary": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_glue.toml"),
+                                                      summary=True),
     "teacher-reference": lambda store: teacher_reference(),
-    "ghost-costs": lambda store: ghost_costs(),
+    "ghost-costs": lambda store: ghost_costs_table(),
     "serving-burst": lambda store: serving_burst(),
 }
 

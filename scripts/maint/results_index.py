@@ -33,9 +33,6 @@ METHODS = [
     ("ladder_", "Which method (rendered from the store: the grids' students deployed and measured in one run)",
      "README.md"),
     ("pet_multi30k", "PET", "user_dir/pet/README.md"),
-    ("quickstart_apc", "APC", "user_dir/apc/README.md"),
-    ("quickstart_ghostbert", "GhostBERT", "user_dir/ghost/README.md"),
-    ("quickstart_variator", "Variator", "user_dir/variator/README.md"),
     ("demo", "PET", "user_dir/pet/README.md"),
     ("variator", "Variator", "user_dir/variator/README.md"),
     ("ghostbert", "GhostBERT", "user_dir/ghost/README.md"),
@@ -54,10 +51,11 @@ STATUS = {
     "ladder_mt.md": ("headline", "translation: the teacher and the PET grid's students in fairseq and CTranslate2 "
                      "float32/int8, speed measured alone in one run, the training cost from the records, the "
                      "recommendation"),
+    "ladder_glue.md": ("headline", "GLUE (MRPC): the teacher and the GLUE grid's students in fairseq and ONNX Runtime "
+                       "fp32/int8, speed measured alone in one run, predictions against fairseq's, the training cost "
+                       "from the records, the recommendation"),
     "store/README.md": ("part", "the store's layout: every finished grid cell's record and outputs (scripts/experiments/)"),
     "pet_sizes.md": ("part", "the PET claims grid's students sized against PET (rendered by scripts/experiments/render.py)"),
-    **{f"quickstart_{name}.md": ("part", "the page's quickstart: the recipe as the page runs it on the shipped teacher, "
-                                 "one seed (scripts/recipes/quickstarts.sh)") for name in ("apc", "ghostbert", "variator")},
     "demo.md": ("part", "the demo's short PET run (200 + 600 updates)"),
     "archive/iwslt14.md": ("part", "a pipeline check on the paper's IWSLT'14 test set (7k training pairs)"),
     "archive/translation.md": ("headline", "the 800-update benchmark, 3 seeds per method, merged from its parts"),
@@ -95,7 +93,9 @@ STATUS = {
     "teacher_cache.md": ("headline", "a word-level KD update's CPU time with the teacher online and with its outputs "
                          "cached (rendered from grids/teacher_cache.toml's cells)"),
     "teacher_multi30k.md": ("headline", "the CPU-scale Multi30k teacher against the reference"),
-    "deploy_glue.md": ("headline", "a GLUE task's teacher and compressed encoders in fairseq, Hugging Face and ONNX"),
+    "archive/deploy_glue.md": ("superseded", "a GLUE task's teacher and compressed encoders in fairseq, Hugging Face "
+                               "and ONNX, by a driver since deleted; ladder_glue.md deploys and measures them now, "
+                               "bench_ghost_costs.py the ghost modules' cost"),
     "archive/serving.md": ("headline", "fc-serve under a bursty load: fixed k against the adaptive policy (SST-2)"),
     "archive/methods_multi30k_ladder.md": ("headline", "the default ladder (15 models: PET, word-KD, Variator, GhostBERT, "
                                    "APC, PET then APC) at 400 CPU updates each, deployed in fairseq and CTranslate2 "

@@ -101,6 +101,7 @@ stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$WORK/f
   "${RAW_REFERENCE[@]}" --out "$WORK/measure.md" --json "$WORK/measure.json" --outputs-dir "$WORK/outputs"
 [ "$DRY_RUN" = 1 ] && exit 0
 RECORD_VARS="GLUE_TASK WIDTH VARIANT DISTILL_UPDATES FINETUNE_UPDATES DISTILL_EPOCHS FINETUNE_EPOCHS LR BATCH VALIDATIONS SEED EXTRA DEVICE_FLAGS"
-write_result "ghostbert-$VARIANT" "$WORK/finetune/checkpoint_best.pt" "${SHIPPED_DATA_STAGE[@]}" prune distill \
-  finetune measure -- distill finetune
+# the teacher's row filed beside the student's, as apc.sh and variator.sh file it (the score line's "teacher")
+RECORD_ALSO=teacher write_result "ghostbert-$VARIANT" "$WORK/finetune/checkpoint_best.pt" "${SHIPPED_DATA_STAGE[@]}" \
+  prune distill finetune measure -- distill finetune
 score_measure "$WORK/measure.json" "ghostbert-$VARIANT"

@@ -31,16 +31,23 @@ equal predicted classes; for regression the mean and largest absolute difference
 two models' scores). All of it goes into export.json's ``int8``; a drop above ``--int8-max-drop`` (1.0 point)
 refuses the export (nothing written), or with ``--int8-warn-only`` writes it with a warning. The drop is
 measured, so it is noisy: with 5% of 1000 predictions changed by int8, its standard deviation is about 0.7 points
-(results/deploy_glue.md: int8 changed 3-6.5% of the dev predictions of MiniLM-L6 teachers and students, and lost
--0.7 to 2.2 points of accuracy).
+(results/archive/deploy_glue.md: int8 changed 3-6.5% of the dev predictions of MiniLM-L6 teachers and students, and
+lost -0.7 to 2.2 points of accuracy).
+
+Measured (:func:`measure`, scripts/experiments/ladder.py's GLUE engines): the graph on fc-measure's batches of a
+subset, in fc-measure's worker process (user_dir/tools/measure.py), with the exported tokenizer first checked on the
+raw text of every example of the subset (:func:`subset_checked`).
 
 Refused: Variator models, data not tokenised with WordPiece, RoBERTa-style pairs (as fc-export-hf),
 and GhostBERT's Conv1D_F (its channels are the batch's token positions: the length of the longest
 sentence becomes a Python number while tracing).
 """
 import argparse
+import functools
 import os
+import resource
 import sys
+import time
 from typing import List, Optional, Sequence
 
 import torch
@@ -243,6 +250,87 @@ def export_onnx(path: str, out: str, data: Optional[str] = None, head: str = HEA
     return summary
 
 
+# ----------------------------------------------------------------------------------------------
+# measured as fc-measure measures a fairseq classifier
+# ----------------------------------------------------------------------------------------------
+def _bert_ids(path: str, data: str):
+    """(model, task, prepare_glue.py's settings, the map from BERT's ids to the dictionary's) of the checkpoint."""
+    model, _, task, data = load_classifier(path, data)
+    settings = prepared_settings(data)
+    return model, task, settings, vocabulary_map(task.source_dictionary, read_vocab(settings),
+                                                 wordpiece(settings).fairseq_specials)
+
+
+@functools.lru_cache(maxsize=16)
+def subset_checked(path: str, data: str, subset: str) -> int:
+    """The number of examples of ``subset`` whose raw text the exported tokenizer encodes as prepare_glue.py
+    binarised it for the checkpoint ``path``: all of them, or ExportHFError naming the first that differs."""
+    from fairseq.data import data_utils
+
+    _, task, settings, to_fairseq = _bert_ids(path, data)
+    column = data_utils.load_indexed_dataset(os.path.join(data, "input0", subset), task.source_dictionary)
+    if column is None:
+        raise ExportHFError(f"--data {data}: no {subset} split")
+    check_examples(data, task, settings, hf_tokenizer(settings), to_fairseq, len(column), subset)
+    return len(column)
+
+
+@functools.lru_cache(maxsize=16)
+def measured_batches(path: str, data: str, subset: str, batch_size: int, max_sentences: Optional[int] = None):
+    """fc-measure's batches of ``subset`` for the checkpoint ``path`` (measure.batched_samples: the examples, order and
+    sizes its fairseq worker times) as the exported graph reads them: BERT's ids and the attention mask, with each
+    example's id and label."""
+    from user_dir.tools.measure import batched_samples
+
+    model, task, _, to_fairseq = _bert_ids(path, data)
+    to_bert = torch.empty(len(to_fairseq), dtype=torch.long)
+    to_bert[to_fairseq] = torch.arange(len(to_fairseq))
+    out = []
+    for sample in batched_samples(task, model, subset, batch_size, max_sentences):
+        src = sample["net_input"]["src_tokens"]
+        out.append({"ids": sample["id"].tolist(), "input_ids": to_bert[src].tolist(),
+                    "attention_mask": src.ne(task.source_dictionary.pad()).long().tolist(),
+                    "labels": sample["target"].view(-1).tolist()})
+    return out
+
+
+def measure(spec: dict) -> dict:
+    """fc-measure's worker result (user_dir/tools/measure.py) for ``spec["path"]``, a graph this module exported
+    (model.onnx or model.int8.onnx) from the checkpoint ``spec["checkpoint"]``: the batches of :func:`measured_batches`
+    (spec's data, subset, batch_size, max_sentences), run in a worker process by :func:`timed_run`."""
+    from user_dir.tools import measure as fc_measure
+
+    batches = measured_batches(spec["checkpoint"], spec["data"], spec["subset"], spec["batch_size"],
+                               spec.get("max_sentences"))
+    return fc_measure._run_worker(dict(spec, engine="onnx", batches=batches))
+
+
+def timed_run(spec: dict) -> dict:
+    """In the worker: a fresh ONNX Runtime session of ``spec["threads"]`` intra-op threads runs ``spec["batches"]``,
+    the first once untimed; the predicted classes (a regression head: scores) and labels by example id, as fc-measure's
+    fairseq worker returns them."""
+    import numpy as np
+
+    sess = session(spec["path"], spec.get("threads") or 0)
+    feeds = [{k: np.asarray(b[k], dtype=np.int64) for k in ("input_ids", "attention_mask")} for b in spec["batches"]]
+    sess.run(None, feeds[0])  # warm-up, not timed
+    start = time.perf_counter()
+    logits = [sess.run(None, feed)[0] for feed in feeds]
+    elapsed = time.perf_counter() - start
+    by_id = {}
+    for batch, out in zip(spec["batches"], logits):
+        predictions = out[:, 0].tolist() if out.shape[-1] == 1 else out.argmax(-1).tolist()
+        by_id.update((i, (p, label)) for i, p, label in zip(batch["ids"], predictions, batch["labels"]))
+    ids = sorted(by_id)
+    size = os.path.getsize(spec["path"])
+    return {"ids": ids, "outputs": [by_id[i][0] for i in ids], "references": [by_id[i][1] for i in ids],
+            "seconds": elapsed, "sentences": len(ids), "tokens": int(sum(f["attention_mask"].sum() for f in feeds)),
+            "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+            "memory_kind": "peak RSS of the process", "device": "cpu", "threads": spec.get("threads"),
+            "is_translation": False, "params": None, "non_embedding_params": None, "weights_bytes": size,
+            "checkpoint_bytes": size}
+
+
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fc-export-onnx", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -262,7 +350,7 @@ def get_parser() -> argparse.ArgumentParser:
                    help="points of the task metric (accuracy; Pearson's r x 100 for regression) the int8 model may "
                         "lose against float32 on the int8 check examples before the export is refused (default 1.0: "
                         "no paper sets it; int8 lost -0.7 to 2.2 points on MiniLM-L6 GLUE dev sets, "
-                        "results/deploy_glue.md)")
+                        "results/archive/deploy_glue.md)")
     p.add_argument("--int8-warn-only", action="store_true",
                    help="write the int8 model with a warning when it loses more than --int8-max-drop")
     p.add_argument("--int8-check-examples", type=int, default=1000,

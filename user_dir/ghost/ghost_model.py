@@ -214,7 +214,7 @@ def residual_connection(layer: nn.Module, x: torch.Tensor, residual: torch.Tenso
     layer computes ``residual_connection(dropout(out_proj(...)), residual)``, and the same after fc2; an inference
     dropout returns its input itself), ``residual + y + ghost(y)`` in one compiled pass
     (ghost_module.shifted_ghost_residual_graph): the module alone makes one more pass over the activations than
-    pruned only's add (results/deploy_glue.md)."""
+    pruned only's add (results/archive/deploy_glue.md)."""
     for ghost in layer_ghosts(layer):
         out = ghost.add_deferred(x, residual) if isinstance(ghost, GhostLinear) else None
         if out is not None:

@@ -229,7 +229,7 @@ def shifted_ghost_graph(y: torch.Tensor, taps, relu: bool = True, keep: Optional
 _COMPILED = {}  # "fn": the torch.compile'd shifted_ghost_graph, "failed": why it could not compile
 # Below this many activation elements a CPU runs the eager form: a compiled call pays Dynamo's guards and the
 # wrapper (tens of microseconds) whatever the size, more than it saves on one short sequence. Measured on the MRPC
-# MiniLM encoders (results/deploy_glue.md as committed at 07:14 UTC 2026-11-27, in its git history): at 1 x 128 x 384
+# MiniLM encoders (results/archive/deploy_glue.md's git history, 07:14 UTC 2026-11-27): at 1 x 128 x 384
 # (49,152 elements) the compiled GhostBERT ran 1.15-1.53x pruned-only's time against 1.11-1.35x eager; at
 # 16 x 128 x 384 1.04-1.16x against 1.07-1.45x. CUDA always compiles (on an H100 the MiniLM encoders are launch-
 # bound, and the compiled call's overhead lost to the eager form but at fp32, m = 12/12: results/ghost_costs_gpu.md).

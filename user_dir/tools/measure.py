@@ -21,7 +21,8 @@ Two engines (``--engine``, one per ``--path`` or one for all; default ``auto``):
 measured in fairseq, a CTranslate2 model directory (``model.bin``, made by ``fc-ct2 convert``) in
 CTranslate2 (``user_dir/deploy/ct2_engine.py``: the same batches, beam settings and scoring, decoding in
 a process that imports only ``ctranslate2``), so both engines sit in one table. A CTranslate2 model has
-no parameter count here (its weights are a converted file): those cells read ``-``.
+no parameter count here (its weights are a converted file): those cells read ``-``. scripts/experiments/ladder.py
+also times fc-export-onnx's graphs of GLUE classifiers in this worker (user_dir/deploy/export_onnx.py's measure).
 
     python -m user_dir.tools.measure data-bin/multi30k.de-en --path teacher.pt student.pt \\
         --names teacher student --raw-reference data-bin/multi30k.de-en/text/test.raw.en \\
@@ -79,7 +80,28 @@ def _time_parts(model, sync) -> dict:
     return spent
 
 
+def batched_samples(task, model, subset: str, batch_size: int, max_sentences: Optional[int] = None) -> list:
+    """The batches a worker times: the examples of ``subset`` with ids below ``max_sentences`` (all by default), in
+    fairseq's length-sorted order, ``batch_size`` per batch, those longer than the model takes left out, collated."""
+    import numpy as np
+    from fairseq import utils
+
+    task.load_dataset(subset)
+    dataset = task.dataset(subset)
+    n = len(dataset) if max_sentences is None else min(len(dataset), max_sentences)
+    indices = dataset.ordered_indices()
+    indices = indices[indices < n]
+    max_positions = utils.resolve_max_positions(task.max_positions(), model.max_positions())
+    indices, _ = dataset.filter_indices_by_size(indices, max_positions)
+    batches = dataset.batch_by_size(np.asarray(indices, dtype=np.int64), max_sentences=batch_size)
+    return [dataset.collater([dataset[i] for i in batch]) for batch in batches]
+
+
 def _worker(spec: dict) -> dict:
+    if spec.get("engine") == "onnx":  # an exported GLUE classifier on the batches export_onnx.measure made
+        from user_dir.deploy.export_onnx import timed_run
+
+        return timed_run(spec)
     import torch
 
     import user_dir  # noqa: F401  (registers the plug-in and the checkpoint-loading fix)
@@ -101,17 +123,7 @@ def _worker(spec: dict) -> dict:
         model.half()
     model.to(device)
     model.eval()
-    task.load_dataset(spec["subset"])
-    dataset = task.dataset(spec["subset"])
-    n = len(dataset) if spec["max_sentences"] is None else min(len(dataset), spec["max_sentences"])
-    import numpy as np
-
-    indices = dataset.ordered_indices()
-    indices = indices[indices < n]
-    max_positions = utils.resolve_max_positions(task.max_positions(), model.max_positions())
-    indices, _ = dataset.filter_indices_by_size(indices, max_positions)
-    batches = dataset.batch_by_size(np.asarray(indices, dtype=np.int64), max_sentences=spec["batch_size"])
-    samples = [dataset.collater([dataset[i] for i in batch]) for batch in batches]
+    samples = batched_samples(task, model, spec["subset"], spec["batch_size"], spec["max_sentences"])
     samples = [utils.apply_to_sample(lambda t: t.to(device), s) for s in samples]
     is_translation = hasattr(task, "build_generator") and getattr(task, "target_dictionary", None) is not None \
         and not hasattr(task, "label_dictionary")
