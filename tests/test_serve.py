@@ -613,37 +613,45 @@ def test_translations_equal_fairseq_interactive_at_the_same_k(tmp_path):
         assert server.stop()
 
 
-def test_the_load_benchmark_takes_its_plugins_from_the_variator_recipes_work_folders(tmp_path):
-    """bench_serving's default plugins: WORK/plugin-kK.pt of each scripts/recipes/variator.sh work folder, in the
-    order of k, refused when the recipe's record names another backbone; how each was trained is read from the
-    recipe's stage markers (pre-training, then adaptation from it)."""
+def test_the_load_benchmark_takes_its_plugins_from_the_stores_records_of_the_variator_recipe(tmp_path):
+    """bench_serving's default plugins: WORK/plugin-kK.pt beside the checkpoint of each store record of
+    scripts/recipes/variator.sh made on the backbone for the task, in the order of k, the last filed of each k; records
+    of another backbone or task are not taken; how each was trained is read from its record (the recipe, its
+    variables, each training stage's updates)."""
     import hashlib
-    import json
 
     bench = bench_serving()
+    from store import Store  # (scripts/experiments/, on the path benchlib sets)
+
     backbone = tmp_path / "teacher.pt"
     backbone.write_bytes(b"backbone")
-    folders = []
-    for k in (8, 2):
-        work = tmp_path / f"variator-k{k}"
+    store, digest = Store(str(tmp_path / "store")), hashlib.sha256(b"backbone").hexdigest()
+
+    def record(key, k, task="SST-2", sha=digest):
+        work = tmp_path / key
         (work / "plugin").mkdir(parents=True)
-        (work / "pretrain").mkdir()
         (work / f"plugin-k{k}.pt").write_bytes(b"plugin")
-        (work / "pretrain" / "DONE").write_text(
-            f"fairseq-train data --task variator_sentence_prediction --variator-backbone {backbone} --max-update 200\n")
-        (work / "plugin" / "DONE").write_text(
-            f"fairseq-train data --task variator_sentence_prediction --criterion variator_distill --variator-backbone "
-            f"{backbone} --variator-plugins {work}/pretrained-k{k}.pt --max-update 800 --validate-interval-updates 200\n")
-        (work / "result.json").write_text(json.dumps({"teacher": {"sha256": hashlib.sha256(b"backbone").hexdigest()}}))
-        folders.append(str(work))
-    found = bench.default_plugins(",".join(folders), "SST-2", str(backbone))
-    assert [os.path.basename(p) for p in found] == ["plugin-k2.pt", "plugin-k8.pt"]
-    text = bench.plugin_provenance(found[0])
-    assert "800 updates of `fairseq-train --task variator_sentence_prediction --criterion variator_distill`" in text
-    assert "the best of its dev validations every 200 updates" in text
-    assert "(200 pre-training updates on" in text and text.endswith("/*/DONE)")
+        store._append({"key": key, "recipe": "variator.sh", "teacher": {"sha256": sha},
+                       "checkpoint": str(work / "plugin" / "checkpoint_best.pt"),
+                       "variables": {"GLUE_TASK": task, "K": str(k), "UPDATES": "800", "PRETRAIN_UPDATES": "200"},
+                       "training": {"pretrain": {"updates": 200}, "plugin": {"updates": 800, "best_updates": 600}}})
+        return str(work / f"plugin-k{k}.pt")
+
+    old, k8, k2 = record("old-k8", 8), record("new-k8", 8), record("k2", 2)
+    record("rte-k4", 4, task="RTE")
+    record("other-k16", 16, sha=hashlib.sha256(b"another backbone").hexdigest())
+    found = bench.plugins_from_store(store.root, "SST-2", str(backbone))
+    assert [path for path, _ in found] == [k2, k8] and old != k8
+    text = bench.plugin_provenance(*found[0])
+    assert text.startswith(os.path.relpath(k2, REPO) if k2.startswith(REPO) else k2)
+    assert "variator.sh GLUE_TASK=SST-2 K=2 PRETRAIN_UPDATES=200 UPDATES=800" in text
+    assert "pretrain: 200 updates" in text and "plugin: 800 updates, the best at 600" in text and "record k2" in text
     (tmp_path / "other.pt").write_bytes(b"another backbone")
-    with pytest.raises(SystemExit, match="adapted to another backbone"):
-        bench.default_plugins(folders[0], "SST-2", str(tmp_path / "other.pt"))
-    with pytest.raises(SystemExit, match="expected one plugin-kK.pt"):
-        bench.default_plugins(str(tmp_path), "SST-2", str(backbone))
+    assert [path for path, _ in bench.plugins_from_store(store.root, "SST-2", str(tmp_path / "other.pt"))] == \
+        [str(tmp_path / "other-k16" / "plugin-k16.pt")]
+    (tmp_path / "unknown.pt").write_bytes(b"a backbone no plugin was made on")
+    with pytest.raises(SystemExit, match="holds no plugin of scripts/recipes/variator.sh"):
+        bench.plugins_from_store(store.root, "SST-2", str(tmp_path / "unknown.pt"))
+    os.remove(k8)
+    with pytest.raises(SystemExit, match="plugin-k8.pt: missing"):
+        bench.plugins_from_store(store.root, "SST-2", str(backbone))

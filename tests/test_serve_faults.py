@@ -1,7 +1,7 @@
 """fc-serve under faults and hostile input (issue 43): the budget recovers, the worker outlives failed, cancelled and
 killed batches, the policy's measurements survive two threads, bad input is a clear 4xx before any work is spent on
-it (in-process, on a fake model), and then scripts/bench/serve_faults.py's whole battery against a real server of the
-tiny RTE classifier (loopback, bounded)."""
+it (in-process, on a fake model), and then the whole battery of scripts/bench/bench_serving.py faults against a real
+server of the tiny RTE classifier (loopback, bounded)."""
 import asyncio
 import json
 import os
@@ -280,24 +280,23 @@ def test_health_is_not_ok_while_no_worker_runs_and_a_dead_worker_is_replaced():
 
 
 # ---- the whole battery against a real server ---------------------------------------------------------------------
-def serve_faults():
+def bench_serving():
     import importlib
     if os.path.join(REPO, "scripts", "bench") not in sys.path:
         sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
-    return importlib.import_module("serve_faults")
+    return importlib.import_module("bench_serving")
 
 
 def test_a_real_server_outlives_every_fault_and_hostile_request(glue, tmp_path):
-    """scripts/bench/serve_faults.py on the tiny RTE classifier (pairs) with two plugins and the adaptive policy:
-    at least 30 kinds of hostile request each answered as expected, the injected faults answered 500/504 and
+    """scripts/bench/bench_serving.py faults on the tiny RTE classifier (pairs) with two plugins and the adaptive
+    policy: at least 30 kinds of hostile request each answered as expected, the injected faults answered 500/504 and
     recovered from, no other 5xx, no hang, nothing lost in a burst cut by SIGTERM, and the worker restarted."""
     out = tmp_path / "serving.md"
-    result = serve_faults().main(["--out", str(out), "--json", str(tmp_path / "faults.json"), "--burst", "12", "--",
-                                  str(glue["teacher"]), "--data", str(glue["data"]),
-                                  "--plugins", ",".join(glue["plugins"]), "--policy", "adaptive",
-                                  "--target-p95-ms", "1000", "--cost-table", glue["table"], "--cost-window", "0",
-                                  "--max-batch", "16",
-                                  "--max-wait-ms", "5", "--max-queue", "64"])
+    result = bench_serving().main(["faults", "--out", str(out), "--json", str(tmp_path / "faults.json"), "--burst",
+                                   "12", "--", str(glue["teacher"]), "--data", str(glue["data"]),
+                                   "--plugins", ",".join(glue["plugins"]), "--policy", "adaptive",
+                                   "--target-p95-ms", "1000", "--cost-table", glue["table"], "--cost-window", "0",
+                                   "--max-batch", "16", "--max-wait-ms", "5", "--max-queue", "64"])
     assert len({r["kind"] for r in result["kinds"]}) >= 30
     assert result["unexpected"] == [], result["unexpected"]
     assert result["server_errors_not_injected"] == 0 and result["hangs"] == 0 and result["lost"] == 0

@@ -1,58 +1,43 @@
 #!/usr/bin/env python
-"""Variator served under a burst of traffic: fc-serve (user_dir/serving/serve.py) with a GLUE classifier and
-its plugins, under ``fixed:0`` (the backbone alone), ``fixed:K`` (the largest plugin) and ``adaptive``,
-each replaying one fixed bursty trace of the task's dev sentences from localhost.
+"""fc-serve (user_dir/serving/) under a burst of traffic and under faults; one report (``--out``).
 
-    python scripts/bench/bench_serving.py                          # -> work/serving/serving.md (.json, .png)
-    python scripts/bench/bench_serving.py --out results/serving.md
+    python scripts/bench/bench_serving.py [burst] [--plugins k2.pt,k4.pt] [--out results/serving.md] [-- fc-serve flags]
+    python scripts/bench/bench_serving.py faults [--out results/serving.md] -- CHECKPOINT [fc-serve flags]
 
-The trace (seeded Poisson arrivals of requests, the same for every policy): idle
-(``--idle-factor`` x the backbone's throughput) for ``--idle-seconds``, a burst at ``--burst-factor`` x
-that throughput for ``--burst-seconds``, then idle again. "The backbone's throughput" is read from the
-cost table the first server measures at start-up: full batches at k=0, ``max_batch / t(k=0, max_batch)``
-examples per second. The client (asyncio + httpx) sends every request at its scheduled time whatever the
-server does, and never retries a refused one: the run is bounded in requests and time. Latency is from
-the scheduled send time to the answer, so a client that falls behind cannot hide latency.
+burst: a GLUE classifier and its Variator plugins (``--plugins``, default: the store's records of
+scripts/recipes/variator.sh on ``--checkpoint`` for ``--task``), one server per policy and repeat, each replaying one
+seeded Poisson trace of dev sentences: idle (IDLE_X x the backbone's throughput: full batches at k=0 in the first
+server's cost table), a burst (BURST_X x), idle again. The client (asyncio + httpx) sends each request at its time
+whatever the server does, never retrying; latency runs from that time to the answer. The servers' --target-p95-ms:
+twice a full batch at k=0 plus the batching wait; --max-queue: the full batches the largest k finishes within it,
+less one; the adaptive servers' --client-overhead-ms: the p95 of the client's latency less the server's
+Server-Timing total in the first run. The .json beside the report holds every run's numbers (latency, the burst's
+split, /metrics, cost table, a series per second), the .png the series.
 
-Defaults that follow from the cost table (each can be given instead):
-
-* ``--target-p95-ms``: twice a full batch of the backbone, plus the longest batching wait;
-* ``--max-queue``: the full batches the largest plugin finishes within the target, less one (the batch a
-  new example may find running) -- the bound an operator would set for this target, the same for every
-  policy: beyond it a request is refused (503) rather than left to wait past the target (the adaptive policy
-  also refuses what it predicts would miss its target);
-* ``--client-overhead-ms`` (adaptive servers): the p95 of the client's latency less the server's Server-Timing
-  total, measured in the first run -- the part of the latency no server sees, stated to the later servers.
-
-Each request carries ``--texts-per-request`` dev sentences. Reported per policy: p50/p95/p99 latency of the
-answered requests (over the trace and over the burst), throughput, refused and failed requests, the share of
-sentences at each k, and accuracy of the answered sentences against the dev labels (and, on the sentences both
-answered, against ``fixed:0``'s answers);
-beside them each k's accuracy on the whole dev set (glue_predict). A plot over time shows offered load,
-the k chosen and latency. The machine, threads and load (``/proc/loadavg``) before each policy are stated.
-
-Where the teacher and plugins come from: by default the SST-2 teacher of scripts/recipes/glue_teachers.sh's
-layout (``work/glue/SST-2/checkpoints/checkpoint_best.pt``) and the plugins scripts/recipes/variator.sh adapted to
-it, one work folder per ratio k (``--variator-work``: WORK/plugin-kK.pt, checked to be made on that backbone by the
-recipe's record); how each was trained is read from the recipe's stage marker beside it and quoted in the report.
+faults: one server with the fault hook (``FC_SERVE_FAULTS=1``, user_dir/serving/faults.py) and tight request bounds
+(BOUNDS, unless given after --), sent every kind of malformed, oversized, slow, disconnecting and cancelled request,
+faults injected into its batches, then a burst with SIGTERM in the middle; no answer within the client's timeout is
+a hang.
 """
 import argparse
 import asyncio
-import glob
+import collections
+import contextlib
 import json
 import logging
 import math
 import os
 import random
-import shlex
 import signal
 import socket
 import statistics
 import subprocess
 import sys
 import time
+import types
 
-from benchlib import ROOT, environment, invocation, logger, machine, plot_panels, sha256_of, write_json, write_text
+from benchlib import (ROOT, command_line, environment, invocation, logger, machine, plot_panels, read_lines, rel,
+                      sha256_of, write_json, write_text)
 from glue_bench import REPORT_SUBSET, check_report_subset
 
 log = logger("bench_serving")
@@ -62,104 +47,96 @@ def loadavg() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-# ---- the trace --------------------------------------------------------------------------------------------
+def fmt(v, digits=0):
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}"
+
+
+def write_section(md_path, name, text):
+    """``text`` as the report's section ``name``, in place of the old one or after the rest: the burst and the faults
+    each rewrite their own."""
+    begin, end = f"<!-- section: {name} -->", f"<!-- /section: {name} -->"
+    old = open(md_path, encoding="utf-8").read() if os.path.isfile(md_path) else "# fc-serve under load and faults\n"
+    block = f"{begin}\n{text.strip()}\n{end}\n"
+    if begin in old and end in old:
+        write_text(md_path, old[:old.index(begin)] + block + old[old.index(end) + len(end):].lstrip("\n"))
+    else:
+        write_text(md_path, old.rstrip("\n") + "\n\n" + block)
+
+
+@contextlib.contextmanager
+def fc_serve(args, log_path, **env):
+    """fc-serve (``args``: checkpoint and flags) on a free localhost port, its output in ``log_path``: yields
+    (proc, url, port, cmd, health) once /health answers; SIGTERM at the end."""
+    import httpx
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "user_dir.serving.serve", *args, "--port", str(port), "--log-level", "warning"]
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**environment(1), **env}, cwd=ROOT)
+        url, deadline = f"http://127.0.0.1:{port}", time.time() + 600
+        try:
+            while True:
+                if proc.poll() is not None or time.time() > deadline:
+                    sys.exit(f"bench_serving: fc-serve exited ({proc.returncode}) or not ready in 10 min: {log_path}")
+                with contextlib.suppress(httpx.TransportError):
+                    r = httpx.get(url + "/health", timeout=5)
+                    if r.status_code == 200:
+                        break
+                time.sleep(0.5)
+            yield types.SimpleNamespace(proc=proc, url=url, port=port, cmd=cmd, health=r.json())
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+# ==== burst ===========================================================================================================
 def poisson_schedule(phases, seed: int):
     """Arrival times (seconds) of a Poisson process whose rate is constant within each (seconds, rate) phase."""
     rng, times, start = random.Random(seed), [], 0.0
     for seconds, rate in phases:
-        t = start
-        while rate > 0:
-            t += rng.expovariate(rate)
-            if t >= start + seconds:
-                break
+        t = start + (rng.expovariate(rate) if rate > 0 else seconds)
+        while t < start + seconds:
             times.append(t)
+            t += rng.expovariate(rate)
         start += seconds
     return times
 
 
 def percentile(values, q):
-    """The q-th percentile (0-100) by linear interpolation between order statistics (numpy's default)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    """The q-th percentile (0-100), numpy's linear interpolation; nan for no values."""
+    import numpy as np
+    return float(np.percentile(values, q)) if len(values) else math.nan
 
 
-# ---- one server --------------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def server_timing(header: str) -> dict:
+    """{name: seconds} from a W3C Server-Timing header (fc-serve's: wait, batch, reply, total)."""
+    out = {}
+    for part in header.split(","):
+        name, _, params = part.strip().partition(";")
+        for key, _, value in (p.strip().partition("=") for p in params.split(";")):
+            if key == "dur" and name:
+                out[name] = float(value) / 1000
+    return out
 
 
-def start_server(args, policy, target_ms, max_queue, logfile, overhead_ms=0.0):
-    """fc-serve for ``policy``: ``fixed:K``, ``adaptive`` (every plugin attached), or ``adaptive@4+8`` (the
-    adaptive policy over a subset of the plugins: only k=4 and k=8 attached, besides the backbone)."""
-    port = free_port()
-    files = args.plugin_files
-    if "@" in policy:
-        policy, subset = policy.split("@", 1)
-        wanted = {int(k) for k in subset.split("+")}
-        files = [f for f, k in zip(args.plugin_files, args.plugin_ratios) if k in wanted]
-        if len(files) != len(wanted):
-            sys.exit(f"bench_serving: --policies {policy}@{subset}: plugins attached have k in {args.plugin_ratios}")
-    cmd = [sys.executable, "-m", "user_dir.serving.serve", args.checkpoint, "--data", args.data,
-           "--plugins", ",".join(files), "--policy", policy, "--target-p95-ms", f"{target_ms:g}",
-           "--max-batch", str(args.max_batch), "--max-wait-ms", f"{args.max_wait_ms:g}", "--max-queue",
-           str(max_queue), "--threads", str(args.threads), "--cost-texts", args.cost_texts,
-           "--cost-runs", str(args.cost_runs), "--port", str(port), "--log-level", "warning"]
-    if policy == "adaptive" and overhead_ms:
-        cmd[-4:-4] = ["--client-overhead-ms", f"{overhead_ms:.1f}"]
-    env = environment(args.threads)
-    out = open(logfile, "w")
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    return proc, out, f"http://127.0.0.1:{port}", cmd
-
-
-def wait_ready(proc, url, logfile, timeout=600):
-    import httpx
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"bench_serving: fc-serve exited ({proc.returncode}); see {logfile}")
-        try:
-            r = httpx.get(url + "/health", timeout=5)
-            if r.status_code == 200:
-                return r.json()
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    sys.exit(f"bench_serving: fc-serve not ready after {timeout} s; see {logfile}")
-
-
-def stop_server(proc, out):
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    out.close()
-
-
-async def replay(url, arrivals, requests, timeout):
-    """Send request i at arrivals[i] seconds (the dev examples requests[i], a list); one record per request."""
+async def replay(url, arrivals, requests, texts):
+    """Send request i (the dev sentences of indices requests[i]) at arrivals[i] seconds; one record per request."""
     import httpx
     limits = httpx.Limits(max_connections=4000, max_keepalive_connections=4000)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
         t0 = time.perf_counter() + 1.0
 
-        async def one(at, examples):
-            delay = t0 + at - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            lag = time.perf_counter() - (t0 + at)
-            record = {"at": at, "lag": lag, "indices": [e["index"] for e in examples]}
+        async def one(at, indices):
+            await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
+            record = {"at": at, "lag": time.perf_counter() - (t0 + at), "indices": indices}
             try:
-                r = await client.post("/classify", json={"texts": [e["text"] for e in examples]})
+                r = await client.post("/classify", json={"texts": [texts[i] for i in indices]})
                 record["status"] = r.status_code
                 if r.status_code == 200:
                     results = r.json()["results"]
@@ -170,281 +147,102 @@ async def replay(url, arrivals, requests, timeout):
             record["latency"] = time.perf_counter() - (t0 + at)
             return record
 
-        return await asyncio.gather(*(one(at, ex) for at, ex in zip(arrivals, requests)))
+        return await asyncio.gather(*(one(at, ix) for at, ix in zip(arrivals, requests)))
 
 
-def server_timing(header: str) -> dict:
-    """{name: seconds} from a W3C Server-Timing header (fc-serve's: wait, batch, reply, total)."""
-    out = {}
-    for part in header.split(","):
-        name, _, params = part.strip().partition(";")
-        for param in params.split(";"):
-            key, _, value = param.strip().partition("=")
-            if key == "dur" and name:
-                out[name] = float(value) / 1000
-    return out
-
-
-# ---- the numbers ------------------------------------------------------------------------------------------------
 def serving_summary(records, gold, burst, duration, reference=None):
-    """Latency per request; throughput, k and accuracy per example (a request carries several)."""
+    """Latency per request; throughput, k and accuracy per sentence (a request carries several); against
+    ``reference`` (fixed:0's records of the same trace) on the sentences both answered."""
     answered = [r for r in records if r["status"] == 200]
     refused = sum(r["status"] == 503 for r in records)
-    failed = len(records) - len(answered) - refused
     lat = [r["latency"] * 1000 for r in answered]
-    in_burst = [r["latency"] * 1000 for r in answered if burst[0] <= r["at"] < burst[1]]
+    in_burst = [r for r in answered if burst[0] <= r["at"] < burst[1]]
     pairs = [(i, label) for r in answered for i, label in zip(r["indices"], r["labels"])]
-    ks = {}
-    for r in answered:
-        for k in r["ks"]:
-            ks[k] = ks.get(k, 0) + 1
-    out = {"requests": len(records), "answered": len(answered), "refused": refused, "failed": failed,
-           "examples_answered": len(pairs),
+    ks, n = collections.Counter(k for r in answered for k in r["ks"]), max(1, len(pairs))
+    out = {"requests": len(records), "answered": len(answered), "refused": refused,
+           "failed": len(records) - len(answered) - refused, "examples_answered": len(pairs),
            "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95), "p99_ms": percentile(lat, 99),
-           "burst_p95_ms": percentile(in_burst, 95), "burst_answered": len(in_burst),
-           "throughput": len(pairs) / duration,
-           "accuracy": 100 * sum(gold[i] == lab for i, lab in pairs) / max(1, len(pairs)),
-           "k_share": {str(k): n / max(1, len(pairs)) for k, n in sorted(ks.items())},
+           "burst_p95_ms": percentile([r["latency"] * 1000 for r in in_burst], 95), "burst_answered": len(in_burst),
+           "throughput": len(pairs) / duration, "accuracy": 100 * sum(gold[i] == lab for i, lab in pairs) / n,
+           "k_share": {str(k): c / n for k, c in sorted(ks.items())},
            "client_lag_p99_ms": percentile([r["lag"] * 1000 for r in records], 99)}
     # where a burst request's time went: the server's split (its Server-Timing header) and the rest, outside its view
-    timed = [r for r in answered if burst[0] <= r["at"] < burst[1] and "total" in r.get("server", {})]
+    timed = [r for r in in_burst if "total" in r.get("server", {})]
     parts = {name: [1000 * r["server"][name] for r in timed] for name in ("wait", "batch", "reply", "total")}
     parts["outside"] = [1000 * (r["latency"] - r["server"]["total"]) for r in timed]
     out["burst_split_ms"] = {name: {"p50": percentile(v, 50), "p95": percentile(v, 95)} for name, v in parts.items()}
-    if reference is not None:  # the requests both this policy and fixed:0 answered (same trace position)
+    if reference is not None:
         both = [(i, a, b) for r, q in zip(records, reference) if r["status"] == 200 and q["status"] == 200
                 for i, a, b in zip(r["indices"], r["labels"], q["labels"])]
-        n = max(1, len(both))
-        out["shared"] = len(both)
-        out["shared_accuracy"] = 100 * sum(gold[i] == a for i, a, _ in both) / n
-        out["shared_reference_accuracy"] = 100 * sum(gold[i] == b for i, _, b in both) / n
-        out["agreement_with_reference"] = 100 * sum(a == b for _, a, b in both) / n
-        if both:  # the paired difference, with a 95% bootstrap interval and a permutation test (scipy)
+        m = max(1, len(both))
+        out.update(shared=len(both), shared_accuracy=100 * sum(gold[i] == a for i, a, _ in both) / m,
+                   shared_reference_accuracy=100 * sum(gold[i] == b for i, _, b in both) / m,
+                   agreement_with_reference=100 * sum(a == b for _, a, b in both) / m)
+        if both:  # the paired difference, a 95% bootstrap interval and a permutation test (scipy)
             from user_dir.common.significance import paired_glue
-            names = {name: i for i, name in enumerate(sorted({x for t in both for x in t[1:]} | set(gold)))}
-            test = paired_glue([[names[a] for _, a, _ in both]], [[names[b] for _, _, b in both]],
-                               [names[gold[i]] for i, _, _ in both], "accuracy")
+            ids = {x: i for i, x in enumerate(sorted({x for t in both for x in t[1:]} | set(gold)))}
+            test = paired_glue([[ids[a] for _, a, _ in both]], [[ids[b] for _, _, b in both]],
+                               [ids[gold[i]] for i, _, _ in both], "accuracy")
             out["shared_test"] = {key: test[key] for key in ("diff", "low", "high", "p")}
     return out
 
 
-
-
-def series(records, arrivals, per_request, duration, step=1.0):
-    """Per ``step``-second bin (by scheduled send time): offered and answered examples per second, mean k of
-    the answered examples and p95 latency of the answered requests."""
+def series(records, arrivals, per_request, duration):
+    """Per second of the trace (by scheduled send time): offered, answered and refused sentences, the mean k of the
+    answered ones and the p95 latency of the answered requests."""
     rows = []
-    for b in range(int(math.ceil(duration / step))):
-        lo, hi = b * step, (b + 1) * step
-        inside = [r for r in records if lo <= r["at"] < hi]
+    for lo in range(int(math.ceil(duration))):
+        inside = [r for r in records if lo <= r["at"] < lo + 1]
         ok = [r for r in inside if r["status"] == 200]
         ks = [k for r in ok for k in r["ks"]]
-        rows.append({"t": lo, "offered": per_request * sum(lo <= a < hi for a in arrivals) / step,
-                     "answered": len(ks) / step,
-                     "refused": per_request * sum(r["status"] == 503 for r in inside) / step,
+        rows.append({"t": lo, "offered": per_request * sum(lo <= a < lo + 1 for a in arrivals), "answered": len(ks),
+                     "refused": per_request * sum(r["status"] == 503 for r in inside),
                      "mean_k": statistics.mean(ks) if ks else None,
                      "p95_ms": percentile([r["latency"] * 1000 for r in ok], 95) if ok else None})
     return rows
 
 
 def server_side(metrics_text):
-    """What the server's /metrics say after the trace (prometheus_client's own parser): batches, mean batch
-    size and mean batch seconds by k, and the adaptive policy's cost scale (measured / table batch time)."""
+    """The server's /metrics after the trace (prometheus_client's parser): per k the batches, their mean size, padded
+    length and compute time; the adaptive policy's cost scale and budget (seconds)."""
     from prometheus_client.parser import text_string_to_metric_families
-    sums, counts, out = {}, {}, {"by_k": {}}
-    size_sum = size_count = 0.0
-    for family in text_string_to_metric_families(metrics_text):
-        for sample in family.samples:
-            if sample.name == "fc_serve_batch_seconds_sum":
-                sums[sample.labels["k"]] = sample.value
-            elif sample.name == "fc_serve_batch_seconds_count":
-                counts[sample.labels["k"]] = sample.value
-            elif sample.name == "fc_serve_examples_total":
-                out["by_k"].setdefault(sample.labels["k"], {})["examples"] = sample.value
-            elif sample.name == "fc_serve_cost_scale":
-                out["cost_scale"] = sample.value
-            elif sample.name == "fc_serve_batch_padded_tokens_total":
-                out["by_k"].setdefault(sample.labels["k"], {})["padded_tokens"] = sample.value
-            elif sample.name == "fc_serve_budget_seconds":
-                out["budget"] = sample.value
-    for k, n in counts.items():
+    out, by_k = {"by_k": {}}, collections.defaultdict(dict)
+    names = {"fc_serve_batch_seconds_sum": "seconds", "fc_serve_batch_seconds_count": "batches",
+             "fc_serve_examples_total": "examples", "fc_serve_batch_padded_tokens_total": "padded_tokens"}
+    for s in (s for family in text_string_to_metric_families(metrics_text) for s in family.samples):
+        if s.name in names:
+            by_k[s.labels["k"]][names[s.name]] = s.value
+        elif s.name in ("fc_serve_cost_scale", "fc_serve_budget_seconds"):
+            out["cost_scale" if s.name.endswith("scale") else "budget"] = s.value
+    for k, row in by_k.items():
+        n, seconds = row.pop("batches", 0), row.pop("seconds", 0)
         if n:
-            row = out["by_k"].setdefault(k, {})
-            row.update(batches=n, mean_batch_ms=1000 * sums[k] / n, mean_batch_size=row.get("examples", 0) / n)
-            if "padded_tokens" in row:
-                row["mean_padded"] = row["padded_tokens"] / n
+            row.update(batches=n, mean_batch_ms=1000 * seconds / n, mean_batch_size=row.get("examples", 0) / n)
+            row.update({"mean_padded": row["padded_tokens"] / n} if "padded_tokens" in row else {})
+        out["by_k"][k] = row
     return out
 
 
 def plot_serving(result, path):
-    """Offered and answered examples/s, the mean k and the p95 latency over the trace, the first repeat of each
-    policy, the burst's edges marked."""
-    def missing(v):
-        return v if v is not None else math.nan
-
-    first = next(iter(result["policies"].values()))
-    t = [row["t"] for row in first["series"]]
-    edges = [dict(x=edge, color="grey", lw=0.8, ls=":") for edge in result["burst_window"]]
-    answered = [dict(x=t, y=[row["offered"] for row in first["series"]], kind="step", where="post", color="black",
-                     lw=2, label="offered")]
+    """Offered and answered sentences/s, mean k and p95 latency over the trace (each policy's first repeat)."""
+    runs = [(name, run) for name, run in result["policies"].items() if run["repeat"] == 1]
+    t, step = [row["t"] for row in runs[0][1]["series"]], dict(kind="step", where="post")
+    answered = [dict(x=t, y=[row["offered"] for row in runs[0][1]["series"]], color="k", lw=2, label="offered", **step)]
     ks, p95 = [], []
-    runs = [(name, run) for name, run in result["policies"].items() if run["repeat"] == 1]  # the others: the tables
     for i, (name, run) in enumerate(runs):
-        colour = f"C{i}"
-        answered.append(dict(x=t, y=[row["answered"] for row in run["series"]], kind="step", where="post",
-                             color=colour, label=f"answered, {name}"))
-        ks.append(dict(x=t, y=[missing(row["mean_k"]) for row in run["series"]], kind="step", where="post",
-                       color=colour, label=name))
-        p95.append(dict(x=[row["t"] + 0.5 for row in run["series"]], marker=".", color=colour, label=name,
-                        y=[missing(row["p95_ms"]) for row in run["series"]]))
-    legend = dict(fontsize=8, loc="upper right")
-    panels = [dict(series=answered, ylabel="examples / s", vlines=edges, grid=True, legend=legend),
-              dict(series=ks, ylabel="mean k of answered examples", vlines=edges, grid=True, legend=legend),
-              dict(series=p95, ylabel="p95 request latency per second (ms)", yscale="log", vlines=edges, grid=True,
-                   legend=legend, xlabel="seconds into the trace (by scheduled send time)",
-                   hlines=[dict(y=result["target_p95_ms"], color="black", ls="--", lw=1, label="target p95")])]
-    plot_panels(path, panels, command=result["command"], shape=(3, 1), figsize=(9, 9), dpi=110, sharex=True,
-                title=f"fc-serve, {result['task']}: idle, burst at {result['burst_factor']:g}x the backbone's "
-                      "throughput, idle")
-
-
-# ---- the report ----------------------------------------------------------------------------------------------------
-def thousands(v, digits=0):
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}"
-
-
-def cost_rows(table):
-    sizes = sorted({int(b) for row in table["seconds"].values() for b in row})
-    lines = ["| k | " + " | ".join(f"batch {b}" for b in sizes) + " |", "|---|" + "---|" * len(sizes)]
-    lengths = table.get("lengths") or {}
-    if lengths:
-        lines.append("| padded length | " + " | ".join(thousands(lengths.get(str(b)), 0) for b in sizes) + " |")
-    for k, row in sorted(table["seconds"].items(), key=lambda kv: int(kv[0])):
-        cells = [thousands(row[str(b)] * 1000, 1) if str(b) in row else "-" for b in sizes]
-        lines.append(f"| {k} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def write_serving_report(result, md_path, png_name):
-    r, pol = result, result["policies"]
-    L = [f"# Serving Variator: fc-serve under a burst ({r['task']} dev sentences)", "",
-         f"Made by `{r['command']}` on {r['date']}; {r['machine']}; server: {r['threads']} torch thread(s), one "
-         f"worker; client (asyncio + httpx) in another process on the same machine. Load average (1/5/15 min) "
-         f"before the run: {r['load_before']}; after: {r['load_after']}; before each policy: "
-         + "; ".join(f"{name} {run['load_before']}" for name, run in pol.items()) + ".", "",
-         f"Backbone: `{r['teacher']['checkpoint']}` (sha256 {r['teacher']['sha256'][:12]}); {r['teacher']['note']}",
-         "",
-         f"Plugins ({', '.join('k=' + str(k) for k in r['ratios'] if k)}): {r['plugins_note']}", "",
-         "Accuracy of each k on the whole dev set (user_dir.tools.glue_predict, offline): "
-         + ", ".join(f"k={k}: {v:.2f}" for k, v in sorted(r["offline_accuracy"].items(), key=lambda kv: int(kv[0])))
-         + f" ({r['dev_examples']} examples; one example = {100 / r['dev_examples']:.2f} points).", "",
-         "## The trace", "",
-         f"Seeded Poisson arrivals (seed {r['seed']}) of requests carrying {r['texts_per_request']} dev sentences each "
-         f"(the dev set shuffled, then cycled): {r['idle_seconds']:g} s at {r['idle_rate']:.1f} sentences/s, "
-         f"{r['burst_seconds']:g} s at {r['burst_rate']:.1f} sentences/s, {r['idle_seconds']:g} s at "
-         f"{r['idle_rate']:.1f} sentences/s: {r['requests']:,} requests. The backbone's throughput, "
-         f"{r['backbone_throughput']:.1f} examples/s, is full batches of {r['max_batch']} at k=0 in the cost table "
-         f"the {r['calibrated_on']} server measured; idle = {r['idle_factor']:g}x, burst = {r['burst_factor']:g}x. "
-         f"Server: `--max-batch {r['max_batch']} --max-wait-ms {r['max_wait_ms']:g} --max-queue {r['max_queue']}`, "
-         f"adaptive target p95 {r['target_p95_ms']:.0f} ms"
-         + (f", `--client-overhead-ms {r['client_overhead_ms']:.1f}` ({r['client_overhead_note']})"
-            if r.get("client_overhead_ms") else "") + f". {r['defaults_note']}", ""] + \
-        [f"Note: {n}" for n in r.get("notes", [])] + ([""] if r.get("notes") else []) + [
-         "## Results", "",
-         "| policy | p50 ms | p95 ms | p99 ms | burst p95 ms | requests answered | refused (503) | failed | "
-         "throughput (sentences/s) | accuracy of answered sentences | vs fixed:0 on the sentences both answered | "
-         "k share of answered sentences |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, run in pol.items():
-        s = run["summary"]
-        shared = (f"{s['shared_accuracy']:.2f} vs {s['shared_reference_accuracy']:.2f} ({s['shared']:,} sentences, "
-                  f"{s['agreement_with_reference']:.1f}% same label)" if "shared" in s else "-")
-        if "shared_test" in s:
-            t = s["shared_test"]
-            shared += f"; {t['diff']:+.2f} points [{t['low']:+.2f}, {t['high']:+.2f}], p {t['p']:.3f}"
-        shares = ", ".join(f"k={k}: {100 * v:.0f}%" for k, v in s["k_share"].items())
-        L.append(f"| {name} | {thousands(s['p50_ms'])} | {thousands(s['p95_ms'])} | {thousands(s['p99_ms'])} | "
-                 f"{thousands(s['burst_p95_ms'])} | {s['answered']:,} | {s['refused']:,} | {s['failed']:,} | "
-                 f"{s['throughput']:.1f} | {s['accuracy']:.2f} | {shared} | {shares} |")
-    L += ["", "Latency: of a request, from its scheduled send time to its answer, answered requests only; burst "
-              "p95: requests scheduled inside the burst. Throughput: answered sentences over the trace's duration. "
-              "Against fixed:0 on the sentences both answered: the accuracies, the share of equal labels, the paired "
-              "difference with its 95% bootstrap interval and a permutation test's p (scipy, 10,000 resamples, over "
-              "the answered sentence instances: the dev set is cycled, so a sentence can count more than once). "
-              "Client lag "
-              "(p99 of how late the client sent a request): "
-          + ", ".join(f"{name} {run['summary']['client_lag_p99_ms']:.0f} ms" for name, run in pol.items()) + ".", ""]
-    if any("burst_split_ms" in run["summary"] for run in pol.values()):
-        names = ("wait", "batch", "reply", "total", "outside")
-        L += ["Where a burst request's time went, p50 / p95 of each part over the answered burst requests (ms; p95s "
-              "do not add up): the server's own split from its Server-Timing header -- wait (arrival, before parsing, "
-              "to the start of the request's last batch), batch (that batch's compute), reply (its end to the answer "
-              "leaving the handler), total -- and outside: the client's latency less the server's total (the client "
-              "sending late, the connection, the event loop reaching the request, the answer's transfer):", "",
-              "| policy | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-        for name, run in pol.items():
-            split = run["summary"].get("burst_split_ms")
-            if split:
-                L.append(f"| {name} | " + " | ".join(f"{thousands(split[n]['p50'])} / {thousands(split[n]['p95'])}"
-                                                     for n in names) + " |")
-        L.append("")
-    L += ["The server's side of the trace (its /metrics after the trace; the start-up timing is not in them): "
-          "batches run at each k, their mean size and mean compute time, beside the cost table's time for a batch "
-          "of that mean size; "
-          "'scale' is the adaptive policy's measured / table ratio its predictions used for a full batch at the end "
-          "(the 95th percentile of its last batches of about that size), 'budget' the target less the p95 reply "
-          "delay, the p95 event-loop lag and --client-overhead-ms then:", "",
-          "| policy | k | batches | mean batch size | mean padded length | mean batch ms | cost table ms at that size "
-          "and length | scale | budget ms |",
-          "|---|---|---|---|---|---|---|---|---|"]
-    from user_dir.serving.cost_table import CostTable
-    for name, run in pol.items():
-        table = CostTable.from_dict(run["cost_table"])
-        side = run["server_side"]
-        for k, row in sorted(side["by_k"].items(), key=lambda kv: int(kv[0])):
-            if "batches" not in row:
-                continue
-            scale = f"{side['cost_scale']:.2f}" if "cost_scale" in side and name.startswith("adaptive") else "-"
-            predicted = 1000 * table.batch_seconds(int(k), round(row["mean_batch_size"]), row.get("mean_padded"))
-            budget = f"{1000 * side['budget']:.0f}" if "budget" in side and name.startswith("adaptive") else "-"
-            L.append(f"| {name} | {k} | {row['batches']:,.0f} | {row['mean_batch_size']:.1f} | "
-                     f"{thousands(row.get('mean_padded'), 1)} | {row['mean_batch_ms']:.0f} | {predicted:.0f} | "
-                     f"{scale} | {budget} |")
-    L += ["", "## Against the goal", ""] + [f"- {line}" for line in r["verdict"]] + [""]
-    L += [f"![offered load, k chosen and latency over time]({png_name})", "", "## Cost tables measured at start-up", "",
-          "Milliseconds per batch of real dev sentences (the first ones of the dev file, the server's --cost-texts), "
-          "median of the server's --cost-runs; each policy's server measured its own:", ""]
-    for name, run in pol.items():
-        L += [f"{name}:", ""] + cost_rows(run["cost_table"]) + [""]
-    L += ["## Scaling past one process", "",
-          "One fc-serve process owns one model and one worker thread. More traffic is served by more replicas "
-          "(one per core group or machine, each with its own --threads) behind an ordinary load balancer; each "
-          "replica's adaptive policy reacts to its own queue, and a refused request (503 with Retry-After) can be "
-          "retried on another replica. See user_dir/serving/README.md.", ""]
-    write_text(md_path, "\n".join(L) + "\n" + faults_section(md_path))
-
-
-# scripts/bench/serve_faults.py's section of the same report: kept when this script rewrites the rest
-FAULTS_BEGIN, FAULTS_END = "<!-- serve_faults.py: begin -->", "<!-- serve_faults.py: end -->"
-
-
-def faults_section(md_path) -> str:
-    """The fault-and-abuse section of the report at ``md_path`` (with its markers; "" when there is none)."""
-    if not os.path.isfile(md_path):
-        return ""
-    text = open(md_path, encoding="utf-8").read()
-    if FAULTS_BEGIN not in text or FAULTS_END not in text:
-        return ""
-    return "\n" + text[text.index(FAULTS_BEGIN):text.index(FAULTS_END) + len(FAULTS_END)] + "\n"
-
-
-def write_faults_section(md_path, section: str) -> None:
-    """Put ``section`` (Markdown) in the report at ``md_path`` in place of its fault-and-abuse section, or after it."""
-    text = open(md_path, encoding="utf-8").read() if os.path.isfile(md_path) else ""
-    old = faults_section(md_path)
-    if old:
-        text = text.replace(old.strip("\n"), "").rstrip("\n") + "\n"
-    write_text(md_path, text + ("\n" if text else "") + f"{FAULTS_BEGIN}\n{section.strip()}\n{FAULTS_END}\n")
+        get = lambda key: [math.nan if row[key] is None else row[key] for row in run["series"]]  # noqa: E731
+        answered.append(dict(x=t, y=get("answered"), color=f"C{i}", label=f"answered, {name}", **step))
+        ks.append(dict(x=t, y=get("mean_k"), color=f"C{i}", label=name, **step))
+        p95.append(dict(x=[x + 0.5 for x in t], y=get("p95_ms"), marker=".", color=f"C{i}", label=name))
+    common = dict(vlines=[dict(x=x, color="grey", lw=0.8, ls=":") for x in result["burst_window"]], grid=True,
+                  legend=dict(fontsize=8, loc="upper right"))
+    plot_panels(path, [dict(series=answered, ylabel="sentences / s", **common),
+                       dict(series=ks, ylabel="mean k of answered sentences", **common),
+                       dict(series=p95, ylabel="p95 request latency per second (ms)", yscale="log", **common,
+                            xlabel="seconds into the trace (by scheduled send time)",
+                            hlines=[dict(y=result["target_p95_ms"], color="k", ls="--", lw=1, label="target p95")])],
+                command=result["command"], shape=(3, 1), figsize=(9, 9), dpi=110, sharex=True,
+                title=f"fc-serve, {result['task']}: idle, burst at {result['burst_factor']:g}x the backbone, idle")
 
 
 def run_key(policy, repeat, repeats):
@@ -453,318 +251,537 @@ def run_key(policy, repeat, repeats):
 
 
 def serving_verdict(result):
-    pol, target = result["policies"], result["target_p95_ms"]
-    lines = []
-    for name, run in pol.items():
-        s = run["summary"]
-        lines.append(f"{name}: burst p95 {thousands(s['burst_p95_ms'])} ms, trace p95 {thousands(s['p95_ms'])} ms "
-                     f"({'within' if s['p95_ms'] <= target else 'over'} the {target:.0f} ms target); "
-                     f"{s['refused']:,} refused of {s['requests']:,}")
-    goals = {}  # adaptive policy -> [(latency goal met, accuracy goal met)] over its repeats
+    """Each adaptive run against fixed:0 of its repeat (latency goal: within the target through the burst where
+    fixed:0 is not; accuracy goal: within 1 point), the goals' tally, each policy's median over its repeats."""
+    pol, target, lines, goals = result["policies"], result["target_p95_ms"], [], {}
     for name, run in pol.items():
         base = pol.get(run_key("fixed:0", run["repeat"], result["repeats"]), {}).get("summary")
         if not run["policy"].startswith("adaptive") or base is None:
             continue
-        ad = run["summary"]
-        kept = ad["burst_p95_ms"] <= target and ad["p95_ms"] <= target
-        missed = base["burst_p95_ms"] > target
-        diff = ad["accuracy"] - base["accuracy"]
+        ad, diff = run["summary"], run["summary"]["accuracy"] - base["accuracy"]
+        kept, missed = ad["burst_p95_ms"] <= target and ad["p95_ms"] <= target, base["burst_p95_ms"] > target
         goals.setdefault(run["policy"], []).append((kept and missed, abs(diff) <= 1))
-        lines.append(f"{name} against fixed:0{name[len(run['policy']):]} -- p95 within the target through the "
-                     f"burst: {name} "
+        test = ad.get("shared_test")
+        lines.append(f"{name} against fixed:0 -- p95 within the {target:.0f} ms target through the burst: {name} "
                      f"{'yes' if kept else 'no'}, fixed:0 {'no' if missed else 'yes'} -> the latency goal is "
-                     f"{'met' if kept and missed else 'not met'}; accuracy of answered sentences "
-                     f"{ad['accuracy']:.2f} vs {base['accuracy']:.2f} ({diff:+.2f} points; goal: within 1 point -> "
-                     f"{'met' if abs(diff) <= 1 else 'not met'}), on the {ad.get('shared', 0):,} sentences both "
-                     f"answered {ad.get('shared_accuracy', float('nan')):.2f} vs "
-                     f"{ad.get('shared_reference_accuracy', float('nan')):.2f}"
-                     + (f" ({ad['shared_test']['diff']:+.2f} points, 95% interval [{ad['shared_test']['low']:+.2f}, "
-                        f"{ad['shared_test']['high']:+.2f}])" if "shared_test" in ad else "") + "; "
-                     f"sentences answered {ad['examples_answered']:,} vs {base['examples_answered']:,}")
+                     f"{'met' if kept and missed else 'not met'}; accuracy of answered sentences {ad['accuracy']:.2f} "
+                     f"vs {base['accuracy']:.2f} ({diff:+.2f} points; goal: within 1 point -> "
+                     f"{'met' if abs(diff) <= 1 else 'not met'})" + (
+                         f", on the {ad['shared']:,} sentences both answered {test['diff']:+.2f} points, 95% interval "
+                         f"[{test['low']:+.2f}, {test['high']:+.2f}]" if test else ""))
     for policy, met in goals.items():
         lines.append(f"{policy}: the latency goal met in {sum(a for a, _ in met)} of {len(met)} repeats, the accuracy "
-                     f"goal in {sum(b for _, b in met)} of {len(met)}, both in {sum(a and b for a, b in met)} of "
-                     f"{len(met)}")
-    if result["repeats"] > 1:
-        for policy in dict.fromkeys(run["policy"] for run in pol.values()):
-            runs = [run["summary"] for run in pol.values() if run["policy"] == policy]
-            lines.append(f"{policy}, median of {len(runs)} repeats: burst p95 "
-                         f"{statistics.median(r['burst_p95_ms'] for r in runs):,.0f} ms, accuracy "
-                         f"{statistics.median(r['accuracy'] for r in runs):.2f}, sentences answered "
-                         f"{statistics.median(r['examples_answered'] for r in runs):,.0f}")
+                     f"goal in {sum(b for _, b in met)}, both in {sum(a and b for a, b in met)}")
+    for policy in dict.fromkeys(run["policy"] for run in pol.values()) if result["repeats"] > 1 else ():
+        s = [run["summary"] for run in pol.values() if run["policy"] == policy]
+        lines.append(f"{policy}, median of {len(s)} repeats: burst p95 "
+                     f"{statistics.median(x['burst_p95_ms'] for x in s):,.0f} ms, accuracy "
+                     f"{statistics.median(x['accuracy'] for x in s):.2f}, sentences answered "
+                     f"{statistics.median(x['examples_answered'] for x in s):,.0f}")
     return lines
 
 
-def training_commands(folder):
-    """The fairseq-train commands of scripts/recipes/variator.sh's work folder ``folder``: its stage markers
-    (WORK/STAGE/DONE hold each stage's command), pre-training first."""
-    out = []
-    for name in ("pretrain", "plugin"):
-        path = os.path.join(folder, name, "DONE")
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8", errors="replace") as f:
-                out.append(shlex.split(f.read().strip()))
+def burst_report(r, png_name):
+    pol, parts = r["policies"], ("wait", "batch", "reply", "total", "outside")
+    L = [f"## Under a burst ({r['task']} dev sentences)", "",
+         f"Made by `{r['command']}` on {r['date']}; {r['machine']}; server: {r['threads']} torch thread(s), one "
+         f"worker; client in another process. Load (1/5/15 min) before: {r['load_before']}, after: "
+         f"{r['load_after']}; before each run: "
+         + "; ".join(f"{name} {run['load_before']}" for name, run in pol.items()) + ".", "",
+         f"Backbone: `{r['teacher']['checkpoint']}` (sha256 {r['teacher']['sha256'][:12]}), {r['teacher']['note']}. "
+         f"Plugins: {r['plugins_note']}. Dev accuracy of each k offline (glue_predict): "
+         + ", ".join(f"k={k}: {v:.2f}" for k, v in r["offline_accuracy"].items()) + f" ({r['dev_examples']} dev).",
+         "", f"The trace (seed {r['seed']}): requests of {r['texts_per_request']} dev sentences (shuffled, cycled), "
+         f"{r['idle_seconds']:g} s at {r['idle_rate']:.1f} sentences/s, {r['burst_seconds']:g} s at "
+         f"{r['burst_rate']:.1f}, {r['idle_seconds']:g} s at {r['idle_rate']:.1f}: {r['requests']:,} requests; the "
+         f"backbone's {r['backbone_throughput']:.1f} sentences/s from the {r['calibrated_on']} server's cost table. "
+         f"Server: `--max-batch {r['max_batch']} --max-wait-ms {r['max_wait_ms']:g} --max-queue {r['max_queue']}`, "
+         f"adaptive target p95 {r['target_p95_ms']:.0f} ms, `--client-overhead-ms {r['client_overhead_ms']:.1f}` "
+         f"({r['client_overhead_note']}). The target: twice a full batch at k=0 plus the batching wait; the queue "
+         "bound: the full batches the largest k finishes within it, less one, for every policy.", ""]
+    L += [f"Note: {n}" for n in r["notes"]] + ([""] if r["notes"] else [])
+    L += ["| run | p50 ms | p95 ms | p99 ms | burst p95 ms | answered | refused (503) | failed | sentences/s | "
+          "accuracy | vs fixed:0 on the sentences both answered | k share | client lag p99 ms |", "|---" * 13 + "|"]
+    for name, run in pol.items():
+        s, t = run["summary"], run["summary"].get("shared_test")
+        shared = (f"{s['shared_accuracy']:.2f} vs {s['shared_reference_accuracy']:.2f} ({s['shared']:,}, "
+                  f"{s['agreement_with_reference']:.1f}% same label)" if "shared" in s else "-")
+        shared += f"; {t['diff']:+.2f} [{t['low']:+.2f}, {t['high']:+.2f}], p {t['p']:.3f}" if t else ""
+        L.append(f"| {name} | {fmt(s['p50_ms'])} | {fmt(s['p95_ms'])} | {fmt(s['p99_ms'])} | {fmt(s['burst_p95_ms'])} "
+                 f"| {s['answered']:,} | {s['refused']:,} | {s['failed']:,} | {s['throughput']:.1f} | "
+                 f"{s['accuracy']:.2f} | {shared} | " + ", ".join(f"k={k}: {100 * v:.0f}%" for k, v in
+                                                                   s["k_share"].items())
+                 + f" | {fmt(s['client_lag_p99_ms'])} |")
+    L += ["", "Accuracy: of the answered sentences; against fixed:0: the paired difference in points over the "
+          "sentences both answered, a 95% bootstrap interval and a permutation test's p (scipy). A burst "
+          "request's time, p50 / "
+          "p95 ms: the server's Server-Timing split and outside, the client's latency less the server's total:", "",
+          "| run | " + " | ".join(parts) + " |", "|---" * (len(parts) + 1) + "|"]
+    L += [f"| {name} | " + " | ".join(f"{fmt(run['summary']['burst_split_ms'][n]['p50'])} / "
+                                      f"{fmt(run['summary']['burst_split_ms'][n]['p95'])}" for n in parts) + " |"
+          for name, run in pol.items()]
+    L += ["", "Against the goal:", ""] + [f"- {line}" for line in r["verdict"]]
+    return "\n".join(L + ["", f"![offered load, k chosen and latency over time]({png_name})", ""])
+
+
+def plugins_from_store(store_root, task, checkpoint):
+    """[(plugin file, record)], one per k: the last record in the store of scripts/recipes/variator.sh on
+    ``checkpoint`` for ``task``, its plugin WORK/plugin-kK.pt beside the scored WORK/plugin/checkpoint_*.pt."""
+    from store import Store
+    digest, found = sha256_of(checkpoint), {}
+    for r in Store(store_root).records():
+        v = r.get("variables") or {}
+        if r.get("recipe") == "variator.sh" and v.get("GLUE_TASK") == task and r["teacher"]["sha256"] == digest:
+            found[int(v["K"])] = r
+    if not found:
+        sys.exit(f"bench_serving: the store {rel(store_root)} holds no plugin of scripts/recipes/variator.sh on "
+                 f"{rel(checkpoint)} for {task}: give --plugins, or run TEACHER={rel(checkpoint)} GLUE_TASK={task} K=k "
+                 "bash scripts/recipes/variator.sh WORK for each k through grid.py (which files its record)")
+    out = [(os.path.join(os.path.dirname(os.path.dirname(os.path.join(ROOT, r["checkpoint"]))), f"plugin-k{k}.pt"), r)
+           for k, r in sorted(found.items())]
+    for path, r in out:
+        if not os.path.isfile(path):
+            sys.exit(f"bench_serving: {path}: missing (the store's record {r['key'][:12]} names it)")
     return out
 
 
-def flag(cmd, name):
-    return cmd[cmd.index(name) + 1] if name in cmd else None
+def plugin_provenance(path, record):
+    """How a plugin was made: its record's recipe, variables and training (the store's, or WORK/result.json)."""
+    if not record:
+        return f"{rel(path)} (how it was trained is not recorded beside it)"
+    text = f"{rel(path)}: {record['recipe']} " + " ".join(f"{n}={v}" for n, v in sorted(record["variables"].items())
+                                                          if v)
+    text += "".join(f"; {stage}: {s['updates']} updates" + (f", the best at {s['best_updates']}" if s.get(
+        "best_updates") else "") for stage, s in (record.get("training") or {}).items() if s)
+    return text + (f" (the store's record {record['key'][:12]})" if "key" in record else " (WORK/result.json)")
 
 
-def plugin_provenance(path):
-    """How a plugin was trained, read from the logs beside it and beside the plugin it was initialised from."""
-    rel = os.path.relpath(os.path.realpath(path), ROOT)
-    cmds = training_commands(os.path.dirname(path))
-    if not cmds:
-        return f"{rel} (its training is not recorded beside it)"
-    cmd = cmds[-1]
-    text = f"{rel}: {flag(cmd, '--max-update')} updates of `fairseq-train --task {flag(cmd, '--task')} --criterion " \
-           f"{flag(cmd, '--criterion')}` on `{os.path.relpath(flag(cmd, '--variator-backbone'), ROOT)}`"
-    if flag(cmd, "--validate-interval-updates"):
-        text += f", the best of its dev validations every {flag(cmd, '--validate-interval-updates')} updates"
-    init = flag(cmd, "--variator-plugins")
-    if init:
-        before = cmds[:-1] or training_commands(os.path.dirname(init))
-        text += (f", initialised from {os.path.relpath(init, ROOT)}" + (
-            f" ({flag(before[-1], '--max-update')} pre-training updates on "
-            f"`{os.path.relpath(flag(before[-1], '--variator-backbone'), ROOT)}`)" if before else ""))
-    return text + f" (commands: {os.path.relpath(os.path.dirname(path), ROOT)}/*/DONE)"
+# the trace: idle, burst, idle (seconds; rates as multiples of the backbone's throughput); TEXTS dev sentences a request
+IDLE_S, BURST_S, IDLE_X, BURST_X, TEXTS, SEED = 15.0, 20.0, 0.2, 3.0, 4, 1  # (at 1 text, a 2-core client falls behind)
 
 
-# ---- main --------------------------------------------------------------------------------------------------
-def default_plugins(variator_work, task, checkpoint):
-    """Each k's plugin: WORK/plugin-kK.pt of every scripts/recipes/variator.sh work folder of ``variator_work``
-    (comma-separated), each made on ``checkpoint`` (its result.json's teacher) for ``task``, in the order of k."""
-    digest, found = sha256_of(checkpoint), []
-    for folder in (f for f in variator_work.split(",") if f):
-        files = glob.glob(os.path.join(folder, "plugin-k*.pt"))
-        if len(files) != 1:
-            sys.exit(f"bench_serving: --variator-work {folder}: expected one plugin-kK.pt of "
-                     f"scripts/recipes/variator.sh, found {len(files)}")
-        record = os.path.join(folder, "result.json")
-        if os.path.isfile(record):
-            with open(record) as f:
-                made = json.load(f)
-            if made.get("teacher", {}).get("sha256") not in (None, digest):
-                sys.exit(f"bench_serving: {files[0]} was adapted to another backbone than {checkpoint}")
-        found.append(files[0])
-    if not found:
-        sys.exit(f"bench_serving: no plugins: give --plugins, or --variator-work with the work folders of "
-                 f"TEACHER={checkpoint} GLUE_TASK={task} K=k bash scripts/recipes/variator.sh WORK, one per k")
-    return sorted(found, key=lambda p: int(os.path.basename(p)[len("plugin-k"):-3]))
-
-
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--report-only", action="store_true",
-                   help="rewrite --out's report (.md, .png) from its .json without running anything")
-    p.add_argument("--task", default="SST-2", help="GLUE task (its dev sentences are the trace's requests)")
-    p.add_argument("--checkpoint", default=None,
-                   help="the backbone (default: work/glue/TASK/checkpoints/checkpoint_best.pt)")
-    p.add_argument("--data", default=None, help="its data folder (default: work/glue/data-bin/TASK.wordpiece)")
-    p.add_argument("--plugins", default=None, help="comma-separated plugin files (default: those of --variator-work)")
-    p.add_argument("--variator-work", default=",".join(os.path.join(ROOT, "work", f"variator-sst2-k{k}") for k in (2, 4, 8)),
-                   help="comma-separated work folders of scripts/recipes/variator.sh on the checkpoint, one per k "
-                        "(default work/variator-sst2-k2,-k4,-k8)")
-    p.add_argument("--policies", default="fixed:0,fixed:max,adaptive",
-                   help="policies to run, in order (fixed:max = the largest plugin's ratio; adaptive@4+8 = the "
-                        "adaptive policy with only the k=4 and k=8 plugins attached)")
-    p.add_argument("--client-overhead-ms", type=float, default=None,
-                   help="fc-serve --client-overhead-ms for the adaptive servers (default: measured in the first "
-                        "run: the p95 of this client's latency less the server's Server-Timing total)")
-    p.add_argument("--max-batch", type=int, default=32, help="fc-serve --max-batch")
-    p.add_argument("--max-wait-ms", type=float, default=5.0, help="fc-serve --max-wait-ms")
-    p.add_argument("--max-queue", type=int, default=None, help="fc-serve --max-queue (default: see the docstring)")
-    p.add_argument("--target-p95-ms", type=float, default=None, help="adaptive target (default: see the docstring)")
-    p.add_argument("--threads", type=int, default=1, help="fc-serve --threads (and OMP_NUM_THREADS)")
-    p.add_argument("--cost-runs", type=int, default=3, help="fc-serve --cost-runs")
-    p.add_argument("--idle-seconds", type=float, default=15.0)
-    p.add_argument("--burst-seconds", type=float, default=20.0)
-    p.add_argument("--idle-factor", type=float, default=0.2, help="idle rate / the backbone's throughput")
-    p.add_argument("--burst-factor", type=float, default=3.0, help="burst rate / the backbone's throughput")
-    p.add_argument("--texts-per-request", type=int, default=4,
-                   help="dev sentences per request (default 4: at one per request, this 2-core machine's HTTP side -- "
-                        "uvicorn and the httpx client beside the model's worker -- falls behind in the burst before "
-                        "the server's queue sees the requests; see the report)")
-    p.add_argument("--repeats", type=int, default=2,
-                   help="runs of each policy, in turns (default 2; the report gives every run and the medians)")
-    p.add_argument("--note", action="append", default=[], help="a sentence of provenance for the report")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=60.0, help="client timeout per request, seconds")
-    p.add_argument("--out", default=os.path.join(ROOT, "work", "serving", "serving.md"),
-                   help="the report (a .json and a .png beside it); results/serving.md only when asked")
-    args = p.parse_args(argv)
-    if args.client_overhead_ms is not None and args.client_overhead_ms < 0:
-        sys.exit(f"bench_serving: --client-overhead-ms {args.client_overhead_ms}: 0 or more")
-    if args.report_only:
-        stem = os.path.splitext(os.path.abspath(args.out))[0]
-        if not os.path.isfile(stem + ".json"):
-            sys.exit(f"bench_serving: --report-only: no {stem}.json (run the benchmark with this --out first)")
-        with open(stem + ".json", encoding="utf-8") as f:
-            result = json.load(f)
-        result["verdict"] = serving_verdict(result)
-        plot_serving(result, stem + ".png")
-        write_serving_report(result, stem + ".md", os.path.basename(stem + ".png"))
-        log(f"rewrote {stem}.md and .png from {stem}.json")
-        return
-    args.checkpoint = args.checkpoint or os.path.join(ROOT, "work", "glue", args.task, "checkpoints",
-                                                      "checkpoint_best.pt")
-    args.data = args.data or os.path.join(ROOT, "work", "glue", "data-bin", f"{args.task}.wordpiece")
-    for path, flag in ((args.checkpoint, "--checkpoint"), (args.data, "--data")):
+def burst(args, server_flags, argv):
+    checkpoint = args.checkpoint or os.path.join(ROOT, "work", "glue", args.task, "checkpoints", "checkpoint_best.pt")
+    data = args.data or os.path.join(ROOT, "work", "glue", "data-bin", f"{args.task}.wordpiece")
+    for path, name in ((checkpoint, "--checkpoint"), (data, "--data")):
         if not os.path.exists(path):
-            sys.exit(f"bench_serving: {flag} {path}: not found (scripts/recipes/glue_teachers.sh makes it)")
-    args.plugin_files = args.plugins.split(",") if args.plugins else default_plugins(args.variator_work, args.task,
-                                                                                      args.checkpoint)
-    # the dev set (prepare_glue.py holds a slice of train out as 'valid', which chooses; dev reports)
-    check_report_subset(args.data, args.task)
-    text_dir = os.path.join(args.data, "text")
-    raw, labels = (os.path.join(text_dir, f"{REPORT_SUBSET}.{name}") for name in ("raw.input0", "label"))
-    if os.path.exists(os.path.join(text_dir, f"{REPORT_SUBSET}.raw.input1")):
+            sys.exit(f"bench_serving: {name} {path}: not found (scripts/recipes/glue_teachers.sh makes it)")
+    given = [(p, os.path.join(os.path.dirname(p), "result.json")) for p in (args.plugins or "").split(",") if p]
+    plugins = [(p, json.load(open(r)) if os.path.isfile(r) else None) for p, r in given] or \
+        plugins_from_store(args.store, args.task, checkpoint)
+    check_report_subset(data, args.task)  # prepare_glue.py holds a slice of train out as 'valid'; dev reports
+    text = os.path.join(data, "text", f"{REPORT_SUBSET}.raw.input")
+    if os.path.exists(text + "1"):
         sys.exit("bench_serving: a single-sentence task is expected (the requests are single texts)")
-    with open(raw, encoding="utf-8") as f:
-        texts = f.read().splitlines()
-    with open(labels, encoding="utf-8") as f:
-        gold = f.read().splitlines()
-    args.cost_texts = raw
-    out_dir = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(out_dir, exist_ok=True)
-    stem = os.path.splitext(os.path.abspath(args.out))[0]
-    work = os.path.join(ROOT, "work", "serving", "runs")
-    os.makedirs(work, exist_ok=True)
+    texts, gold = read_lines(text + "0"), read_lines(os.path.join(data, "text", f"{REPORT_SUBSET}.label"))
+    stem, work = os.path.splitext(os.path.abspath(args.out))[0], os.path.join(ROOT, "work", "serving", "runs")
+    import httpx
     import torch
-    torch.set_num_threads(args.threads)
-    from user_dir.tools.glue_predict import predict
     from user_dir.serving.cost_table import CostTable
     from user_dir.serving.policy import queue_bound
-    # importing fairseq sets the root logger to DEBUG (fairseq/models/wav2vec/wav2vec2_classification.py calls
-    # logging.basicConfig(level=DEBUG)): httpx and httpcore would then log every request of the trace, work the
-    # client's process does on the cores it shares with the server
-    logging.getLogger().setLevel(logging.INFO)
+    from user_dir.tools.glue_predict import predict
+    logging.getLogger().setLevel(logging.INFO)  # (fairseq's import sets DEBUG: httpx would log every request)
     for name in ("httpx", "httpcore"):
         logging.getLogger(name).setLevel(logging.WARNING)
-
-    args.plugin_ratios = [int(torch.load(pf, map_location="cpu", weights_only=True)["config"]["ratio"])
-                          for pf in args.plugin_files]
-    ratios = [0] + sorted(args.plugin_ratios)
-    load_before = loadavg()
+    files = [p for p, _ in plugins]
+    by_k = {int(torch.load(f, map_location="cpu", weights_only=True)["config"]["ratio"]): f for f in files}
+    ratios = [0] + sorted(by_k)
+    policies = [p.replace("fixed:max", f"fixed:{ratios[-1]}") for p in args.policies.split(",")]
+    for p in policies:
+        if not {int(k) for k in p.partition("@")[2].split("+") if k} <= set(by_k):
+            sys.exit(f"bench_serving: --policies {p}: the plugins attached have k in {sorted(by_k)}")
+    load_before, offline = loadavg(), {}
     log(f"offline dev accuracy of each k ({len(texts)} sentences)")
-    offline = {}
     for k in ratios:
-        _, preds, dev_labels, _ = predict(args.data, args.checkpoint, REPORT_SUBSET,
-                                          variator_plugins=",".join(args.plugin_files), variator_ratio=k)
-        offline[str(k)] = 100 * sum(int(a) == int(b) for a, b in zip(preds, dev_labels)) / len(dev_labels)
-    names_path = os.path.join(args.data, "label", "names.txt")
-    with open(names_path, encoding="utf-8") as f:
-        names = dict(line.rstrip("\n").split("\t", 1) for line in f if line.strip())
-    gold_names = gold if set(gold) <= set(names.values()) else [names[g] for g in gold]
+        _, preds, labels, _ = predict(data, checkpoint, REPORT_SUBSET, variator_plugins=",".join(files),
+                                      variator_ratio=k)
+        offline[str(k)] = 100 * sum(int(a) == int(b) for a, b in zip(preds, labels)) / len(labels)
+    names = dict(line.split("\t", 1) for line in read_lines(os.path.join(data, "label", "names.txt")) if line.strip())
+    gold = gold if set(gold) <= set(names.values()) else [names[g] for g in gold]
 
-    policies = [s.replace("fixed:max", f"fixed:{ratios[-1]}") for s in args.policies.split(",")]
-    result = {"command": invocation("bench_serving.py", argv),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(), "threads": args.threads,
-              "task": args.task, "ratios": ratios, "offline_accuracy": offline, "dev_examples": len(texts),
-              "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms, "seed": args.seed,
-              "idle_seconds": args.idle_seconds, "burst_seconds": args.burst_seconds, "idle_factor": args.idle_factor,
-              "burst_factor": args.burst_factor, "load_before": load_before, "notes": args.note,
-              "texts_per_request": args.texts_per_request, "repeats": args.repeats, "policies": {},
-              "client_overhead_ms": args.client_overhead_ms,
-              "client_overhead_note": "given (--client-overhead-ms)" if args.client_overhead_ms is not None else ""}
-    teacher_dir = os.path.dirname(os.path.dirname(os.path.realpath(args.checkpoint)))
-    note = open(os.path.join(teacher_dir, "command.txt")).read().strip() if os.path.exists(
-        os.path.join(teacher_dir, "command.txt")) else "how it was trained is not recorded beside it"
-    result["teacher"] = {"checkpoint": os.path.relpath(os.path.realpath(args.checkpoint), ROOT),
-                         "sha256": sha256_of(args.checkpoint), "note": f"trained by: {note}"}
-    result["plugins_note"] = "; ".join(plugin_provenance(pf) for pf in args.plugin_files)
+    def server(policy, target_ms, max_queue, key, overhead_ms=0.0):
+        base, _, subset = policy.partition("@")
+        flags = [checkpoint, "--data", data, "--policy", base, "--target-p95-ms", f"{target_ms:g}", "--max-queue",
+                 str(max_queue), "--plugins", ",".join([by_k[int(k)] for k in subset.split("+")] if subset else files),
+                 "--cost-texts", text + "0", *server_flags]
+        flags += ["--client-overhead-ms", f"{overhead_ms:.1f}"] if base == "adaptive" and overhead_ms else []
+        return fc_serve(flags, os.path.join(work, f"server-{key.replace(':', '').replace(' #', '-')}.log"))
 
-    schedule = None
-    # every policy once per repeat, the order reversed every other repeat (a machine whose load drifts
-    # favours no policy by its place in the order)
-    order = [(r, p) for r in range(1, args.repeats + 1) for p in (policies if r % 2 else policies[::-1])]
-    for repeat, policy in order:
+    log(f"calibrating: the {policies[0]} server measures its cost table")
+    with server(policies[0], 1000.0, 1, "calibration") as s:
+        table, settings = CostTable.from_dict(s.health["cost_table"]), s.health
+    B, full, largest = settings["max_batch"], table.batch_seconds(0, settings["max_batch"]), ratios[-1]
+    target = 1000 * (2 * full + settings["max_wait_ms"] / 1000)  # twice a full batch at k=0 plus the batching wait
+    max_queue = queue_bound(table, largest, B, target / 1000)  # the full batches k=largest finishes in time, less one
+    idle, peak = IDLE_X * B / full, BURST_X * B / full
+    phases = [(IDLE_S, idle / TEXTS), (BURST_S, peak / TEXTS), (IDLE_S, idle / TEXTS)]
+    schedule, order = poisson_schedule(phases, SEED), list(range(len(texts)))
+    random.Random(SEED).shuffle(order)
+    requests = [[order[j % len(order)] for j in range(i * TEXTS, (i + 1) * TEXTS)] for i in range(len(schedule))]
+    duration, window = IDLE_S * 2 + BURST_S, [IDLE_S, IDLE_S + BURST_S]
+    trained = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(checkpoint))), "command.txt")
+    result = {"command": invocation("bench_serving.py", argv), "machine": machine(),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": settings["threads"],
+              "task": args.task, "ratios": ratios,
+              "offline_accuracy": offline, "dev_examples": len(texts), "max_batch": B,
+              "max_wait_ms": settings["max_wait_ms"], "seed": SEED, "idle_seconds": IDLE_S, "burst_seconds": BURST_S,
+              "idle_factor": IDLE_X, "burst_factor": BURST_X, "load_before": load_before, "notes": args.note,
+              "texts_per_request": TEXTS, "repeats": args.repeats, "policies": {}, "client_overhead_ms": None,
+              "teacher": {"checkpoint": rel(os.path.realpath(checkpoint)), "sha256": sha256_of(checkpoint),
+                          "note": "trained by: " + open(trained).read().strip() if os.path.isfile(trained)
+                          else "how it was trained is not recorded beside it"},
+              "plugins_note": "; ".join(plugin_provenance(p, r) for p, r in plugins),
+              "backbone_throughput": B / full, "target_p95_ms": target, "max_queue": max_queue,
+              "calibrated_on": policies[0], "idle_rate": idle, "burst_rate": peak, "requests": len(schedule),
+              "duration": duration, "burst_window": window}
+    log(f"backbone {B / full:.1f} sentences/s -> idle {idle:.1f}, burst {peak:.1f}; target {target:.0f} ms; "
+        f"max queue {max_queue}; {len(schedule)} requests over {duration:g} s")
+    records = {}  # every policy once per repeat, the order reversed every other repeat (a drifting load favours none)
+    for repeat, policy in [(r, p) for r in range(1, args.repeats + 1) for p in policies[::1 if r % 2 else -1]]:
         key = run_key(policy, repeat, args.repeats)
-        logfile = os.path.join(work, f"server-{key.replace(':', '').replace(' #', '-')}.log")
-        result["policies"][key] = run = {"policy": policy, "repeat": repeat, "load_before": loadavg()}
-        if schedule is None:  # calibrate on the first server's cost table: a throw-away start to read it
-            log(f"calibrating: {policy} server measures its cost table")
-            proc, out, url, _ = start_server(args, policy, args.target_p95_ms or 1000.0, args.max_queue or 1, logfile)
-            health = wait_ready(proc, url, logfile)
-            stop_server(proc, out)
-            table = CostTable.from_dict(health["cost_table"])
-            B = args.max_batch
-            throughput = B / table.batch_seconds(0, B)
-            target = args.target_p95_ms or 1000 * (2 * table.batch_seconds(0, B) + args.max_wait_ms / 1000)
-            largest = ratios[-1]
-            # full batches at the largest k that fit in the target, less the one a new example may find running
-            max_queue = args.max_queue or queue_bound(table, largest, B, target / 1000)
-            defaults = []
-            if args.target_p95_ms is None:
-                defaults.append(f"The target is the default: twice a full batch at k=0 "
-                                f"({1000 * table.batch_seconds(0, B):.0f} ms) plus the batching wait")
-            if args.max_queue is None:
-                defaults.append(f"the queue bound is the default: the full batches k={largest} finishes within the "
-                                f"target ({1000 * table.batch_seconds(largest, B):.0f} ms each), less one (the batch a "
-                                "new example may find running), the same for every policy; the adaptive policy "
-                                "also refuses a request predicted to miss its target at the largest k (the running "
-                                "batch's rest, the queued batches' padded lengths, its measured speed)")
-            result.update(backbone_throughput=throughput, target_p95_ms=target, max_queue=max_queue,
-                          calibrated_on=policy, defaults_note=("; ".join(defaults) + ".") if defaults else "",
-                          idle_rate=args.idle_factor * throughput, burst_rate=args.burst_factor * throughput)
-            n = args.texts_per_request  # requests arrive at 1/n of the example rate, n examples each
-            phases = [(args.idle_seconds, result["idle_rate"] / n), (args.burst_seconds, result["burst_rate"] / n),
-                      (args.idle_seconds, result["idle_rate"] / n)]
-            schedule = poisson_schedule(phases, args.seed)
-            order = list(range(len(texts)))
-            random.Random(args.seed).shuffle(order)
-            requests = [[{"index": order[j % len(order)], "text": texts[order[j % len(order)]]}
-                         for j in range(i * n, (i + 1) * n)] for i in range(len(schedule))]
-            duration = sum(s for s, _ in phases)
-            result.update(requests=len(schedule), duration=duration,
-                          burst_window=[args.idle_seconds, args.idle_seconds + args.burst_seconds])
-            log(f"backbone {throughput:.1f} ex/s -> idle {result['idle_rate']:.1f}, burst {result['burst_rate']:.1f} "
-                f"sentences/s; target {target:.0f} ms; max queue {max_queue}; {len(schedule)} requests over "
-                f"{duration:g} s")
-        log(f"{key}: starting the server")
-        proc, out, url, cmd = start_server(args, policy, result["target_p95_ms"], result["max_queue"], logfile,
-                                           result.get("client_overhead_ms") or 0.0)
-        health = wait_ready(proc, url, logfile)
-        run["cost_table"] = health["cost_table"]
-        run["server_command"] = " ".join(shlex.quote(c) for c in cmd[1:]).replace(ROOT + "/", "")
-        log(f"{key}: replaying the trace")
-        run["load_before"] = loadavg()
-        records = asyncio.run(replay(url, schedule, requests, args.timeout))
-        import httpx
-        run["server_side"] = server_side(httpx.get(url + "/metrics", timeout=30).text)
-        stop_server(proc, out)
-        run["records"] = records
-        if result.get("client_overhead_ms") is None:  # the client's p95 time outside the server, from this first run
-            outside = [1000 * (r["latency"] - r["server"]["total"]) for r in records
-                       if r["status"] == 200 and "total" in r.get("server", {})]
-            result["client_overhead_ms"] = percentile(outside, 95)
-            result["client_overhead_note"] = (f"the p95 of the client's latency less the server's Server-Timing "
-                                              f"total over {key}'s answered requests")
-            log(f"client overhead (p95 outside the server, {key}): {result['client_overhead_ms']:.1f} ms")
-        run["series"] = series(records, schedule, args.texts_per_request, result["duration"])
-        s = serving_summary(records, gold_names, result["burst_window"], result["duration"])
-        log(f"{key}: p50 {s['p50_ms']:.0f} p95 {s['p95_ms']:.0f} p99 {s['p99_ms']:.0f} ms, burst p95 "
-            f"{s['burst_p95_ms']:.0f} ms; answered {s['answered']}, refused {s['refused']}, failed {s['failed']}; "
-            f"accuracy {s['accuracy']:.2f}; k share {s['k_share']}")
-    for run in result["policies"].values():  # beside fixed:0's answers of the same repeat, once all have run
-        reference = result["policies"].get(run_key("fixed:0", run["repeat"], args.repeats), {}).get("records")
-        run["summary"] = serving_summary(run["records"], gold_names, result["burst_window"], result["duration"],
-                                         reference if run["policy"] != "fixed:0" else None)
-    result["load_after"] = loadavg()
+        with server(policy, target, max_queue, key, result["client_overhead_ms"] or 0.0) as s:
+            run = result["policies"][key] = {"policy": policy, "repeat": repeat, "load_before": loadavg(),
+                                             "cost_table": s.health["cost_table"],
+                                             "server_command": command_line(s.cmd[1:]).replace(ROOT + "/", "")}
+            log(f"{key}: replaying the trace")
+            records[key] = asyncio.run(replay(s.url, schedule, requests, texts))
+            run["server_side"] = server_side(httpx.get(s.url + "/metrics", timeout=30).text)
+        if result["client_overhead_ms"] is None:  # the client's p95 time outside the server, in this first run
+            result["client_overhead_ms"] = percentile([1000 * (r["latency"] - r["server"]["total"]) for r in
+                                                       records[key] if "total" in r.get("server", {})], 95)
+            result["client_overhead_note"] = f"the p95 of the client's latency less the server's total in {key}"
+        run["series"] = series(records[key], schedule, TEXTS, duration)
+        s = serving_summary(records[key], gold, window, duration)
+        log(f"{key}: p95 {s['p95_ms']:.0f} ms, burst p95 {s['burst_p95_ms']:.0f} ms; answered {s['answered']}, "
+            f"refused {s['refused']}, failed {s['failed']}; accuracy {s['accuracy']:.2f}; k share {s['k_share']}")
+    for key, run in result["policies"].items():  # beside fixed:0's answers of the same repeat
+        reference = records.get(run_key("fixed:0", run["repeat"], args.repeats)) if run["policy"] != "fixed:0" else None
+        run["summary"] = serving_summary(records[key], gold, window, duration, reference)
+    result.update(load_after=loadavg())
     result["verdict"] = serving_verdict(result)
-    png = stem + ".png"
-    plot_serving(result, png)
-    with open(os.path.join(work, "records.json"), "w") as f:  # every request, for whoever wants to look again
-        json.dump({name: run["records"] for name, run in result["policies"].items()}, f)
-    slim = json.loads(json.dumps(result))
-    for run in slim["policies"].values():
-        run.pop("records", None)
-    write_json(stem + ".json", slim)
-    write_serving_report(result, stem + ".md", os.path.basename(png))
+    plot_serving(result, stem + ".png")
+    write_text(os.path.join(work, "records.json"), json.dumps(records))  # every request, to look at again
+    write_json(stem + ".json", result)
+    write_section(stem + ".md", "burst", burst_report(result, os.path.basename(stem + ".png")))
     log(f"wrote {stem}.md, .json, .png")
     for line in result["verdict"]:
         log(line)
+    return result
+
+
+# ==== faults ==========================================================================================================
+GOOD_TEXT, GOOD_GERMAN = "A man is playing a guitar on a stage.", "Ein Mann spielt Gitarre auf einer Bühne."
+GOOD_PAIR = [GOOD_TEXT, "A person plays music."]
+BOUNDS = {"max_body_bytes": 65536, "max_texts": 16, "max_text_chars": 4096, "body_timeout_s": 1.0,
+          "request_timeout_s": 2.0}  # fc-serve's request bounds, tight so the battery is small
+
+
+async def raw_request(port, head: bytes, body_parts=(), pause=0.0, close_early=False, timeout=10.0):
+    """Send ``head`` then each of ``body_parts`` ``pause`` s apart: the answer's status, "closed" (the server
+    closed without one), "gone" (we closed first: ``close_early``) or "hang" (nothing within ``timeout``)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(head)
+        for part in body_parts:
+            await writer.drain()
+            await asyncio.sleep(pause)
+            writer.write(part)
+        await writer.drain()
+        if close_early:
+            return "gone"
+        try:
+            parts = (await asyncio.wait_for(reader.readline(), timeout)).split()
+        except asyncio.TimeoutError:
+            return "hang"
+        return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else "closed"
+    except (ConnectionError, OSError):
+        return "closed"
+    finally:
+        writer.close()
+
+
+def post_head(path: str, length=None, chunked=False, extra=b"") -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n".encode()
+    if chunked or length is not None:
+        head += b"Transfer-Encoding: chunked\r\n" if chunked else b"Content-Length: %d\r\n" % length
+    return head + extra + b"\r\n"
+
+
+def kinds(endpoint: str, field: str, good, limits: dict, max_length: int):
+    """(kind, group, body, expected answers) of every hostile request: bytes POSTed to ``endpoint``, a (method, path,
+    bytes) triple, or a coroutine factory called with the port (raw sockets); "4xx", "2xx": any of the class."""
+    pairs, f, one = field == "pairs", field.encode(), json.dumps({field: good}).encode()
+    j = lambda v: json.dumps(v).encode()  # noqa: E731
+    text = lambda t: [t, "b"] if pairs else t  # noqa: E731  (a text where the field wants one; a pair's first)
+    raw = lambda *a, **k: (lambda port: raw_request(port, *a, **k))  # noqa: E731
+    deep, big, chars = b"[" * 20000 + b"]" * 20000, limits["max_body_bytes"], limits["max_text_chars"]
+    long_words = " ".join(["x"] * (max_length + 10))  # over the model's length, under --max-text-chars
+    return [
+        ("malformed JSON", "malformed", b'{"%s": [' % f, {400}), ("empty body", "malformed", b"", {400}),
+        ("not JSON", "malformed", b"hello", {400}), ("invalid UTF-8", "malformed", b'{"texts": "\xff\xfe"}', {400}),
+        ("huge integer literal", "malformed", b'{"truncate": ' + b"9" * 5000 + b"}", {400}),
+        ("deeply nested JSON", "malformed", deep, {400}),
+        ("deeply nested field", "malformed", b'{"%s": ' % f + deep + b"}", {400}),
+        ("top-level array", "wrong shape", b"[1, 2]", {422}), ("top-level string", "wrong shape", b'"texts"', {422}),
+        ("top-level null", "wrong shape", b"null", {422}),
+        ("unknown field", "wrong shape", j({field: good, "colour": "red"}), {422}),
+        ("texts and pairs", "wrong shape", j({"texts": "a", "pairs": ["a", "b"]}), {422}),
+        ("no texts", "wrong shape", b"{}", {422}), ("texts a number", "wrong shape", j({field: 7}), {422}),
+        ("empty list", "wrong shape", j({field: []}), {422}),
+        ("a bad element", "wrong shape", j({field: ["a", 1] if pairs else ["a", None]}), {422}),
+        ("truncate a string", "wrong shape", j({field: good, "truncate": "no"}), {422}),
+        ("truncate NaN", "wrong shape", b'{"%s": %s, "truncate": NaN}' % (f, j(good)), {422}),
+        ("the other input", "wrong shape", j({"texts" if pairs else "pairs": GOOD_PAIR}), {422}),
+        ("empty text", "bad text", j({field: text("")}), {422}),
+        ("whitespace text", "bad text", j({field: text(" \t\n")}), {422}),
+        ("lone surrogate", "bad text", b'{"%s": %s}' % (f, b'["\\ud800", "b"]' if pairs else b'"\\ud800 x"'), {422}),
+        ("NUL characters", "bad text", j({field: text("a\u0000b")}), {"2xx", "4xx"}),
+        ("symbols only", "bad text", j({field: ["%%%", "@@@"] if pairs else "%%% @@@ ###"}), {"2xx", "4xx"}),
+        ("over the model's length, no truncation", "bad text", j({field: text(long_words), "truncate": False}),
+         {422}),
+        ("too many texts", "oversized", j({field: [good] * (limits["max_texts"] + 1)}), {413}),
+        ("a too long text", "oversized", j({field: text("x" * (chars + 1))}), {413}),
+        ("body over the bound", "oversized", b'{"%s": "' % f + b"x" * big + b'"}', {413}),
+        ("Content-Length over the bound, no body", "oversized", raw(post_head(endpoint, length=100 * big)), {413}),
+        ("chunked body over the bound", "oversized",
+         raw(post_head(endpoint, chunked=True), [b"10000\r\n" + b"x" * 65536 + b"\r\n"] * (big // 65536 + 2)), {413}),
+        ("wrong endpoint", "protocol", ("POST", "/translate" if endpoint == "/classify" else "/classify", one), {404}),
+        ("GET on a POST endpoint", "protocol", ("GET", endpoint, b""), {405}),
+        ("unknown path", "protocol", ("POST", "/admin", one), {404}),
+        ("not an HTTP request", "protocol", raw(b"GARBAGE\r\n\r\n"), {400, "closed"}),
+        ("bad Content-Length", "protocol", raw(post_head(endpoint, extra=b"Content-Length: abc\r\n")), {400, "closed"}),
+        ("100 kB header", "protocol",  # (uvicorn reads a header that arrives whole; a slow one it bounds)
+         raw(post_head(endpoint, length=len(one), extra=b"X-Big: " + b"a" * 100_000 + b"\r\n"), [one]),
+         {200, "closed", "4xx"}),
+        ("slow body (under the body timeout)", "slow client",
+         raw(post_head(endpoint, length=len(one)), [one[:5], one[5:]], pause=limits["body_timeout_s"] / 4), {200}),
+        ("body that never ends", "slow client", raw(post_head(endpoint, length=len(one) + 100), [one]), {408}),
+        ("headers, then silence", "slow client", raw(post_head(endpoint, length=len(one))), {408}),
+        ("disconnect mid-body", "disconnecting client",
+         raw(post_head(endpoint, length=len(one) + 100), [one], close_early=True), {"gone"}),
+        ("disconnect before the answer", "disconnecting client",
+         raw(post_head(endpoint, length=len(one)), [one], close_early=True), {"gone"}),
+    ]
+
+
+async def send(client, method, url, probes=None, **kwargs):
+    """The answer's status (and its text), or "hang" (client timeout), "refused" (nothing listens), "closed" (the
+    connection closed without an answer); the status goes to ``probes`` too ("cancelled": the caller gave up)."""
+    import httpx
+    status, detail = "cancelled", ""
+    try:
+        r = await client.request(method, url, **kwargs)
+        status, detail = r.status_code, r.text[:200]
+    except httpx.ConnectError:
+        status = "refused"
+    except httpx.TimeoutException:
+        status = "hang"
+    except httpx.TransportError:
+        status = "closed"
+    finally:
+        if probes is not None:
+            probes.append(status)
+    return status, detail
+
+
+async def battery(server, endpoint, field, good, limits, burst_size, probes):
+    """Every hostile kind, /health while the largest allowed request is parsed, the injected faults and the cancelled
+    requests, each of these followed by the seconds until a good request is answered again."""
+    import httpx
+    records, faults, url = [], [], server.url + endpoint
+
+    async def recover(give_up=30.0):
+        start = time.perf_counter()
+        while time.perf_counter() - start < give_up:
+            if (await send(client, "POST", url, probes, json={field: good}))[0] == 200:
+                return time.perf_counter() - start
+            await asyncio.sleep(0.05)
+
+    async with httpx.AsyncClient(timeout=limits["body_timeout_s"] + limits["request_timeout_s"] + 10) as client:
+        for kind, group, body, expected in kinds(endpoint, field, good, limits, server.health["model"]["max_length"]):
+            start, detail = time.perf_counter(), ""
+            if callable(body):
+                status = await body(server.port)
+            else:
+                method, path, content = body if isinstance(body, tuple) else ("POST", endpoint, body)
+                status, detail = await send(client, method, server.url + path, content=content,
+                                            headers={"content-type": "application/json"})
+            records.append({"kind": kind, "group": group, "status": status, "expected": sorted(map(str, expected)),
+                            "ok": status in expected or isinstance(status, int) and f"{status // 100}xx" in expected,
+                            "seconds": round(time.perf_counter() - start, 3), "detail": detail})
+        longest = ("word " * (limits["max_text_chars"] // 5))[:limits["max_text_chars"]]
+        count = min(limits["max_texts"], limits["max_body_bytes"] // (2 * limits["max_text_chars"] + 16))
+        heavy = asyncio.ensure_future(send(client, "POST", url, json={field: [[longest] * 2 if field == "pairs"
+                                                                              else longest] * count}))
+        health_ms = []
+        while not heavy.done():
+            start = time.perf_counter()
+            await client.get(server.url + "/health")
+            health_ms.append(1000 * (time.perf_counter() - start))
+            await asyncio.sleep(0.02)
+        records.append({"kind": "the largest allowed request", "group": "oversized", "status": heavy.result()[0],
+                        "expected": ["200"], "ok": heavy.result()[0] == 200, "seconds": None, "detail": ""})
+        for fault in ("fail", "kill", "slow"):
+            value = f"{GOOD_TEXT} FC_SERVE_FAULT:{fault}"
+            r = await client.post(url, json={field: [value, GOOD_PAIR[1]] if field == "pairs" else value})
+            faults.append({"fault": fault, "status": r.status_code, "ok": r.status_code == (504 if fault == "slow"
+                                                                                           else 500),
+                           "detail": r.json().get("detail", "")[:160], "recover_s": await recover()})
+        # cancelled requests: sent, then given up by the client 50 ms later (the server's handlers see them go)
+        cancelled = [asyncio.ensure_future(send(client, "POST", url, probes, json={field: [good] * 4}))
+                     for _ in range(burst_size)]
+        await asyncio.sleep(0.05)
+        for task in cancelled:
+            task.cancel()
+        await asyncio.gather(*cancelled, return_exceptions=True)
+        faults.append({"fault": f"{burst_size} requests cancelled by their client", "status": "-", "ok": True,
+                       "detail": "", "recover_s": await recover()})
+        health = (await client.get(server.url + "/health")).json()
+    return records, faults, health, health_ms
+
+
+async def burst_with_shutdown(server, endpoint, field, good, size, timeout):
+    """``size`` good requests, SIGTERM in the middle: the first half queued behind a paused batch (the fault hook's
+    ``pause``) when the signal comes, each to be answered (else lost); the second half sent after it, 50 ms apart:
+    answered, refused while shutting down (503), the port closed ("refused") or the connection closed before the
+    server read the request ("closed unread": nothing done, safe to retry)."""
+    import httpx
+    url = server.url + endpoint
+    paused = [f"{good[0]} FC_SERVE_FAULT:pause", good[1]] if field == "pairs" else f"{good} FC_SERVE_FAULT:pause"
+    async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=size + 1)) as client:
+        first = [asyncio.ensure_future(send(client, "POST", url, json={field: paused}))]
+        await asyncio.sleep(0.1)
+        first += [asyncio.ensure_future(send(client, "POST", url, json={field: good})) for _ in range(size // 2 - 1)]
+        deadline = time.perf_counter() + 5
+        while time.perf_counter() < deadline and (await client.get(server.url + "/health")).json()["queued"] < \
+                size // 2 - 1:
+            await asyncio.sleep(0.01)
+        server.proc.send_signal(signal.SIGTERM)
+        second = []
+        for _ in range(size - size // 2):
+            await asyncio.sleep(0.05)
+            second.append(asyncio.ensure_future(send(client, "POST", url, json={field: good})))
+        first, second = await asyncio.gather(*first), await asyncio.gather(*second)
+    return [{"closed": "lost"}.get(s, s) for s, _ in first], [{"closed": "closed unread"}.get(s, s) for s, _ in second]
+
+
+def count_by(values):
+    return dict(sorted(collections.Counter(map(str, values)).items()))
+
+
+def run_faults(server_args, burst_size=24, log_path=None):
+    """fc-serve (``server_args``: its checkpoint and flags; the request bounds BOUNDS unless given) with the fault
+    hook: the battery, then the burst with shutdown; a summary."""
+    bounds = [x for name, value in BOUNDS.items() for x in (f"--{name.replace('_', '-')}", f"{value:g}")]
+    timeout = float(dict(zip(server_args, server_args[1:])).get("--request-timeout-s", BOUNDS["request_timeout_s"]))
+    log_path, probes = log_path or os.path.join(ROOT, "work", "serving", "faults_server.log"), []
+    with fc_serve([*bounds, *server_args], log_path, FC_SERVE_FAULTS="1",
+                  FC_SERVE_FAULT_SLOW_S=f"{timeout + 1:g}") as server:  # the injected slow batch: a 504
+        limits = {name: server.health[name] for name in BOUNDS}
+        endpoint = "/" + server.health["model"]["task"]
+        field = "pairs" if server.health["model"].get("inputs") == "pairs" else "texts"
+        good = GOOD_PAIR if field == "pairs" else GOOD_GERMAN if endpoint == "/translate" else GOOD_TEXT
+        started = time.perf_counter()
+        records, faults, health, health_ms = asyncio.run(battery(server, endpoint, field, good, limits, burst_size,
+                                                                 probes))
+        before, after = asyncio.run(burst_with_shutdown(server, endpoint, field, good, burst_size,
+                                                        limits["request_timeout_s"] + 30))
+        seconds = time.perf_counter() - started
+    text = open(log_path, encoding="utf-8", errors="replace").read()
+    injected = [f["status"] for f in faults if f["status"] != "-"]
+    others = [r["status"] for r in records] + probes
+    statuses = others + before + after + injected  # (the burst's 503s: refused while shutting down)
+    is_5xx = lambda s: isinstance(s, int) and s >= 500  # noqa: E731
+    return {"command": server.cmd, "model": health["model"], "limits": limits, "seconds": round(seconds, 1),
+            "kinds": records, "faults": faults, "burst": before + after, "requests": len(statuses),
+            "burst_before_signal": count_by(before), "burst_after_signal": count_by(after),
+            "answered_by_status": count_by(statuses),
+            "unexpected": [r for r in records if not r["ok"]] + [f for f in faults if not f["ok"]],
+            "server_errors_not_injected": sum(map(is_5xx, others)) + sum(is_5xx(s) and s != 503
+                                                                         for s in before + after),
+            "injected_5xx": sum(map(is_5xx, injected)), "hangs": statuses.count("hang"), "lost": before.count("lost"),
+            "worker_restarts": health["worker_restarts"],
+            "health_during_largest_ms": {"n": len(health_ms), **({"median": round(statistics.median(health_ms), 1),
+                                                                  "max": round(max(health_ms), 1)} if health_ms
+                                                                 else {})},
+            "shutdown_clean": server.proc.returncode in (0, -signal.SIGTERM) and "worker stopped" in text,
+            "tracebacks_in_log": text.count("Traceback"),  # and the tokenisers' progress lines (no line per request)
+            "progress_lines_in_log": sum("tokenising" in line or "applying BPE" in line for line in text.splitlines())}
+
+
+def faults_report(r, command, notes=()) -> str:
+    h = r["health_during_largest_ms"]
+    L = ["## Faults and hostile input", "",
+         f"Made by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}; server: 1 torch "
+         "thread, one worker, `FC_SERVE_FAULTS=1` (the fault hook), bounds `"
+         + " ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in r["limits"].items()) + "`; client: asyncio + httpx "
+         "and raw sockets in another process, loopback. Model: " + json.dumps(r["model"]) + ".", "",
+         *[f"Note: {note}" for note in notes], *([""] if notes else []),
+         f"- requests tried: {r['requests']} ({len(r['kinds'])} kinds of hostile or odd request, 3 injected faults, "
+         f"{len(r['burst'])} requests cancelled by their client, the good requests that timed each recovery, and a "
+         f"burst of {len(r['burst'])} with SIGTERM in the middle) in {r['seconds']:g} s",
+         "- answers by status: " + ", ".join(f"{s}: {n}" for s, n in r["answered_by_status"].items()),
+         f"- 5xx: {r['injected_5xx']} from the injected faults, {r['server_errors_not_injected']} otherwise "
+         f"(goal 0); hangs: {r['hangs']} (goal 0); requests lost: {r['lost']} (goal 0)",
+         f"- worker restarts: {r['worker_restarts']}; requests answered other than expected: {len(r['unexpected'])}; "
+         f"tracebacks in the server's log: {r['tracebacks_in_log']} (the injected faults'); tokeniser progress lines "
+         f"in it: {r['progress_lines_in_log']}; shutdown clean: {r['shutdown_clean']}",
+         f"- `/health` while the largest allowed request was parsed and tokenised: median {h.get('median', '-')} ms, "
+         f"max {h.get('max', '-')} ms over {h['n']} probes", "",
+         "| fault | answer | detail | seconds until a good request is answered again |", "|---|---|---|---|"]
+    L += [f"| {f['fault']} | {f['status']} | {f['detail'].replace('|', '/')} | {fmt(f['recover_s'], 2)} |"
+          for f in r["faults"]]
+    L += ["", f"Burst of {len(r['burst'])} with SIGTERM in the middle: the half queued when the signal came (behind "
+          "a paused batch): " + ", ".join(f"{s}: {n}" for s, n in r["burst_before_signal"].items())
+          + "; the half sent after it: " + ", ".join(f"{s}: {n}" for s, n in r["burst_after_signal"].items())
+          + " (503: refused while shutting down; refused: the port already closed; closed unread: the connection "
+          "closed before the server read the request).", "", "Each kind of request, the answer expected (never a 5xx) "
+          "and the one given:", "", "| group | kind | expected | answer |", "|---|---|---|---|"]
+    L += [f"| {x['group']} | {x['kind']} | {' or '.join(x['expected'])} | {x['status']} |" for x in r["kinds"]]
+    return "\n".join(L) + "\n"
+
+
+def faults(args, server_args, argv):
+    if not server_args:
+        sys.exit("bench_serving faults: give fc-serve's checkpoint and flags after --")
+    stem = os.path.splitext(os.path.abspath(args.out))[0]
+    result = run_faults(server_args, args.burst,
+                        None if stem.startswith(os.path.join(ROOT, "results", "")) else stem + "_faults_server.log")
+    if args.json:
+        write_json(args.json, result)
+    write_section(args.out, "faults", faults_report(result, invocation("bench_serving.py", argv), args.note))
+    print(json.dumps({k: result[k] for k in ("requests", "answered_by_status", "server_errors_not_injected",
+                                             "hangs", "lost", "worker_restarts", "unexpected")}, indent=1))
+    return result
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ours, server_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    if not ours or ours[0] not in ("burst", "faults", "-h", "--help"):
+        ours = ["burst"] + ours  # (the default subcommand)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command")
+    b = sub.add_parser("burst", help="the load benchmark (after --: more fc-serve flags, e.g. --max-batch 32)")
+    f = sub.add_parser("faults", help="faults and hostile input (after --: fc-serve's checkpoint and flags; unless "
+                                      "given there, " + " ".join(f"--{k.replace('_', '-')} {v:g}"
+                                                                 for k, v in BOUNDS.items()) + ")")
+    for q in (b, f):
+        q.add_argument("--out", default=os.path.join(ROOT, "work", "serving", "serving.md"),
+                       help="the report (the burst: a .json and .png beside it); results/... only when asked")
+        q.add_argument("--note", action="append", default=[], help="a sentence of provenance for the report")
+    b.add_argument("--task", default="SST-2", help="GLUE task (its dev sentences are the trace's requests)")
+    b.add_argument("--checkpoint", help="the backbone (default work/glue/TASK/checkpoints/checkpoint_best.pt)")
+    b.add_argument("--data", help="its data folder (default work/glue/data-bin/TASK.wordpiece)")
+    b.add_argument("--plugins", help="comma-separated plugin files (default: the store's records, see above)")
+    b.add_argument("--store", default=os.path.join(ROOT, "results", "store"), help="the results store")
+    b.add_argument("--policies", default="fixed:0,fixed:max,adaptive",
+                   help="policies in order (fixed:max: the largest k; adaptive@4+8: only k=4 and k=8 attached)")
+    b.add_argument("--repeats", type=int, default=2, help="runs of each policy, in turns")
+    f.add_argument("--burst", type=int, default=24, help="requests in the burst with shutdown, and cancelled ones")
+    f.add_argument("--json", help="also the whole result as JSON here")
+    args = p.parse_args(ours)
+    return burst(args, server_args, argv) if args.command == "burst" else faults(args, server_args, argv)
 
 
 if __name__ == "__main__":

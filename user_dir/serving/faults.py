@@ -1,5 +1,5 @@
 """A test and debug hook: faults injected into the served model's batches (tests/test_serve_faults.py and
-scripts/bench/serve_faults.py use it to check that the server outlives them). Off unless fc-serve runs with
+``scripts/bench/bench_serving.py faults`` use it to check that the server outlives them). Off unless fc-serve runs with
 ``FC_SERVE_FAULTS=1`` in its environment; then an example whose text contains
 
 * ``FC_SERVE_FAULT:fail`` makes its batch raise (``InjectedFault``): its requests get a 500 naming it;
