@@ -79,7 +79,7 @@ STATUS = {
     "archive/ghostbert.md": ("headline", "pruned only vs GhostBERT on translation and GLUE"),
     "archive/ghostbert_sst2_1000_updates.md": ("part", "SST-2 at m = 3/12 with four times the budget"),
     "ghost_costs_gpu.md": ("part", "the ghost modules' time against pruned only on an H100, fp32/fp16/bf16"),
-    "ghost_costs_gpu_whole.md": ("part", "the same in fp16 with both encoders under CUDA graphs (cudagraphs backend)"),
+    "archive/ghost_costs_gpu_whole.md": ("part", "the GPU costs in fp16 with both encoders under CUDA graphs (cudagraphs backend; the option since removed)"),
     "archive/apc.md": ("part", "30 updates: sizes, initialisations, strategies"),
     "archive/apc_300_updates.md": ("headline", "translation at 300 updates: FFN, attention and embedding compression"),
     "archive/apc_glue.md": ("headline", "the APC-50-ff analogue of the MiniLM GLUE teachers vs neuron pruning"),
