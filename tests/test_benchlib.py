@@ -90,24 +90,3 @@ def test_bleu_tokenisation_finds_the_degenerate_repeats_behind_the_gap(tmp_path,
     assert "hypotheses repeating a token 5+ times in a row: 3 (sentence ids [7, 17, 27])" in out
     # without the repeats only the glued period separates them
     assert "without them: BLEU (tok) 99.08, sacreBLEU 100.00 (gap +0.92, was +6.48)" in out
-
-
-def test_device_and_precision_turn_into_fairseqs_and_the_tools_flags():
-    """benchlib.Device: the CPU (the default) gives --cpu everywhere; CUDA runs one fairseq process per run (so
-    several share the GPU), fp16 reaches fairseq and fc-measure; bf16 trains through fc-train-bf16 (stock
-    fairseq-train --bf16 implies --tpu); an unknown device is refused, naming it."""
-    from types import SimpleNamespace as Args
-
-    cpu = benchlib.Device(None)
-    assert (cpu.fairseq(), cpu.train_flags(), cpu.tool(), cpu.measure()) == (["--cpu"], ["--cpu"], ["--cpu"], ["--cpu"])
-    assert cpu.train()[1:] == ["-m", "fairseq_cli.train"]
-    fp16 = benchlib.Device(Args(device="cuda", fp16=True, bf16=False))
-    assert fp16.fairseq() == ["--fp16"] and fp16.tool() == [] and fp16.measure() == ["--fp16"]
-    assert fp16.train_flags() == ["--fp16", "--distributed-world-size", "1"] and fp16.train()[-1] == "fairseq_cli.train"
-    bf16 = benchlib.Device(Args(device="cuda", fp16=False, bf16=True))
-    assert bf16.fairseq() == ["--bf16"] and bf16.measure() == [] and bf16.train()[-1] == "user_dir.tools.train_bf16"
-    assert benchlib.Device(Args(device="cpu", bf16=True)).fairseq() == ["--cpu", "--bf16"]
-    assert benchlib.Device(Args(device="cuda:1")).tool() == [] and benchlib.Device(fp16).measure() == ["--fp16"]
-    with pytest.raises(ValueError, match="--device tpu"):
-        benchlib.Device(Args(device="tpu"))
-

@@ -23,7 +23,7 @@ import statistics
 import sys
 import time
 
-from benchlib import ROOT, default_out, Device, logger, plot_panels, provenance, provenance_text, write_report
+from benchlib import ROOT, default_out, logger, plot_panels, provenance, provenance_text, write_report
 
 log = logger("bench_ghost_costs")
 VARIANTS = (("pruned", "none"), ("ghost", "o,ffn2"))  # variant, ghost_prune's --ghost-positions
@@ -51,7 +51,7 @@ def width_dir(work, m):
     return os.path.join(work, f"m{m.replace('/', 'of')}")
 
 
-def prune(setup, m, work, device=None):
+def prune(setup, m, work, args=None):
     """{variant: checkpoint}: ghost_prune's pruned-only and GhostBERT cuts of the teacher at width ``m`` (cached)."""
     from user_dir.ghost.tools import prune as ghost_prune
 
@@ -60,7 +60,7 @@ def prune(setup, m, work, device=None):
         if not os.path.isfile(paths[variant]):
             ghost_prune.main([setup["data"], "--path", setup["teacher"], "--width-mult", m, "--out", paths[variant],
                               "--ghost-positions", positions, "--max-batches", str(PRUNE_BATCHES),
-                              "--batch-size", "16", *Device(device).tool()])
+                              "--batch-size", "16", *(["--cpu"] if getattr(args, "device", "cpu") == "cpu" else [])])
     return paths
 
 

@@ -54,50 +54,6 @@ def multi30k_data_bin(dest=MULTI30K_DATA):
     return dest
 
 
-# ---- device and precision -----------------------------------------------------------------------------------
-DEVICES = ("cpu", "cuda")
-
-
-class Device:
-    """The flags a device and precision (:func:`add_device_args`) turn into: ``Device(args)`` (a Device, or any object
-    with ``device``/``fp16``/``bf16``; missing ones: the CPU in float32)."""
-
-    def __init__(self, args=None):
-        if isinstance(args, Device):
-            self.kind, self.precision = args.kind, args.precision
-            return
-        self.kind = str(getattr(args, "device", "cpu") or "cpu").split(":")[0]  # cuda:1 is a CUDA device
-        self.precision = "fp16" if getattr(args, "fp16", False) else "bf16" if getattr(args, "bf16", False) else "fp32"
-        if self.kind not in DEVICES:
-            raise ValueError(f"--device {self.kind}: expected one of {', '.join(DEVICES)}")
-
-    def fairseq(self):
-        """fairseq-train/-generate/-validate's flags: --cpu on the CPU, --fp16 or --bf16 for the precision."""
-        return (["--cpu"] if self.kind == "cpu" else []) + ([f"--{self.precision}"] if self.precision != "fp32" else [])
-
-    def train(self):
-        """The fairseq-train command of a run, its flags not included: ``python -m fairseq_cli.train``, or
-        fc-train-bf16's module under --bf16."""
-        module = "user_dir.tools.train_bf16" if self.precision == "bf16" else "fairseq_cli.train"
-        return [sys.executable, "-m", module]
-
-    def train_flags(self):
-        """:meth:`fairseq` for fairseq-train: on CUDA one process on the current device (fairseq otherwise spawns
-        one per visible GPU), so the runs of --jobs share one GPU."""
-        return self.fairseq() + (["--distributed-world-size", "1"] if self.kind == "cuda" else [])
-
-    def tool(self):
-        """The plug-in's tools that take a device (ghost_prune, seq_kd_data): --cpu or nothing (no precision)."""
-        return ["--cpu"] if self.kind == "cpu" else []
-
-    def measure(self):
-        """fc-measure's flags: --cpu, or --fp16 (it has no bfloat16: a bf16 run is measured in float32)."""
-        return self.tool() + (["--fp16"] if self.precision == "fp16" else [])
-
-    def __repr__(self):
-        return f"{self.kind}/{self.precision}"
-
-
 # ---- logging and running commands --------------------------------------------------------------------
 def logger(name):
     """``log(msg)`` printing ``[name HH:MM:SS] msg``."""
