@@ -606,45 +606,25 @@ def quickstart_score(store, cell):
 
 def deploy_glue_table(store):
     """The deployment page's GLUE rows: the latest run of the GLUE ladder (grids/ladder_glue.toml), each model in
-    fairseq and ONNX Runtime with its predictions against fairseq's; before its first run, the archived table of the
-    deleted bench_deploy_glue.py (results/archive/deploy_glue.json), a selection of (model, runtime) pairs, so
-    labelled."""
+    fairseq and ONNX Runtime with its predictions against fairseq's."""
     from ladder import Ladder
 
     ladder = Ladder(os.path.join(ROOT, "grids", "ladder_glue.toml"), store.root)
     e = ladder_run(store, ladder)
-    if e is not None:
-        name = METRIC_NAMES[e["settings"]["metric"]]
-        lines = [f"| model, engine | {name} | predictions = fairseq's | size MB | speed-up over the fairseq teacher "
-                 f"(batch {e['settings']['batch']}) |", "| --- | --- | --- | --- | --- |"]
-        for r in e["rows"]:
-            same = "-" if "identical_to_fairseq" not in r else f"{r['identical_to_fairseq']:,}/{r['sentences']:,}"
-            lines.append(f"| {r['model']}, {r['engine']} | {r['deployed_quality']:.2f} | {same} | {r['size_mb']:.1f} "
-                         f"| {r['speedup']:.2f}x |")
-        return "\n".join(lines) + (f"\n\n{e['settings']['glue_task']} dev, {e['rows'][0]['sentences']:,} examples, "
-                                    f"{e['settings']['threads']} thread(s) per engine, measured {e['date']} "
-                                    "([results/ladder_glue.md](../../results/ladder_glue.md)).\n")
-    with open(os.path.join(ROOT, "results", "archive", "deploy_glue.json")) as f:
-        rep = json.load(f)
-    models = {r["name"]: r for r in rep["rows"]}
-    width = rep["width"]
-    shown = [("teacher", "teacher", "transformers"), ("teacher", "teacher", "onnx int8"),
-             (f"pruned only, m = {width}", "pruned only", "onnx fp32"), (f"GhostBERT, m = {width}", "GhostBERT", "onnx fp32"),
-             ("APC-finalized", "APC-finalized", "transformers")]
-    lines = [f"{rep['task']} dev, {rep['dev_examples']} examples from raw text, {rep['provenance']['threads']} thread(s):",
-             "", "| model | runtime | dev | largest logit difference to fairseq | predictions = fairseq's | sent/s batch 32 |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for label, name, runtime in shown:
-        r = models[name]["runtimes"][runtime]
-        shown_runtime = runtime + (" (zero-padded)" if runtime == "transformers" and models[name].get("hf_padded_because")
-                                   else "")
-        score = " / ".join(f"{'acc' if k == 'accuracy' else k} {v:.2f}" for k, v in r["score"].items())
-        lines.append(f"| {label} | {shown_runtime} | {score} | {r['max_abs_diff']:.1e} | {100 * r['agreement']:.1f}% "
-                     f"| {rep['speed']['batch 32'][f'{name}|{runtime}']:.1f} |")
-    return "\n".join(lines) + (f"\n\nArchived: measured {rep['provenance']['date']} by a driver since deleted "
-                                "([results/archive/deploy_glue.md]"
-                                "(../../results/archive/deploy_glue.md)); the GLUE ladder replaces it once measured "
-                                "(`python scripts/experiments/ladder.py measure grids/ladder_glue.toml`).\n")
+    if e is None:
+        return ("Not measured yet: `python scripts/experiments/ladder.py measure grids/ladder_glue.toml` (alone on the "
+                "machine) measures the GLUE grid's students; the last table of the driver it replaces is archived, "
+                "[results/archive/deploy_glue.md](../../results/archive/deploy_glue.md).\n")
+    name = METRIC_NAMES[e["settings"]["metric"]]
+    lines = [f"| model, engine | {name} | predictions = fairseq's | size MB | speed-up over the fairseq teacher "
+             f"(batch {e['settings']['batch']}) |", "| --- | --- | --- | --- | --- |"]
+    for r in e["rows"]:
+        same = "-" if "identical_to_fairseq" not in r else f"{r['identical_to_fairseq']:,}/{r['sentences']:,}"
+        lines.append(f"| {r['model']}, {r['engine']} | {r['deployed_quality']:.2f} | {same} | {r['size_mb']:.1f} "
+                     f"| {r['speedup']:.2f}x |")
+    return "\n".join(lines) + (f"\n\n{e['settings']['glue_task']} dev, {e['rows'][0]['sentences']:,} examples, "
+                                f"{e['settings']['threads']} thread(s) per engine, measured {e['date']} "
+                                "([results/ladder_glue.md](../../results/ladder_glue.md)).\n")
 
 
 def teacher_cache_table(store):
@@ -686,91 +666,6 @@ def teacher_reference():
             f"{r['sentences']:,} sentences of test_2016_flickr.\n")
 
 
-def ghost_costs_table():
-    """GhostBERT's encoder time against pruned-only's, eager and ``--ghost-compile``d: the CPU section of
-    results/archive/deploy_glue.json (bench_ghost_costs.py's measurement, run by the deleted bench_deploy_glue.py) and
-    each dtype of results/ghost_costs_gpu.json (scripts/bench/bench_ghost_costs.py --device cuda); the goal's verdict
-    is bench_ghost_costs.costs_verdict's."""
-    if os.path.join(ROOT, "scripts", "bench") not in sys.path:
-        sys.path.insert(0, os.path.join(ROOT, "scripts", "bench"))
-    from bench_ghost_costs import costs_verdict
-
-    with open(os.path.join(ROOT, "results", "archive", "deploy_glue.json")) as f:
-        rep = json.load(f)
-    cpu, prov = rep["ghost_costs"], rep["ghost_costs_provenance"]
-    batch = f"{cpu['time_batch']} x 128"
-
-    def ratio(x):
-        return f"{x['median']:.3f}x" if x else "-"
-    lines = [f"On a CPU ({', '.join(prov['machine'].split(', ')[:2])}, {prov['threads']} thread(s), {prov['date']}), "
-             f"the {rep['task']} encoders cut from the teacher at each m: GhostBERT's time over pruned-only's, the "
-             "median over rounds" + (", the compiled form fused with the residual add" if cpu.get("residual_fusion")
-                                     else "") + ":", "",
-             f"| m | eager ({batch}) | compiled ({batch}) | eager (1 x 128) | compiled (1 x 128) "
-             + (f"| ONNX Runtime ({batch}) |" if cpu.get("onnx") else "|"),
-             "| --- | --- | --- | --- | --- |" + (" --- |" if cpu.get("onnx") else "")]
-    for row in cpu["rows"]:
-        lines.append(f"| {row['m']} | {ratio(row['batch: ghost'])} | {ratio(row['batch: ghost, compiled'])} "
-                     f"| {ratio(row['single: ghost'])} | {ratio(row.get('single: ghost, compiled'))} |"
-                     + (f" {ratio(row.get('onnx: ghost'))} |" if cpu.get("onnx") else ""))
-    lines += ["", costs_verdict(cpu), ""]
-    with open(os.path.join(ROOT, "results", "ghost_costs_gpu.json")) as f:
-        gpu = json.load(f)
-    devices = sorted({c["device"].split(" (")[0] for c in gpu["costs"]})
-    fused = all(c.get("residual_fusion") for c in gpu["costs"])
-    (shape,) = {f"{c['time_batch']} x 128" for c in gpu["costs"]}
-    lines += [f"On {', '.join(devices)} ({gpu['provenance']['date']}"
-              + ("" if fused else ", before the compiled form's residual fusion") + "), each dtype's range over m:", "",
-              f"| dtype | pruned only, ms (1 x 128) | pruned only, ms ({shape}) | eager / pruned ({shape}) "
-              f"| compiled / pruned ({shape}) | m where compiled is below eager |",
-              "| --- | --- | --- | --- | --- | --- |"]
-    for c in gpu["costs"]:
-        rows = c["rows"]
-        single, whole = [r["single: pruned ms"] for r in rows], [r["batch: pruned ms"] for r in rows]
-        eager, compiled = ([r[f"batch: {k}"]["median"] for r in rows] for k in ("ghost", "ghost, compiled"))
-        below = [r["m"] for r, e, k in zip(rows, eager, compiled) if k < e]
-        lines.append(f"| {c['dtype']} | {min(single):.2f}-{max(single):.2f} | {min(whole):.2f}-{max(whole):.2f} "
-                     f"| {min(eager):.3f}x-{max(eager):.3f}x | {min(compiled):.3f}x-{max(compiled):.3f}x "
-                     f"| {', '.join(below) or 'none'} |")
-    return "\n".join(lines) + "\n"
-
-
-def serving_burst():
-    """The serving page's burst table: the archived fc-serve benchmark, results/archive/serving.json
-    (scripts/bench/bench_serving.py): each policy's median over its repeats (as bench_serving.serving_verdict takes
-    it), whether its p95 stayed within the target in every repeat (serving_verdict's test), and each other policy's
-    accuracy against fixed:0's on the sentences both answered."""
-    with open(os.path.join(ROOT, "results", "archive", "serving.json")) as f:
-        rep = json.load(f)
-    target, runs = rep["target_p95_ms"], {}
-    for run in rep["policies"].values():
-        runs.setdefault(run["policy"], []).append(run)
-    plugins = ", ".join(str(k) for k in rep["ratios"] if k)
-    lines = [f"{rep['task']} dev sentences, a burst at {rep['burst_factor']:g}x the backbone's throughput, a latency "
-             f"target of {target:.0f} ms at the p95, the median of each policy's {rep['repeats']} repeats "
-             f"({', '.join(rep['machine'].split(', ')[:2])}, {rep['date']}):", "",
-             "| policy | burst p95 ms | sentences answered | accuracy of answered sentences | p95 within the target "
-             "in every repeat |", "| --- | --- | --- | --- | --- |"]
-    for policy, repeats in runs.items():
-        s = [r["summary"] for r in repeats]
-        within = all(x["burst_p95_ms"] <= target and x["p95_ms"] <= target for x in s)
-        label = f"`{policy}`" + (f" (k = {plugins})" if policy == "adaptive" else "")
-        lines.append(f"| {label} | {statistics.median(x['burst_p95_ms'] for x in s):,.0f} "
-                     f"| {statistics.median(x['examples_answered'] for x in s):,.0f} "
-                     f"| {statistics.median(x['accuracy'] for x in s):.2f} | {'yes' if within else 'no'} |")
-    base = statistics.median(r["summary"]["burst_p95_ms"] for r in runs["fixed:0"])
-    tests = []
-    for policy, repeats in runs.items():
-        shown = [r["summary"]["shared_test"] for r in sorted(repeats, key=lambda r: r["repeat"])
-                 if "shared_test" in r["summary"]]
-        if shown:
-            tests.append(f"`{policy}` " + ", ".join(f"{t['diff']:+.2f} [{t['low']:+.2f}, {t['high']:+.2f}]"
-                                                    for t in shown))
-    return "\n".join(lines) + (f"\n\n`fixed:0`'s burst p95 was {base / target:.2f}x the target. Accuracy against "
-                               "`fixed:0` on the sentences both answered (points, 95% interval, each repeat): "
-                               f"{'; '.join(tests)}.\n")
-
-
 BLOCKS = {
     "pet-sizes": lambda store: sizes_table(os.path.join(ROOT, "grids", "pet.toml"), "pet"),
     "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
@@ -796,8 +691,6 @@ BLOCKS = {
     "ladder-glue-summary": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_glue.toml"),
                                                       summary=True),
     "teacher-reference": lambda store: teacher_reference(),
-    "ghost-costs": lambda store: ghost_costs_table(),
-    "serving-burst": lambda store: serving_burst(),
 }
 
 
