@@ -220,3 +220,48 @@ def test_a_cells_budget_is_its_stages_epochs_or_updates():
     assert grid_lib.budget(Cell("pet.sh", MAX_EPOCHS=20), {"updates_per_epoch": 10}) == (230, True)
     assert grid_lib.budget(Cell("apc.sh", FINETUNE_EPOCHS=2), {}) == (None, False)
     assert grid_lib.budget(Cell("variator.sh", K=4), glue) == (None, False)
+
+
+def test_a_runs_score_line_in_each_form(tmp_path):
+    """record.score_line, the one format of the line every recipe prints last (record.py --score) and the method pages
+    show: the student against the teacher's row at its share of the teacher's non-embedding parameters (translation:
+    BLEU (tok); GLUE: the task's primary metric on dev), with its own count where no teacher was measured, and
+    Variator's plugged backbone against the backbone alone with the plugin's cost."""
+    import record
+
+    def result(recipe, name, metrics, non_embedding, teacher=None, **fields):
+        also = {"teacher": {"metrics": teacher[0], "params": {"non_embedding": teacher[1]}}} if teacher else {}
+        return dict({"recipe": recipe, "name": name, "metrics": metrics, "params": {"non_embedding": non_embedding},
+                     "sentences": 1000, "also": also, "variables": {}}, **fields)
+
+    apc = result("apc.sh", "apc", {"bleu_tok": 35.371, "sacrebleu": 34.0}, 2771712, ({"bleu_tok": 36.29}, 5529600),
+                 primary_metric="bleu_tok")
+    line = ("score: apc BLEU (tok) 35.37 (teacher 36.29) at 50.12% of the teacher's non-embedding parameters, 1000 "
+            "sentences -- work/grid/apc-s1/measure.md")
+    assert record.score_line(apc, "work/grid/apc-s1") == line
+    assert record.score_line(dict(apc, primary_metric=None), "work/grid/apc-s1") == line  # a record filed before
+    mrpc = result("ghostbert.sh", "ghostbert-ghost", {"accuracy": 80.0, "f1": 86.456}, 787,
+                  ({"accuracy": 84.0, "f1": 88.9}, 1000), primary_metric="f1", variables={"GLUE_TASK": "MRPC"})
+    assert record.score_line(mrpc, "w") == ("score: ghostbert-ghost MRPC dev f1 86.46 (teacher 88.90) at 78.70% of the "
+                                            "teacher's non-embedding parameters, 1000 sentences -- w/measure.md")
+    with pytest.raises(ValueError, match="MRPC result that names no primary metric"):
+        record.score_line(dict(mrpc, primary_metric=None), "w")
+    word = result("competitors.sh", "word", {"bleu_tok": 0.2}, 501696, primary_metric="bleu_tok")
+    assert record.score_line(word, ".") == ("score: word BLEU (tok) 0.20, 501,696 non-embedding parameters, 1000 "
+                                            "sentences -- measure.md")
+    cost = {"encoder_flops_saved_percent": 44.93, "extra_params_percent": 0.664}
+    variator = result("variator.sh", "variator-k4", {"bleu_tok": 35.35}, 10, ({"bleu_tok": 36.29}, 10), cost=cost,
+                      variables={"K": "4", "GLUE_TASK": ""}, primary_metric="bleu_tok")
+    assert record.score_line(variator, "work/variator") == (
+        "score: variator k=4 BLEU4 35.35 (backbone alone 36.29), 44.9% of the encoder's FLOPs saved with 0.66% extra "
+        "parameters -- work/variator")
+    rte = dict(variator, metrics={"accuracy": 60.289}, also={"teacher": {"metrics": {"accuracy": 61.01}}},
+               variables={"K": "2", "GLUE_TASK": "RTE"}, primary_metric="accuracy")
+    assert record.score_line(rte, "w").startswith("score: variator k=2 RTE dev accuracy 60.29 (backbone alone 61.01), ")
+    # the command line: WORK named from the current folder, as the recipes print it
+    work = tmp_path / "run"
+    work.mkdir()
+    (work / "result.json").write_text(json.dumps(word))
+    out = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "experiments", "record.py"), "--score",
+                          "run/result.json"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert out == record.score_line(word, "run") + "\n" and out.endswith(" -- run/measure.md\n")

@@ -148,9 +148,10 @@ def test_the_teacher_cache_table_divides_the_training_stages_cpu_time_by_its_upd
 
 
 def test_a_quickstart_block_is_its_cells_score_line_from_its_latest_record_of_the_grids_teacher_and_data(tmp_path):
-    """A method page's quickstart: grids/quickstart.toml's cell as its recipe's score line (variator.sh's own, else
-    common.sh's score_measure), from the cell's latest record of the grid's teacher and data, with its updates and CPU
-    time; without one, an error naming the grid command that makes it."""
+    """A method page's quickstart: grids/quickstart.toml's cell as its recipe's score line (record.score_line, what the
+    recipe printed: variator.sh's form, else the student against the teacher), from the cell's latest record of the
+    grid's teacher and data, with its updates and CPU time; without one, an error naming the grid command that makes
+    it."""
     sys.path.insert(0, os.path.dirname(RENDER))
     import render
     import store as store_lib

@@ -4,13 +4,16 @@
     python scripts/experiments/record.py WORK --recipe pet.sh --name pet --stages data warmup kd measure \\
         --train-stages warmup kd --checkpoint WORK/kd/checkpoint_best.pt --measure WORK/measure.json \\
         --teacher T.pt --data DATA-BIN --device-flags "--cpu" --var SEED=1 --var ENC_DIM=128 ...
+    python scripts/experiments/record.py --score WORK/result.json      the run's score line (the recipes' last line)
 
 The record holds: the recipe and its variables; every stage's exact command (its DONE file, as scripts/recipes/common.sh
 writes it) with the wall and CPU seconds of each attempt (its TIMES file); the sha256 of the teacher checkpoint and a
 fingerprint of the data (its dictionaries and the index of every subset); the scored checkpoint; the metrics of the
 student's row in fc-measure's JSON on the report split; its per-example outputs (fc-measure --outputs-dir); for each
 training stage its updates, completed epochs, the epoch of its best checkpoint and its best validation value; the total
-wall and CPU time; the device and the machine. The grid runner (scripts/experiments/grid.py) files it in the store.
+wall and CPU time; the device and the machine; the primary metric of its score line (:func:`score_line`: the line
+every recipe prints last, and the method pages show). The grid runner (scripts/experiments/grid.py) files it in the
+store.
 """
 import argparse
 import functools
@@ -161,6 +164,10 @@ def build(args):
                 "extra_params_percent": row_cost["plugin_params_percent"],
                 "speedup": row_cost["speedup"]["median"], "length": measured_cost["length"],
                 "batch_size": measured_cost["batch_size"]}
+    if args.primary_metric and args.primary_metric not in row:
+        raise SystemExit(f"record: --primary-metric {args.primary_metric}: the row {args.name!r} of {args.measure} "
+                         "has no such score")
+    primary_metric = args.primary_metric or ("bleu_tok" if "bleu_tok" in row else None)
     record = {
         "recipe": args.recipe, "name": args.name, "variables": variables,
         "commands": commands,
@@ -168,7 +175,7 @@ def build(args):
         "data": {"path": relative(args.data), "fingerprint": data_fingerprint(args.data)},
         "checkpoint": relative(args.checkpoint),
         "split": args.split,
-        "metrics": {k: row[k] for k in metric_keys if k in row},
+        "metrics": {k: row[k] for k in metric_keys if k in row}, "primary_metric": primary_metric,
         "params": {"total": row.get("params"), "non_embedding": row.get("non_embedding_params")},
         "sentences": row.get("sentences"), "sentences_per_s": row.get("sentences_per_s"),
         "outputs": os.path.relpath(os.path.abspath(args.outputs), work) if args.outputs else None,
@@ -184,7 +191,48 @@ def build(args):
     return record
 
 
+def score_line(result, work):
+    """The score line of a run, from its result (WORK/result.json, or its record in the store); ``work``: its work
+    folder as the line names it. Variator (variator.sh): the plugged backbone against the backbone alone, with the
+    plugin's cost; every other recipe (common.sh's print_score): the student against the teacher's row filed beside it
+    (record: --also teacher), at its share of the teacher's non-embedding parameters, or with its own count where no
+    teacher was measured. Translation scores BLEU (tok), GLUE the task's primary metric on dev."""
+    task = (result.get("variables") or {}).get("GLUE_TASK")
+    if task and not result.get("primary_metric"):
+        raise ValueError(f"a {task} result that names no primary metric (filed before results did): no score line")
+    metric = result.get("primary_metric") or "bleu_tok"
+    student, teacher = result["metrics"][metric], (result.get("also") or {}).get("teacher")
+    if result["recipe"] == "variator.sh":
+        cost = result["cost"]
+        what = f"{task} dev {metric}" if task else "BLEU4"  # BLEU (tok): fairseq-generate's BLEU4
+        return (f"score: variator k={result['variables']['K']} {what} {student:.2f} (backbone alone "
+                f"{teacher['metrics'][metric]:.2f}), {cost['encoder_flops_saved_percent']:.1f}% of the encoder's FLOPs "
+                f"saved with {cost['extra_params_percent']:.2f}% extra parameters -- {work}")
+    what = f"{task} dev {metric}" if task else "BLEU (tok)"
+    if teacher:
+        rate = 100.0 * result["params"]["non_embedding"] / teacher["params"]["non_embedding"]
+        against = (f" (teacher {teacher['metrics'][metric]:.2f}) at {rate:.2f}% of the teacher's non-embedding "
+                   "parameters")
+    else:
+        against = f", {result['params']['non_embedding']:,} non-embedding parameters"
+    return (f"score: {result['name']} {what} {student:.2f}{against}, {result['sentences']} sentences -- "
+            f"{os.path.normpath(os.path.join(work, 'measure.md'))}")
+
+
+def score_main(argv):
+    p = argparse.ArgumentParser(prog="record.py --score", description="The score line of a run's WORK/result.json, "
+                                "its work folder named from the current folder.")
+    p.add_argument("result", help="WORK/result.json")
+    args = p.parse_args(argv)
+    with open(args.result) as f:
+        result = json.load(f)
+    print(score_line(result, os.path.relpath(os.path.dirname(os.path.abspath(args.result)))))
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--score"]:
+        return score_main(argv[1:])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("work", help="the recipe's work folder")
     p.add_argument("--recipe", required=True, help="the recipe's file name (e.g. pet.sh)")
@@ -199,6 +247,9 @@ def main(argv=None):
     p.add_argument("--also", action="append", default=[],
                    help="another row of --measure filed beside the student, its metrics and outputs (repeatable)")
     p.add_argument("--cost", default=None, help="the plugged model's cost (user_dir/variator/tools/cost.py --json)")
+    p.add_argument("--primary-metric", default=None,
+                   help="the score of the run's score line: GLUE, the task's first metric (glue_metrics.TASK_METRICS); "
+                   "default bleu_tok where the row has it")
     p.add_argument("--split", default="test", help="the report split the metrics are measured on")
     p.add_argument("--teacher", required=True)
     p.add_argument("--data", required=True)

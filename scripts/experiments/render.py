@@ -28,6 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 import store as store_lib  # noqa: E402
+from record import score_line  # noqa: E402
 
 CLAIMS = os.path.join(ROOT, "grids", "claims.toml")
 BLOCK = re.compile(r"(<!-- rendered: ([\w-]+) -->\n)(.*?)(<!-- /rendered -->)", re.S)
@@ -493,10 +494,12 @@ def pet_shipped(kind):
     a sentence, the recipe's score line for it, or the PET page's results rows with the demo's (results/demo.json)."""
     rows, table = _results_rows("pet_multi30k.json")
     teacher, pet = rows["teacher"], rows["pet"]
-    if kind == "score":
-        return (f"```\nscore: pet BLEU (tok) {pet['bleu_tok']:.2f} (teacher {teacher['bleu_tok']:.2f}) at "
-                f"{pet['compression_rate']:.2f}% of the teacher's non-embedding parameters, {pet['sentences']} sentences "
-                "-- work/pet/measure.md\n```\n")
+    if kind == "score":  # pet.sh's line (record.score_line) of the two rows, as its WORK/result.json files them
+        def filed(row):
+            return {"metrics": {"bleu_tok": row["bleu_tok"]}, "params": {"non_embedding": row["non_embedding_params"]}}
+        result = dict(filed(pet), recipe="pet.sh", name="pet", sentences=pet["sentences"],
+                      also={"teacher": filed(teacher)})
+        return f"```\n{score_line(result, 'work/pet')}\n```\n"
     if kind == "sentence":
         return (f"The shipped student (`checkpoints/multi30k.de-en/pet_student.pt`: the full CPU recipe at its defaults "
                 f"of then, 3 + 20 epochs, one seed) scores {pet['bleu_tok']:.2f} BLEU (tok) and {pet['sacrebleu']:.2f} "
@@ -567,22 +570,6 @@ def glue_teachers_table():
 
 
 QUICKSTART = os.path.join(ROOT, "grids", "quickstart.toml")
-
-
-def score_line(record, work):
-    """The score line a translation record's recipe printed last, from the record (its scores, its teacher's row, its
-    cost): variator.sh's own (the plugin's cost beside the backbone alone), else common.sh's score_measure (the student
-    against the teacher); ``work``: the run's work folder as the line names it."""
-    student, teacher = record["metrics"]["bleu_tok"], record["also"]["teacher"]
-    if record["recipe"] == "variator.sh":
-        cost = record["cost"]
-        return (f"score: variator k={record['variables']['K']} BLEU4 {student:.2f} (backbone alone "
-                f"{teacher['metrics']['bleu_tok']:.2f}), {cost['encoder_flops_saved_percent']:.1f}% of the encoder's "
-                f"FLOPs saved with {cost['extra_params_percent']:.2f}% extra parameters -- {work}")
-    rate = 100.0 * record["params"]["non_embedding"] / teacher["params"]["non_embedding"]
-    return (f"score: {record['name']} BLEU (tok) {student:.2f} (teacher {teacher['metrics']['bleu_tok']:.2f}) at "
-            f"{rate:.2f}% of the teacher's non-embedding parameters, {record['sentences']} sentences -- "
-            f"{work}/measure.md")
 
 
 def quickstart_score(store, cell):

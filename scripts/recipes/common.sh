@@ -9,14 +9,16 @@
 #   glue_or_translation          MODE=glue (GLUE_TASK set: TASK_FLAGS from the teacher's own task, fc-flags --task, its
 #                                METRIC choosing checkpoints and PRIMARY_METRIC of the score line) or translation (DATA
 #                                by shipped_translation_data when not given)
-#   score_measure JSON NAME      the score line from fc-measure's JSON (the student NAME against the teacher)
+#   print_score                  the run's score line from WORK/result.json (write_result's), as
+#                                scripts/experiments/record.py --score writes it (the student against the teacher)
 #   language_pair                SRC and TGT read off DATA's file names unless given
 #   student_training             STUDENT_TRAINING: the optimiser, schedule, batch, dropout and stopping rule every
 #                                translation student shares (pet.sh, competitors.sh): one rule for every method
 #   write_result NAME CHECKPOINT STAGES... -- TRAIN_STAGES...   WORK/result.json (scripts/experiments/record.py) from
 #                                WORK/measure.json and WORK/outputs/NAME.txt (fc-measure --outputs-dir), with the
 #                                variables named in RECORD_VARS, the rows named in RECORD_ALSO (their scores and
-#                                outputs beside the student's) and RECORD_COST's cost JSON; the references:
+#                                outputs beside the student's), RECORD_COST's cost JSON and PRIMARY_METRIC (GLUE: the
+#                                score line's; translation: BLEU (tok)); the references:
 #                                RAW_REFERENCE's file (sacreBLEU's), else WORK/outputs/references.txt (GLUE: the labels)
 #   bert_teachers                (the GPU reproductions) TEACHERS: a folder of GLUE teachers as scripts/recipes/glue_teachers.sh
 #                                leaves them, fine-tuned here from HF_MODEL unless given
@@ -186,22 +188,7 @@ PY
   read -r METRIC PRIMARY_METRIC <<< "$metrics"
 }
 
-score_measure() {
-  "$PY" - "$1" "$2" "${GLUE_TASK:-}" "${PRIMARY_METRIC:-}" <<'PY'
-import json, os, sys
-path, name, task, metric = sys.argv[1:]
-rows = {r["name"]: r for r in json.load(open(path))["rows"]}
-student, teacher = rows[name], rows.get("teacher")
-if task:
-    key, what = metric, f"{task} dev {metric}"
-else:
-    key, what = "bleu_tok", "BLEU (tok)"
-against = (f" (teacher {teacher[key]:.2f}) at {student['compression_rate']:.2f}% of the teacher's non-embedding "
-           f"parameters" if teacher else f", {student['non_embedding_params']:,} non-embedding parameters")
-print(f"score: {name} {what} {student[key]:.2f}{against}, {student['sentences']} sentences -- "
-      f"{os.path.relpath(path[:-5])}.md")
-PY
-}
+print_score() { "$PY" "$ROOT/scripts/experiments/record.py" --score "$WORK/result.json"; }
 
 bert_teachers() {
   if [ -n "${TEACHERS:-}" ]; then
@@ -258,6 +245,7 @@ write_result() {
   for var in ${RECORD_VARS:-}; do vars+=(--var "$var=${!var:-}"); done
   for var in ${RECORD_ALSO:-}; do vars+=(--also "$var"); done
   [ -n "${RECORD_COST:-}" ] && vars+=(--cost "$RECORD_COST")
+  [ -n "${PRIMARY_METRIC:-}" ] && vars+=(--primary-metric "$PRIMARY_METRIC")
   "$PY" "$ROOT/scripts/experiments/record.py" "$WORK" --recipe "$RECIPE" --name "$name" --stages "${stages[@]}" \
     --train-stages "${train[@]}" --checkpoint "$checkpoint" --measure "$WORK/measure.json" \
     --outputs "$WORK/outputs/$name.txt" --teacher "$TEACHER" --data "$DATA" --device-flags="$DEVICE_FLAGS" \

@@ -65,4 +65,4 @@ stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "$WORK/train/checkp
   --out "$WORK/measure.md" --json "$WORK/measure.json" --outputs-dir "$WORK/outputs"
 [ "$DRY_RUN" = 1 ] && exit 0
 write_result "$KIND" "$WORK/train/checkpoint_best.pt" "${DATA_STAGES[@]}" train measure -- train
-score_measure "$WORK/measure.json" "$KIND"
+print_score

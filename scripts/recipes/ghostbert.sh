@@ -104,4 +104,4 @@ RECORD_VARS="GLUE_TASK WIDTH VARIANT DISTILL_UPDATES FINETUNE_UPDATES DISTILL_EP
 # the teacher's row filed beside the student's, as apc.sh and variator.sh file it (the score line's "teacher")
 RECORD_ALSO=teacher write_result "ghostbert-$VARIANT" "$WORK/finetune/checkpoint_best.pt" "${SHIPPED_DATA_STAGE[@]}" \
   prune distill finetune measure -- distill finetune
-score_measure "$WORK/measure.json" "ghostbert-$VARIANT"
+print_score

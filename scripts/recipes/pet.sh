@@ -85,6 +85,8 @@ stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "${ALSO_PATHS[@]:0:
   --batch-size 128 --runs "$RUNS" "${TOOL_DEVICE[@]}" $MEASURE_EXTRA --out "$WORK/measure.md" --json "$WORK/measure.json" \
   --outputs-dir "$WORK/outputs"
 [ "$DRY_RUN" = 1 ] && exit 0
+# the teacher's row filed beside the student's where it was measured (the score line's "teacher")
+RECORD_ALSO=""; [ "$MEASURE_TEACHER" = 1 ] && RECORD_ALSO=teacher
 write_result pet "$WORK/kd/checkpoint_best.pt" "${SHIPPED_DATA_STAGE[@]}" "${TRAINED[@]}" kd measure -- "${TRAINED[@]}" kd
 
 STAGES="WARMUP_EPOCHS=$WARMUP_EPOCHS"; WARMUP_LENGTH="$WARMUP_EPOCHS epochs"
@@ -96,4 +98,4 @@ LENGTHS="$WARMUP_LENGTH|$KD_LENGTH"
 [ "$MEASURE_TEACHER" = 1 ] && "$PY" "$ROOT/scripts/bench/pet_report.py" "$WORK" --out "${REPORT:-$WORK/pet.md}" \
   --command "$STAGES SEED=$SEED${EXTRA:+ EXTRA='$EXTRA'} bash scripts/recipes/pet.sh ${1:-}" \
   --recipe "$SRC->$TGT; ${LENGTHS%|*} of warm-up on the simplified task, then ${LENGTHS#*|} of word-level KD from the warmed-up checkpoint; seed $SEED; student widths $ENC_DIM/$DEC_DIM, 4+4 logical layers from 2+2 physical, pairs (1,3),(2,4), encoder Q<->K, decoder Q_self = Q_ed; scored at the checkpoint of best validation loss"
-score_measure "$WORK/measure.json" pet
+print_score

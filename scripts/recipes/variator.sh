@@ -105,14 +105,4 @@ RECORD_VARS="GLUE_TASK K BOTTLENECK PLACE PLUGIN_FLAGS UPDATES PRETRAIN_UPDATES 
 TRAINED=(plugin); STAGES=("${SHIPPED_DATA_STAGE[@]}")
 [ -f "$WORK/pretrain/DONE" ] && TRAINED=(pretrain plugin) && STAGES+=(pretrain pretrain-export)
 RECORD_ALSO=teacher RECORD_COST="$WORK/cost.json" write_result "variator-k$K" "$WORK/plugin/$CHOSEN" "${STAGES[@]}" plugin export measure cost -- "${TRAINED[@]}"
-"$PY" - "$WORK" "$K" "${GLUE_TASK:-}" "${PRIMARY_METRIC:-}" <<'PY'
-import json, os, sys
-work, k, task, metric = sys.argv[1:]
-rows = {r["name"]: r for r in json.load(open(f"{work}/measure.json"))["rows"]}
-key, what = (metric, f"{task} dev {metric}") if task else ("bleu_tok", "BLEU4")  # BLEU (tok): fairseq-generate's BLEU4
-plugged, alone = rows[f"variator-k{k}"][key], rows["teacher"][key]
-row = next(r for r in json.load(open(f"{work}/cost.json"))["rows"] if r["ratio"] == int(k))
-cost = (f", {row['encoder_flops_saved_percent']:.1f}% of the encoder's FLOPs saved with "
-        f"{row['plugin_params_percent']:.2f}% extra parameters")
-print(f"score: variator k={k} {what} {plugged:.2f} (backbone alone {alone:.2f}){cost} -- {os.path.relpath(work)}")
-PY
+print_score
