@@ -322,3 +322,19 @@ def test_a_glue_ladder_is_told_by_its_grids_or_data_and_takes_glue_engines_only(
     plain.write_text(f'name = "plain"\nteacher = "{TEACHER}"\ndata = "{tmp_path}"\nengines = ["onnx-fp32"]\n')
     with pytest.raises(SystemExit, match="a translation ladder's are fairseq, ct2-float32, ct2-int8"):
         Ladder(str(plain), str(tmp_path / "store"))
+
+
+def test_a_deployment_of_an_older_checkpoint_is_made_again(tmp_path):
+    """ladder.made_from: an export or conversion written before its checkpoint (a cell retrained under the same label)
+    does not stand for it; one written after does; a missing one never."""
+    from ladder import made_from
+
+    checkpoint, deployed = tmp_path / "checkpoint.pt", tmp_path / "model.bin"
+    checkpoint.write_text("c")
+    assert not made_from(str(deployed), str(checkpoint))
+    deployed.write_text("d")
+    os.utime(deployed, (1000, 1000))
+    assert not made_from(str(deployed), str(checkpoint))
+    os.utime(deployed, None)
+    os.utime(checkpoint, (1000, 1000))
+    assert made_from(str(deployed), str(checkpoint))

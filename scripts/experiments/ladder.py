@@ -144,6 +144,12 @@ def deployed_checkpoint(model):
     return rooted(model["seeds"][seed]["checkpoint"]), seed
 
 
+def made_from(target, source):
+    """Whether ``target`` exists and was written after ``source`` (a deployment of an older checkpoint under the same
+    label is made again)."""
+    return os.path.exists(target) and os.path.getmtime(target) >= os.path.getmtime(source)
+
+
 def deploy(path, data, engine, work, label, exported=None):
     """(the path an engine measures, None) or (None, why it cannot): fairseq takes the checkpoint; CTranslate2 takes
     fc-export's stock checkpoint converted to the engine's weights (fc-export's summary into ``exported``)."""
@@ -158,10 +164,10 @@ def deploy(path, data, engine, work, label, exported=None):
         if exported is not None and not exported:
             exported.update(export.export(path, stock))
             exported.update({k: os.path.relpath(exported[k], ROOT) for k in ("student", "out")})
-        elif not os.path.exists(stock):
+        elif not made_from(stock, path):
             export.export(path, stock)
         out = os.path.join(work, f"{label}.{engine}")
-        if not os.path.exists(os.path.join(out, "model.bin")):
+        if not made_from(os.path.join(out, "model.bin"), stock):
             ct2_engine.convert(stock, data, out, ENGINES[engine])
         return out, None
     except (export.ExportError, ct2_engine.CT2Error) as error:
@@ -177,7 +183,7 @@ def deploy_onnx(path, data, engine, work, label, exported=None):
     out = os.path.join(work, f"{label}.onnx")
     summary = os.path.join(out, "export.json")
     try:
-        if not os.path.isfile(summary) or os.path.getmtime(summary) < os.path.getmtime(path):  # none, or an older one
+        if not made_from(summary, path):
             # int8's loss is what the ladder measures (every dev example), not a reason to refuse it
             export_onnx.export_onnx(path, out, data=data, int8_warn_only=True)
         checked = export_onnx.subset_checked(path, data, REPORT_SUBSET)
