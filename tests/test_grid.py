@@ -169,6 +169,29 @@ def test_a_record_of_other_data_is_stale(reference, tmp_path):
     assert next(line for line in plan.splitlines() if line.startswith("pet-s1")).split()[1] == "stale"
 
 
+def test_a_cell_another_process_runs_is_left_to_it(reference, tmp_path):
+    """Two runs of one grid share the cells left between them: a cell whose work folder names a live process is
+    neither rerun nor resumed beside it (two trainings would write one checkpoint), and the run says where it runs;
+    once that process is gone, the cell is the next run's to resume."""
+    import grid as grid_lib
+
+    store, work = str(tmp_path / "store"), str(tmp_path / "work")
+    (cell,) = grid_lib.Grid(reference["grid"], work, store).cells
+    os.makedirs(cell.work)
+    with open(os.path.join(cell.work, ".running"), "w") as f:
+        f.write(f"{os.getpid()}\n")  # this test's process: alive
+    out = ok(grid("run", reference["grid"], "--store", store, "--work", work))
+    assert "0 of 1 cells to run (local); running in another process: pet-s1" in out
+    assert grid_lib.run_cell(reference["grid"], work, store, "pet-s1", log=lambda line: None) is None
+    assert os.listdir(cell.work) == [".running"] and not os.path.exists(os.path.join(store, "records.jsonl"))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with open(os.path.join(cell.work, ".running"), "w") as f:
+        f.write(f"{dead.pid}\n")
+    plan = ok(grid("plan", reference["grid"], "--store", store, "--work", work))
+    assert next(line for line in plan.splitlines() if line.startswith("pet-s1")).split()[1] == "started"
+
+
 def test_bad_grids_are_refused_naming_the_field(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('[[cell]]\nname = "x"\nrecipe = "nope.sh"\n')

@@ -342,14 +342,17 @@ def plan(grid, cells):
 
 def run_cell(grid_path, work_root, store_root, label, threads=None, device_flags=None, commit=False, log=print):
     """Run one cell to its record (the local executor's job, and each submitit job's body): rerunning the recipe
-    resumes it; returns the record, or raises with the log's tail."""
+    resumes it; returns the record (None when another process runs the cell), or raises with the log's tail."""
     grid = Grid(grid_path, work_root, store_root)
     (cell,) = [c for c in grid.cells if c.label == label]
     existing = grid.store.get(cell.key)
     if existing is not None:
         return existing
-    os.makedirs(cell.work, exist_ok=True)
     marker = os.path.join(cell.work, ".running")
+    if alive(marker):  # another grid process runs it (two runs of one grid share the cells left between them)
+        log(f"grid: {cell.label} is running in another process; skipped")
+        return None
+    os.makedirs(cell.work, exist_ok=True)
     with open(marker, "w") as f:
         f.write(f"{os.getpid()}\n")
     logfile = os.path.join(cell.work, "grid.log")
@@ -388,7 +391,11 @@ def commit_landed(grid, message):
         grid.store.commit(message)
         import render
 
-        pages = sorted({stale.split(": ")[0] for stale in render.render_pages()})
+        try:
+            pages = sorted({stale.split(": ")[0] for stale in render.render_pages()})
+        except SystemExit as error:  # a page that cannot render (a record it names is missing) keeps its old text;
+            print(f"grid: pages not re-rendered: {error}", file=sys.stderr, flush=True)  # the store is committed
+            return
         index = os.path.join(ROOT, "results", "README.md")
         with open(index) as f:
             before = f.read()
@@ -586,8 +593,11 @@ def main(argv=None):
     if args.action == "plan":  # plans only: making the inputs (data, teachers, caches) is the run's first step
         return plan(grid, cells)
     grid.prepare_data()
-    todo = [c for c in cells if grid.state(c) != "done"]
-    print(f"grid: {len(todo)} of {len(cells)} cells to run ({args.executor})", flush=True)
+    states = {c.label: grid.state(c) for c in cells}
+    todo = [c for c in cells if states[c.label] not in ("done", "running")]
+    elsewhere = [label for label, state in states.items() if state == "running"]
+    print(f"grid: {len(todo)} of {len(cells)} cells to run ({args.executor})"
+          + (f"; running in another process: {', '.join(elsewhere)}" if elsewhere else ""), flush=True)
     runner = {"local": run_local, "slurm": run_slurm, "device": run_device}[args.executor]
     failures = runner(grid, todo, args)
     if failures:
