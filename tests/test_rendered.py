@@ -144,7 +144,16 @@ def test_the_teacher_cache_table_divides_the_training_stages_cpu_time_by_its_upd
                   "training": {"train": {"updates": 200}}, "machine": {"cpu": "test"}}
         store._append(record)
     text = render.teacher_cache_table(store)
-    assert "| 1 | 200 | 2.500 | 1.000 | 2.50x | 2.00x |" in text and "2.50x cheaper in CPU time" in text
+    assert "| 1 | 200 | 2.500 | 1.000 | - | 2.50x | 2.00x |" in text and "2.50x cheaper in CPU time" in text
+    assert "Where the time goes" not in text  # without the no-KD cell there is nothing to split
+    store._append({"key": "no-kd", "grid": "teacher_cache", "cell": "no-kd", "seed": 1, "date": "d",
+                   "commands": [{"stage": "train", "cpu_s": 150.0, "wall_s": 150.0}],
+                   "training": {"train": {"updates": 200}}, "machine": {"cpu": "test"}})
+    text = render.teacher_cache_table(store)
+    assert "| 1 | 200 | 2.500 | 1.000 | 0.750 | 2.50x | 2.00x |" in text
+    # the teacher: (2.5 - 1) / 2.5 of an online update; the KD loss: (1 - 0.75) / 1 of a cached one
+    assert "the teacher's forward, which the cache removes, is 60% of an online update" in text
+    assert "is 25% of a cached one" in text
 
 
 def test_a_quickstart_block_is_its_cells_score_line_from_its_latest_record_of_the_grids_teacher_and_data(tmp_path):
