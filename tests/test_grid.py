@@ -80,6 +80,7 @@ def test_a_local_run_files_a_complete_record(reference):
     assert [c["stage"] for c in record["commands"]] == ["warmup", "kd", "measure"]
     assert all(c["wall_s"] > 0 and c["cpu_s"] > 0 for c in record["commands"]), record["commands"]
     assert record["training"]["kd"]["updates"] == 3 and record["training"]["warmup"]["updates"] == 2
+    assert [point[:2] for point in record["training"]["kd"]["validation"]] == [[1, 3]]  # its one validation, at the end
     assert record["teacher"]["sha256"] and record["data"]["fingerprint"]
     assert set(record["metrics"]) == {"bleu_tok", "sacrebleu"}
     assert len(store_lib.Store(reference["store"]).outputs(record)) == 20  # SMOKE scores 20 test sentences
@@ -190,6 +191,21 @@ def test_a_cell_another_process_runs_is_left_to_it(reference, tmp_path):
         f.write(f"{dead.pid}\n")
     plan = ok(grid("plan", reference["grid"], "--store", store, "--work", work))
     assert next(line for line in plan.splitlines() if line.startswith("pet-s1")).split()[1] == "started"
+
+
+def test_a_stages_validation_curve_keeps_one_point_per_validation_across_resumed_runs(tmp_path):
+    """record.validation_curve: each per-epoch validation of a fairseq-train log; a resumed run appends to the log and
+    validates again where the interrupted one had (the last line counts); other subsets' lines are not the curve."""
+    import record
+
+    line = ("2026-11-29 08:11:01 | INFO | valid | epoch {:03d} | valid on '{}' subset | loss {} | nll_loss 2.522 | "
+            "ppl 5.74 | wps 3632.3 | wpb 1280.2 | bsz 84.5 | num_updates {} | best_loss 4.019\n")
+    log = tmp_path / "kd.log"
+    log.write_text(line.format(1, "valid", 5.9, 246) + line.format(2, "valid", 5.4, 492) + "killed\n"
+                   + line.format(2, "valid", 5.3, 492) + line.format(2, "test", 1.0, 492)
+                   + line.format(3, "valid", "4.01", 738))
+    assert record.validation_curve(str(log)) == [[1, 246, 5.9], [2, 492, 5.3], [3, 738, 4.01]]
+    assert record.validation_curve(str(tmp_path / "none.log")) == []
 
 
 def test_bad_grids_are_refused_naming_the_field(tmp_path):

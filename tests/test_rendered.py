@@ -195,3 +195,36 @@ def test_a_quickstart_block_is_its_cells_score_line_from_its_latest_record_of_th
         "extra parameters -- work/grid/variator-s1-dddddddddd\n```\n")
     with pytest.raises(SystemExit, match="ghostbert"):
         render.quickstart_score(store, "ghostbert")
+
+
+def test_the_stopping_table_says_whether_patience_or_the_cap_ended_each_student(tmp_path):
+    """render.stopping_table: per current record of grids/pet.toml, its last training stage's epochs and best epoch,
+    the cap (MAX_EPOCHS) or patience as what ended it, and the validation loss's fall over the epochs before the stop;
+    a record of another teacher is not shown."""
+    sys.path.insert(0, os.path.dirname(RENDER))
+    import render
+    import store as store_lib
+    from grid import Grid
+
+    store = store_lib.Store(str(tmp_path / "store"))
+    path = os.path.join(REPO, "grids", "pet.toml")
+    assert render.stopping_table(store, path).startswith("No student of grids/pet.toml has finished yet")
+    grid = Grid(path, store=store.root)
+    current = {"teacher": {"sha256": grid.teacher_sha}, "data": {"fingerprint": grid.data_fingerprint()}}
+
+    def record(key, cell, epochs, best_epoch, curve, **fields):
+        store._append({**{"key": key * 64, "grid": "pet", "cell": cell, "seed": 1,
+                            "variables": {"PATIENCE": "3", "MAX_EPOCHS": "12"},
+                            "commands": [{"stage": "warmup"}, {"stage": "kd"}, {"stage": "measure"}],
+                            "training": {"warmup": {"epochs": 3}, "kd": {
+                                "epochs": epochs, "best_epoch": best_epoch, "best_validation": min(curve),
+                                "validation": [[e + 1, 10 * (e + 1), loss] for e, loss in enumerate(curve)]}}},
+                       **current, **fields})
+
+    record("a", "pet", 12, 12, [5.0 - 0.1 * e for e in range(12)])  # still falling at the cap
+    record("b", "patient-kd", 8, 5, [5.0, 4.8, 4.6, 4.5, 4.4, 4.45, 4.41, 4.42])
+    record("c", "can", 12, 12, [1.0] * 12, teacher={"sha256": "another teacher"})
+    text = render.stopping_table(store, path, window=10)
+    assert "| pet | 1 | 12 | 12 | 3.900 | the 12-epoch cap | 1.000 |" in text  # epoch 2's 4.9 minus 3.9
+    assert "| patient-kd | 1 | 8 | 5 | 4.400 | patience (3 epochs without a lower loss) | - |" in text
+    assert "| can |" not in text and "The epoch cap ended 1 of 2 students" in text

@@ -10,7 +10,8 @@ The record holds: the recipe and its variables; every stage's exact command (its
 writes it) with the wall and CPU seconds of each attempt (its TIMES file); the sha256 of the teacher checkpoint and a
 fingerprint of the data (its dictionaries and the index of every subset); the scored checkpoint; the metrics of the
 student's row in fc-measure's JSON on the report split; its per-example outputs (fc-measure --outputs-dir); for each
-training stage its updates, completed epochs, the epoch of its best checkpoint and its best validation value; the total
+training stage its updates, completed epochs, the epoch of its best checkpoint, its best validation value and its
+validation curve (every per-epoch validation in its log WORK/STAGE.log: epoch, updates, loss); the total
 wall and CPU time; the device and the machine; the primary metric of its score line (:func:`score_line`: the line
 every recipe prints last, and the method pages show). The grid runner (scripts/experiments/grid.py) files it in the
 store.
@@ -22,6 +23,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import sys
 import time
 
@@ -84,8 +86,27 @@ def stage_times(directory):
         return [tuple(float(x) for x in line.split()[:2]) for line in f if line.strip()]
 
 
+VALID = re.compile(r"\| valid \| epoch (\d+) \| valid on 'valid' subset \| loss ([-0-9.e]+) .*?\| num_updates (\d+)")
+
+
+def validation_curve(log):
+    """``[[epoch, updates, validation loss], ...]`` from a fairseq-train log, one per validation point (a resumed run
+    appends to the log and may repeat a point: the last one counts)."""
+    if not os.path.exists(log):
+        return []
+    points = {}
+    with open(log, errors="replace") as f:
+        for line in f:
+            found = VALID.search(line)
+            if found:
+                epoch, loss, updates = int(found[1]), float(found[2]), int(found[3])
+                points[updates] = [epoch, updates, loss]
+    return [points[u] for u in sorted(points)]
+
+
 def training_state(directory):
-    """Updates, completed epochs, best checkpoint's epoch and best validation value of one fairseq-train stage."""
+    """Updates, completed epochs, best checkpoint's epoch, best validation value and validation curve of one
+    fairseq-train stage (its save directory; its log is beside it, as common.sh's stage writes it)."""
     import torch
 
     last = os.path.join(directory, "checkpoint_last.pt")
@@ -105,6 +126,7 @@ def training_state(directory):
         out["best_epoch"] = best_it.get("epoch", 1) - 1 if best_it.get("iterations_in_epoch", 0) == 0 \
             else best_it.get("epoch")
         out["best_updates"] = int(best_state["optimizer_history"][-1]["num_updates"])
+    out["validation"] = validation_curve(directory.rstrip(os.sep) + ".log")
     return out
 
 

@@ -655,6 +655,40 @@ def teacher_cache_table(store):
     return "\n".join(lines) + "\n"
 
 
+def stopping_table(store, grid_path, window=10):
+    """How each of a grid's patience-stopped students stopped: per current record, its last training stage's epochs,
+    best epoch and validation loss, whether patience or the epoch cap ended it, and what its validation loss fell over
+    the WINDOW epochs before it stopped (from the record's validation curve): the evidence for the stated cap."""
+    from grid import Grid
+
+    grid = Grid(grid_path, store=store.root)
+    lines = ["| cell | seed | epochs | best epoch | best validation loss | stopped by | fall over its last "
+             f"{window} epochs |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    capped, rows = 0, 0
+    for cell in grid.cells:
+        for record in grid.current_records(cell.name):
+            if record["seed"] != cell.seed or not record["variables"].get("PATIENCE"):
+                continue
+            order = [c["stage"] for c in record["commands"] if record["training"].get(c["stage"])]
+            state = record["training"][order[-1]]  # the last training stage (the store sorts the record's keys)
+            cap = int(record["variables"].get("MAX_EPOCHS") or 60)
+            curve = state.get("validation") or []
+            if state["epochs"] >= cap:
+                why, capped = f"the {cap}-epoch cap", capped + 1
+            else:
+                why = f"patience ({record['variables']['PATIENCE']} epochs without a lower loss)"
+            fall = f"{curve[-1 - window][2] - min(p[2] for p in curve):.3f}" if len(curve) > window else "-"
+            rows += 1
+            lines.append(f"| {cell.name} | {record['seed']} | {state['epochs']:g} | {state.get('best_epoch', '-')} "
+                         f"| {state['best_validation']:.3f} | {why} | {fall} |")
+    if not rows:
+        return (f"No student of {os.path.relpath(grid_path, ROOT)} has finished yet (`python scripts/experiments/"
+                f"grid.py plan {os.path.relpath(grid_path, ROOT)}`).\n")
+    return "\n".join(lines) + (f"\n\nThe epoch cap ended {capped} of {rows} students; patience ended the others. The "
+                                "fall is the validation loss "
+                                f"{window} epochs before the stop minus the best.\n")
+
+
 def teacher_reference():
     """The reference teacher's scores on test_2016_flickr: results/teacher_multi30k.json (user_dir/tools/measure.py)."""
     rows, _ = _results_rows("teacher_multi30k.json")
@@ -679,6 +713,7 @@ BLOCKS = {
     "demo-run": lambda store: demo_run(),
     "deploy-table": deploy_table,
     "teacher-cache": lambda store: teacher_cache_table(store),
+    "pet-stopping": lambda store: stopping_table(store, os.path.join(ROOT, "grids", "pet.toml")),
     "deploy-glue-table": deploy_glue_table,
     "glue-teachers": lambda store: glue_teachers_table(),
     **{f"quickstart-{m}": (lambda store, m=m: quickstart_score(store, m)) for m in ("apc", "ghostbert", "variator")},
