@@ -243,6 +243,33 @@ def test_a_record_at_a_fixed_budget_does_not_estimate_a_cell_stopped_by_patience
     assert grid_lib.estimate(grid, fixed, "cpu") == (216.0, False)
 
 
+def test_a_cell_without_a_gpu_rate_gets_its_cpu_estimate_scaled_by_the_measured_gpu_to_cpu_ratio(tmp_path, capsys):
+    """plan: a recipe with a CPU rate (here from the store) and no GPU rate shows a GPU estimate marked ~: its CPU
+    estimate divided by the smallest GPU/CPU ratio grids/rates.toml measured on one recipe (PET's: 11 / 0.93), said so."""
+    import grid as grid_lib
+
+    path = tmp_path / "scaled.toml"
+    path.write_text('name = "scaled"\nseeds = [1]\n[inputs]\nDATA = "work/data/multi30k.de-en"\n'
+                    '[[cell]]\nname = "apc"\nrecipe = "apc.sh"\nvariables = { COMPRESS_UPDATES = "100", '
+                    'FINETUNE_EPOCHS = "1" }\n')
+    store = tmp_path / "store"
+    store.mkdir()
+    timing = {"key": "x" * 64, "recipe": "apc.sh", "grid": "other", "cell": "x", "wall_s": 10000.0, "updates": 200,
+              "machine": {"device": "cpu"}, "variables": {"COMPRESS_UPDATES": "200"},
+              "data": {"path": "/elsewhere/multi30k.de-en"}, "training": {"train": {"updates": 200}},
+              "commands": [{"stage": "train", "wall_s": 10000.0}]}
+    (store / "records.jsonl").write_text(json.dumps(timing) + "\n")
+    grid = grid_lib.Grid(str(path), str(tmp_path / "work"), str(store))
+    assert grid_lib.gpu_over_cpu() == (11 / 0.93, {"recipe": "pet.sh"})
+    grid_lib.plan(grid, grid.cells)
+    out = capsys.readouterr().out
+    cpu = (100 + 246) / (200 / 10000)  # 100 compression updates + one epoch of 246, at 200 updates in 10,000 s
+    line = next(line for line in out.splitlines() if line.startswith("apc-s1"))
+    assert line.split()[3:7] == ["%.2f" % (cpu / 3600), "h", "~%.2f" % (cpu / (11 / 0.93) / 3600), "h"], line
+    assert "(~ : no GPU rate measured for the cell's recipe: its CPU estimate / 11.8" in out
+    assert "(1 cells scaled)" in out
+
+
 def test_a_cells_budget_is_its_stages_epochs_or_updates():
     """Each stage's epochs (of the data's measured epoch, or its training examples at the cell's batch) or updates;
     pet.sh adds its 3 warm-up epochs; a budget left to the recipe's defaults is unknown, not guessed."""

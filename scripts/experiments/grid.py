@@ -306,9 +306,21 @@ def estimate(grid, cell, device):
     return (None, False) if updates is None else (updates / rate, bound)
 
 
-def hours(estimated):
+def gpu_over_cpu():
+    """The smallest ratio of a GPU's to a CPU core's training rate that grids/rates.toml measured for one recipe on
+    both: what a cell with no GPU rate of its own is scaled by (its CPU estimate / this). The ratio is PET-size
+    students' (small models gain least from a GPU), so a larger model's scaled estimate overstates its GPU time."""
+    with open(RATES, "rb") as f:
+        rates = tomllib.load(f).get("rate", [])
+    pairs = [(g["updates_per_s"] / c["updates_per_s"], g["match"]) for g in rates for c in rates
+             if g["device"] == "gpu" and c["device"] == "cpu" and g["match"] == c["match"]
+             and g.get("updates_per_s") and c.get("updates_per_s")]
+    return min(pairs, key=lambda pair: pair[0], default=(None, None))
+
+
+def hours(estimated, scaled=False):
     seconds, bound = estimated
-    return "?" if seconds is None else ("<= " if bound else "") + f"{seconds / 3600:.2f} h"
+    return "?" if seconds is None else ("<= " if bound else "") + ("~" if scaled else "") + f"{seconds / 3600:.2f} h"
 
 
 def plan(grid, cells):
@@ -320,10 +332,16 @@ def plan(grid, cells):
              f"{'cell':<28} {'state':<8} {'CPU core':>11} {'GPU':>11}  key         work"]
     totals = {"cpu": 0.0, "gpu": 0.0}
     unknown = {"cpu": 0, "gpu": 0}
+    ratio, measured_on = gpu_over_cpu()
+    scaled = 0
     for cell in cells:
         state = grid.state(cell) if ready else "to do"
         counts[state] = counts.get(state, 0) + 1
         est = {d: estimate(grid, cell, d) for d in ("cpu", "gpu")}
+        scale = est["gpu"][0] is None and est["cpu"][0] is not None and ratio is not None
+        if scale:
+            est["gpu"] = (est["cpu"][0] / ratio, est["cpu"][1])
+            scaled += state != "done"
         for d in est:
             if state != "done":
                 if est[d][0] is None:
@@ -331,11 +349,16 @@ def plan(grid, cells):
                 else:
                     totals[d] += est[d][0]
         key, work = (cell.key[:10], os.path.relpath(cell.work, ROOT)) if ready else ("-" * 10, "-")
-        lines.append(f"{cell.label:<28} {state:<8} {hours(est['cpu']):>11} {hours(est['gpu']):>11}  {key}  {work}")
+        lines.append(f"{cell.label:<28} {state:<8} {hours(est['cpu']):>11} {hours(est['gpu'], scale):>11}  {key}  "
+                     f"{work}")
     left = ", ".join(f"{d.upper()} {totals[d] / 3600:.1f} h" + (f" + {unknown[d]} cells unmeasured" if unknown[d] else "")
-                     for d in ("cpu", "gpu"))
+                     + (f" ({scaled} cells scaled)" if d == "gpu" and scaled else "") for d in ("cpu", "gpu"))
     lines.append("(<= : a bound at the epoch cap of a cell stopped by patience; rates from the store's records, else "
                  "grids/rates.toml's measured ones)")
+    if scaled:
+        lines.append(f"(~ : no GPU rate measured for the cell's recipe: its CPU estimate / {ratio:.1f}, the smallest "
+                     f"GPU/CPU rate ratio grids/rates.toml measured ({', '.join(f'{k} {v}' for k, v in measured_on.items())}"
+                     "); small students gain least from a GPU, so it overstates a larger model's GPU time)")
     lines.append("states: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; left to run: {left}")
     print("\n".join(lines))
 
