@@ -225,45 +225,45 @@ def test_can_trains_with_kd_and_generates(tmp_path):
     assert sum(line.startswith("H-") for line in lines) == sum(line.startswith("S-") for line in lines) > 1000
 
 
-def test_pet_report_reads_the_validation_nll_of_every_kd_epoch_once(tmp_path):
-    """scripts/bench/pet_report.py's convergence line: a resumed run's log repeats an epoch; its last line counts."""
-    report = _load_script("pet_report")
-    line = ("2026-11-22 23:09:07 | INFO | valid | epoch {:03d} | valid on 'valid' subset | loss 5.027 | nll_loss {} | "
-            "task_loss 5.027 | ppl 12.99 | num_updates 738 | best_loss 5.027\n")
-    log = tmp_path / "kd.log"
-    log.write_text(line.format(1, "4.74") + "| INFO | train | epoch 001 | nll_loss 9.9\n" + line.format(2, "4.2")
-                   + line.format(2, "4.15"))
-    assert report.valid_nll_per_epoch(str(log)) == {1: 4.74, 2: 4.15}
-    assert report.valid_nll_per_epoch(str(tmp_path / "missing.log")) == {}
-
-
-def test_learning_curves_place_each_log_after_its_offset_and_keep_a_resumed_runs_last_line(tmp_path):
-    """scripts/bench/learning_curves.py: validation NLL by total updates (a KD stage after a warm-up of OFFSET
-    updates), one row per update count, '-' where a run has no value, and a clear error for a log
-    without validation lines."""
-    line = ("2026-11-22 23:09:07 | INFO | valid | epoch {:03d} | valid on 'valid' subset | loss 5.027 | nll_loss {} | "
-            "task_loss 5.027 | ppl 12.99 | num_updates {} | best_loss 5.027\n")
-    pet, plain, empty = tmp_path / "pet.log", tmp_path / "plain.log", tmp_path / "empty.log"
-    pet.write_text(line.format(1, "4.74", 246) + line.format(2, "4.2", 492) + line.format(2, "4.15", 492))
-    plain.write_text(line.format(1, "6.12", 246) + "| INFO | train | epoch 001 | nll_loss 9.9 | num_updates 246\n"
-                     + line.format(4, "3.9", 984))
-    empty.write_text("| INFO | train | epoch 001 | nll_loss 9.9 | num_updates 246\n")
-    out = tmp_path / "curves" / "long.md"
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", "learning_curves.py"),
-                           "--run", "PET", str(pet), "738", "--run", "word KD", str(plain), "0", "--out", str(out)],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    rows = [r for r in out.read_text().splitlines() if r.startswith("| ") and r[2].isdigit()]
-    assert rows == ["| 246 | - | 6.120 |", "| 984 | 4.740 | 3.900 |", "| 1,230 | 4.150 | - |"]
+def test_learning_curves_draw_each_records_last_stage_after_its_earlier_stages_updates(tmp_path):
+    """scripts/bench/learning_curves.py: from the store, each current record's last training stage's validation curve
+    by total updates (PET's KD after its warm-up's updates; the warm-up's own curve is not drawn), one row per update
+    count, '-' where a student has no value; a record of another teacher is left out; no curve at all is an error."""
     import json
 
-    raw = json.loads((tmp_path / "curves" / "long.json").read_text())  # the curves as read, beside the table
-    assert [(r["label"], r["offset"], r["valid_nll"]) for r in raw["runs"]] == [
-        ("PET", 738, {"984": 4.74, "1230": 4.15}), ("word KD", 0, {"246": 6.12, "984": 3.9})]
-    assert raw["command"].startswith("python scripts/bench/learning_curves.py --run PET")
-    bad = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench", "learning_curves.py"),
-                          "--run", "x", str(empty), "0", "--out", str(out)], capture_output=True, text=True)
-    assert bad.returncode != 0 and "has no validation line" in bad.stderr
+    sys.path.insert(0, os.path.join(REPO, "scripts", "experiments"))
+    from grid import Grid
+
+    path = os.path.join(REPO, "grids", "pet.toml")
+    grid = Grid(path, store=str(tmp_path / "store"))
+    current = {"teacher": {"sha256": grid.teacher_sha}, "data": {"fingerprint": grid.data_fingerprint()}}
+    script = os.path.join(REPO, "scripts", "bench", "learning_curves.py")
+    out = tmp_path / "curves" / "pet.md"
+
+    def run():
+        return subprocess.run([sys.executable, script, path, "--store", str(tmp_path / "store"), "--out", str(out)],
+                              capture_output=True, text=True)
+
+    bad = run()
+    assert bad.returncode != 0 and "holds a validation curve" in bad.stderr
+    records = [
+        {"cell": "pet", "commands": [{"stage": "warmup"}, {"stage": "kd"}, {"stage": "measure"}],
+         "training": {"warmup": {"updates": 738, "validation": [[3, 738, 2.3, None]]},
+                      "kd": {"updates": 492, "validation": [[1, 246, 4.7, 3.1], [2, 492, 4.1, 2.9]]}}},
+        {"cell": "patient-kd", "commands": [{"stage": "train"}, {"stage": "measure"}],
+         "training": {"train": {"updates": 984, "validation": [[1, 246, 6.1, 4.0], [4, 984, 3.9, 2.5]]}}},
+        {"cell": "can", "commands": [{"stage": "train"}], "teacher": {"sha256": "another teacher"},
+         "training": {"train": {"updates": 246, "validation": [[1, 246, 9.0, 9.0]]}}}]
+    os.makedirs(tmp_path / "store")
+    with open(tmp_path / "store" / "records.jsonl", "w") as f:
+        for i, record in enumerate(records):
+            f.write(json.dumps({"key": str(i) * 64, "grid": "pet", "seed": 1, **current, **record}) + "\n")
+    proc = run()
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "| updates | pet s1 | patient-kd s1 |" in text and "can s1" not in text
+    rows = [r for r in text.splitlines() if r.startswith("| ") and r[2].isdigit()]
+    assert rows == ["| 246 | - | 6.100 |", "| 984 | 4.700 | 3.900 |", "| 1,230 | 4.100 | - |"]
 
 
 def test_sequence_level_kd_data_replaces_targets_with_the_teachers_beam_outputs(trained_tiny, tmp_path):

@@ -204,7 +204,9 @@ def test_a_stages_validation_curve_keeps_one_point_per_validation_across_resumed
     log.write_text(line.format(1, "valid", 5.9, 246) + line.format(2, "valid", 5.4, 492) + "killed\n"
                    + line.format(2, "valid", 5.3, 492) + line.format(2, "test", 1.0, 492)
                    + line.format(3, "valid", "4.01", 738))
-    assert record.validation_curve(str(log)) == [[1, 246, 5.9], [2, 492, 5.3], [3, 738, 4.01]]
+    assert record.validation_curve(str(log)) == [[1, 246, 5.9, 2.522], [2, 492, 5.3, 2.522], [3, 738, 4.01, 2.522]]
+    log.write_text(line.format(1, "valid", 5.9, 246).replace("| nll_loss 2.522 ", ""))  # a criterion without NLL
+    assert record.validation_curve(str(log)) == [[1, 246, 5.9, None]]
     assert record.validation_curve(str(tmp_path / "none.log")) == []
 
 

@@ -8,25 +8,15 @@ reader sees whether the student had converged). recipes/pet.sh calls it last:
 import argparse
 import json
 import os
-import re
 import shutil
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
+from record import validation_curve  # noqa: E402
 
 # the PET paper's Table 7 (IWSLT'14 De-En): the teacher's BLEU, PET's non-embedding share (%) and BLEU
 PAPER_TEACHER_BLEU = "34.63"
 PAPER = {"pet": ("9.51", "34.36 +- 0.14")}
-
-VALID = re.compile(r"\| valid \| epoch (\d+) \| valid on 'valid' subset .*?\| nll_loss ([0-9.]+)")
-
-
-def valid_nll_per_epoch(log_path):
-    """{epoch: validation NLL} from a fairseq-train log; a resumed run's repeated epoch keeps its last line."""
-    nll = {}
-    if os.path.isfile(log_path):
-        with open(log_path) as f:
-            for match in VALID.finditer(f.read()):
-                nll[int(match.group(1))] = float(match.group(2))
-    return dict(sorted(nll.items()))
 
 
 def pet_report_text(work, command, recipe, train_log=None):
@@ -37,8 +27,7 @@ def pet_report_text(work, command, recipe, train_log=None):
     t, s = rows["teacher"], rows["pet"]
     paper_compression, paper_bleu = PAPER["pet"]
     train_log = train_log or os.path.join(work, "kd.log")
-    nll = valid_nll_per_epoch(train_log)
-    trend = ", ".join(f"{v:.2f}" for v in nll.values()) or f"(no {train_log})"
+    trend = ", ".join(f"{p[3]:.2f}" for p in validation_curve(train_log) if p[3] is not None) or f"(no {train_log})"
     return "\n".join([
         "# PET on the CPU: `scripts/recipes/pet.sh` (Multi30k DE->EN)", "",
         f"Made by `{command}` ({recipe}). Test: test_2016_flickr, beam 5.", "",

@@ -11,7 +11,7 @@ writes it) with the wall and CPU seconds of each attempt (its TIMES file); the s
 fingerprint of the data (its dictionaries and the index of every subset); the scored checkpoint; the metrics of the
 student's row in fc-measure's JSON on the report split; its per-example outputs (fc-measure --outputs-dir); for each
 training stage its updates, completed epochs, the epoch of its best checkpoint, its best validation value and its
-validation curve (every per-epoch validation in its log WORK/STAGE.log: epoch, updates, loss); the total
+validation curve (every per-epoch validation in its log WORK/STAGE.log: epoch, updates, loss, NLL); the total
 wall and CPU time; the device and the machine; the primary metric of its score line (:func:`score_line`: the line
 every recipe prints last, and the method pages show). The grid runner (scripts/experiments/grid.py) files it in the
 store.
@@ -86,12 +86,13 @@ def stage_times(directory):
         return [tuple(float(x) for x in line.split()[:2]) for line in f if line.strip()]
 
 
-VALID = re.compile(r"\| valid \| epoch (\d+) \| valid on 'valid' subset \| loss ([-0-9.e]+) .*?\| num_updates (\d+)")
+VALID = re.compile(r"\| valid \| epoch (\d+) \| valid on 'valid' subset \| loss ([-0-9.e]+) "
+                   r"(?:\| nll_loss ([-0-9.e]+) )?.*?\| num_updates (\d+)")
 
 
 def validation_curve(log):
-    """``[[epoch, updates, validation loss], ...]`` from a fairseq-train log, one per validation point (a resumed run
-    appends to the log and may repeat a point: the last one counts)."""
+    """``[[epoch, updates, validation loss, validation NLL or None], ...]`` from a fairseq-train log, one per validation
+    point (a resumed run appends to the log and may repeat a point: the last one counts)."""
     if not os.path.exists(log):
         return []
     points = {}
@@ -99,8 +100,8 @@ def validation_curve(log):
         for line in f:
             found = VALID.search(line)
             if found:
-                epoch, loss, updates = int(found[1]), float(found[2]), int(found[3])
-                points[updates] = [epoch, updates, loss]
+                updates = int(found[4])
+                points[updates] = [int(found[1]), updates, float(found[2]), found[3] and float(found[3])]
     return [points[u] for u in sorted(points)]
 
 
