@@ -12,7 +12,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
-import benchlib  # noqa: E402  (what the benchmark drivers share: the teacher's data-bin among them)
+import benchlib  # noqa: E402  (what the benchmark scripts share: how they run a command)
 
 USER_DIR = os.path.join(REPO, "user_dir")
 SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(REPO), "shared"))
@@ -21,11 +21,12 @@ SHARED_DATA = os.path.join(SHARED, "data")
 REFERENCE_TEACHER_DIR = os.path.join(SHARED, "teachers", "multi30k.de-en")
 REFERENCE_TEACHER = os.path.join(REFERENCE_TEACHER_DIR, "teacher.pt")
 # The teacher of every other test: the one shipped in checkpoints/ (the reference's weights, bit for bit), beside
-# the data-bin the benchmark drivers use (scripts/bench/benchlib.py's multi30k_data_bin: the embedded Multi30k
-# through preprocess.prepare_multi30k with the shipped codes and dictionary, byte-identical to the reference's
-# data-bin, built once per clone under work/data-bin), linked together under work/test-teacher when this file is
+# its data-bin (multi30k_data_bin below: the embedded Multi30k through preprocess.prepare_multi30k with the shipped
+# codes and dictionary, byte-identical to the reference's data-bin, built once per clone under work/data-bin), linked together under work/test-teacher when this file is
 # imported (below) -- so a fresh clone runs these tests too.
-SHIPPED_TEACHER_DIR = benchlib.SHIPPED_TEACHER_DIR
+SHIPPED_TEACHER_DIR = os.path.join(REPO, "checkpoints", "multi30k.de-en")
+MULTI30K_TEXT = os.path.join(REPO, "preprocess", "data", "multi30k.de-en")  # the embedded Multi30k text
+MULTI30K_DATA = os.path.join(REPO, "work", "data-bin", "multi30k.de-en")  # the test teacher's data-bin, built on demand
 TEACHER_DIR = os.path.join(REPO, "work", "test-teacher", "multi30k.de-en")
 TEACHER = os.path.join(TEACHER_DIR, "teacher.pt")
 
@@ -36,13 +37,49 @@ needs_reference_teacher = pytest.mark.skipif(
     reason=f"needs the original reference teacher at {REFERENCE_TEACHER} (not part of a clone)")
 
 
+def multi30k_data_bin(dest=MULTI30K_DATA):
+    """The shipped teacher's data-bin (byte-identical to the one it was trained on): the embedded Multi30k
+    through ``preprocess.prepare_multi30k`` with the teacher's BPE codes and dictionary, built once at ``dest``
+    (about 20 s; a lock makes pytest-xdist's workers wait for the first). Returns ``dest``."""
+    import fcntl
+
+    if not os.path.isfile(os.path.join(dest, "DONE")):
+        os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+        with open(dest + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not os.path.isfile(os.path.join(dest, "DONE")):
+                benchlib.run([sys.executable, "-m", "preprocess.prepare_multi30k", "--dest", dest, "--raw-dir",
+                              MULTI30K_TEXT, "--bpe-codes", os.path.join(SHIPPED_TEACHER_DIR, "code"),
+                              "--srcdict", os.path.join(SHIPPED_TEACHER_DIR, "dict.de.txt")], dest + ".log", 2)
+                open(os.path.join(dest, "DONE"), "w").close()
+    return dest
+
+
+def write_lines(path, lines):
+    tmp = path + ".tmp"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in lines)
+    os.replace(tmp, path)
+
+
+def multi30k_references(dest):
+    """The Multi30k test_2016_flickr English references as the reference teacher's test set holds them
+    (lowercased, untokenised: the teacher's README), from the embedded copy, written to ``dest`` once; returns
+    ``dest``."""
+    if not os.path.isfile(dest):
+        source = os.path.join(MULTI30K_TEXT, "test_2016_flickr.en.gz")
+        write_lines(dest, [line.lower() for line in benchlib.read_lines(source)])
+    return dest
+
+
 def _assemble_test_teacher():
     """TEACHER_DIR: links to the shipped teacher, codes and dictionaries, and to its data-bin (built on demand by
-    benchlib.multi30k_data_bin, about 20 s once per clone; its lock makes pytest-xdist's workers, which import
+    multi30k_data_bin, about 20 s once per clone; its lock makes pytest-xdist's workers, which import
     this file at the same time, wait for the first)."""
     links = {name: os.path.join(SHIPPED_TEACHER_DIR, name) for name in ("teacher.pt", "code", "dict.de.txt",
                                                                        "dict.en.txt")}
-    links["data-bin"] = benchlib.multi30k_data_bin()
+    links["data-bin"] = multi30k_data_bin()
     os.makedirs(TEACHER_DIR, exist_ok=True)
     for name, target in links.items():
         try:

@@ -102,19 +102,19 @@ def test_what_does_not_ship_stops_at_once_naming_the_path_and_the_switch(no_shar
 
 @needs_teacher
 def test_the_data_bin_built_on_demand_is_the_shipped_teachers(tmp_path):
-    """benchlib.multi30k_data_bin, the one builder of the drivers' default --data: the embedded Multi30k with the
+    """conftest.multi30k_data_bin, the one builder of the test teacher's data-bin: the embedded Multi30k with the
     shipped codes and dictionary, byte for byte the data-bin the test teacher uses (conftest), built once."""
-    sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
     import benchlib
+    import conftest
 
     dest = str(tmp_path / "data-bin")
-    assert benchlib.multi30k_data_bin(dest) == dest
+    assert conftest.multi30k_data_bin(dest) == dest
     for name in ("dict.de.txt", "dict.en.txt", "test.de-en.de.bin", "test.de-en.en.idx", "valid.de-en.en.bin"):
         assert filecmp.cmp(os.path.join(dest, name), os.path.join(TEACHER_DIR, "data-bin", name), shallow=False), name
     stamp = os.stat(os.path.join(dest, "DONE")).st_mtime
-    benchlib.multi30k_data_bin(dest)
+    conftest.multi30k_data_bin(dest)
     assert os.stat(os.path.join(dest, "DONE")).st_mtime == stamp  # not rebuilt
-    references = benchlib.multi30k_references(str(tmp_path / "refs.txt"))  # from the embedded copy
+    references = conftest.multi30k_references(str(tmp_path / "refs.txt"))  # from the embedded copy
     assert benchlib.read_lines(references) == benchlib.read_lines(os.path.join(dest, "text", "test.raw.en"))
 
 

@@ -26,32 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # data that does not ship with the package (GLUE TSVs, IWSLT'14, the original teacher file): beside the checkout
 SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
 WORK = os.path.join(ROOT, "work")  # what a run writes, unless told otherwise (git ignores it)
-# what ships: the reference Multi30k DE->EN teacher (the original's weights, bit for bit), its BPE codes and
-# dictionary (checkpoints/multi30k.de-en/README.md), and the Multi30k text (preprocess/data)
-SHIPPED_TEACHER_DIR = os.path.join(ROOT, "checkpoints", "multi30k.de-en")
-SHIPPED_TEACHER = os.path.join(SHIPPED_TEACHER_DIR, "teacher.pt")
-MULTI30K_TEXT = os.path.join(ROOT, "preprocess", "data", "multi30k.de-en")
-MULTI30K_DATA = os.path.join(WORK, "data-bin", "multi30k.de-en")  # the teacher's data-bin, built on demand
 if ROOT not in sys.path:  # the package (user_dir, preprocess) for the steps drivers run in-process
     sys.path.insert(0, ROOT)
-
-
-def multi30k_data_bin(dest=MULTI30K_DATA):
-    """The shipped teacher's data-bin (byte-identical to the one it was trained on): the embedded Multi30k
-    through ``preprocess.prepare_multi30k`` with the teacher's BPE codes and dictionary, built once at ``dest``
-    (about 20 s; a lock makes parallel drivers wait for the first). Returns ``dest``."""
-    import fcntl
-
-    if not os.path.isfile(os.path.join(dest, "DONE")):
-        os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
-        with open(dest + ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not os.path.isfile(os.path.join(dest, "DONE")):
-                run([sys.executable, "-m", "preprocess.prepare_multi30k", "--dest", dest, "--raw-dir", MULTI30K_TEXT,
-                     "--bpe-codes", os.path.join(SHIPPED_TEACHER_DIR, "code"),
-                     "--srcdict", os.path.join(SHIPPED_TEACHER_DIR, "dict.de.txt")], dest + ".log", 2)
-                open(os.path.join(dest, "DONE"), "w").close()
-    return dest
 
 
 # ---- logging and running commands --------------------------------------------------------------------
@@ -116,24 +92,6 @@ def read_lines(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
         return [line.rstrip("\n") for line in f]
-
-
-def write_lines(path, lines):
-    tmp = path + ".tmp"
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(line + "\n" for line in lines)
-    os.replace(tmp, path)
-
-
-def multi30k_references(dest):
-    """The Multi30k test_2016_flickr English references as the reference teacher's test set holds them
-    (lowercased, untokenised: the teacher's README), from the embedded copy, written to ``dest`` once; returns
-    ``dest``."""
-    if not os.path.isfile(dest):
-        source = os.path.join(MULTI30K_TEXT, "test_2016_flickr.en.gz")
-        write_lines(dest, [line.lower() for line in read_lines(source)])
-    return dest
 
 
 # ---- the report: provenance, Markdown, JSON, PNG ---------------------------------------------------------
