@@ -4,21 +4,15 @@
     python scripts/experiments/render.py            # re-render every block in place
     python scripts/experiments/render.py --check    # exit 1 naming each block that is not current (the tests run it)
 
-A block is the text between ``<!-- rendered: NAME -->`` and ``<!-- /rendered -->`` in README.md, results/*.md and the
-method pages (user_dir/*/README.md, NOTES.md); NAME is one of BLOCKS below, a function of the store
-(results/store, scripts/experiments/store.py) and the claims (grids/claims.toml). Nobody types a result into a page.
-
-Claims (grids/claims.toml): for each, the records of A's and B's cells in the store, paired by seed, current (their
-teacher and data those of A's first record); the test of user_dir/common/significance.py: the metric pooled over
-seeds, a percentile bootstrap over test examples as clusters across seeds, a two-sided sign-flip p, Holm over every
-claim of grids/claims.toml with a p, and claim_verdict's one rule. Each row prints the smallest difference its seeds and test can detect
-(significance.detectable_difference), from its own cells once measured, from the 'prior' table's spread before.
+A block is the text between ``<!-- rendered: NAME -->`` and ``<!-- /rendered -->`` in PAGES; NAME is one of BLOCKS, a
+function of the store (results/store), results/*.json and grids/claims.toml. Nobody types a result into a page.
 """
 import argparse
 import glob
 import json
 import os
 import re
+import shlex
 import statistics
 import sys
 import tomllib
@@ -28,12 +22,18 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 import store as store_lib  # noqa: E402
+from grid import Grid  # noqa: E402
+from ladder import SCORING_STAGES, Ladder  # noqa: E402
 from record import score_line  # noqa: E402
 
-CLAIMS = os.path.join(ROOT, "grids", "claims.toml")
+GRIDS = os.path.join(ROOT, "grids")
+CLAIMS, QUICKSTART = os.path.join(GRIDS, "claims.toml"), os.path.join(GRIDS, "quickstart.toml")
 BLOCK = re.compile(r"(<!-- rendered: ([\w-]+) -->\n)(.*?)(<!-- /rendered -->)", re.S)
 METRIC_NAMES = {"sacrebleu": "sacreBLEU", "bleu_tok": "BLEU (tok)", "accuracy": "accuracy", "f1": "F1",
                 "mcc": "Matthews corr.", "pearson": "Pearson", "spearman": "Spearman"}
+PAGES = ("README.md", "results/*.md", "scripts/*.md", "user_dir/*/README.md", "user_dir/*/NOTES.md",
+         "user_dir/GLOSSARY.md")
+_EVALUATED = {}  # store root -> {claim id: its evaluated row}
 
 
 def load_claims(path=CLAIMS):
@@ -41,25 +41,20 @@ def load_claims(path=CLAIMS):
         return tomllib.load(f)["claim"]
 
 
+def head(columns):
+    """A Markdown table's header and rule, for the columns 'A | B | ...'."""
+    return [f"| {columns} |", "|" + " --- |" * (columns.count(" | ") + 1)]
+
+
+def mean_text(values):
+    """The mean of ``values``, with their standard deviation when there are two or more."""
+    return f"{statistics.mean(values):.2f}" + (f" +- {statistics.stdev(values):.2f}" if len(values) > 1 else "")
+
+
 def side(name):
-    """A claim's side: 'CELL' (the cell's student) or 'CELL:ROW' (another row its records file beside the student,
-    e.g. the backbone a Variator plugin is measured with): (cell, row or None)."""
+    """A claim's side, 'CELL' (the cell's student) or 'CELL:ROW' (a row its records file beside it): (cell, row)."""
     cell, _, row = name.partition(":")
     return cell, row or None
-
-
-def paired_records(store, claim):
-    """{seed: (A's record, B's record)} for the seeds both have, each the latest filed of its cell and seed, and the
-    seeds each side has alone."""
-    def latest(name):
-        cell, row = side(name)
-        by_seed = {}
-        for record in store.find(grid=claim["grid"], cell=cell):
-            if row is None or row in (record.get("also") or {}):
-                by_seed[record["seed"]] = record
-        return by_seed
-    a, b = latest(claim["a"]), latest(claim["b"])
-    return {s: (a[s], b[s]) for s in sorted(set(a) & set(b))}, a, b
 
 
 def statistics_of(store, records, metric, row=None):
@@ -69,12 +64,10 @@ def statistics_of(store, records, metric, row=None):
 
     if metric != "sacrebleu" and metric not in GLUE_METRICS:
         raise ValueError(f"metric {metric}: sacrebleu or one of {', '.join(GLUE_METRICS)}")
-    references = None
-    outputs_of = []
+    references, outputs_of = None, []
     for record in records:
-        refs = store.references(record) or _any_references(store, record)
         outputs = store.outputs(record, row)
-        refs = refs[:len(outputs)]
+        refs = (store.references(record) or _any_references(store, record))[:len(outputs)]
         if references is not None and refs != references:
             raise ValueError(f"record {record['key'][:10]}: other references than its pair's")
         references = refs
@@ -93,33 +86,8 @@ def _any_references(store, record):
                      "no other record on its data does")
 
 
-def prior_spread(claim):
-    """(interval standard error, per-seed sd) of the prior table's comparison, or None."""
-    prior = claim.get("prior")
-    if not prior:
-        return None
-    with open(os.path.join(ROOT, prior["table"])) as f:
-        table = json.load(f)
-    for part in prior.get("path", []):  # where the table keeps its comparisons (e.g. glue, MRPC)
-        table = table[part]
-    (comparison,) = [c for c in table["comparisons"] if c["label"] == prior["comparison"]]
-    return (comparison["high"] - comparison["low"]) / 3.92, comparison["per_seed_std"], prior
-
-
-def budget_text(records):
-    """Epochs trained per seed (the stopping rule's outcome) and the best checkpoint's epoch."""
-    def epochs(record):
-        parts = []
-        for stage, state in record["training"].items():
-            if state:
-                parts.append(f"{state['epochs']:g}" + (f" (best {state['best_epoch']})" if "best_epoch" in state else ""))
-        return " + ".join(parts)
-    return "; ".join(f"s{r['seed']} {epochs(r)}" for r in records)
-
-
 def rule_text(record):
-    """The stopping rule a record was trained under, from its variables: fixed epochs or updates per stage, else
-    patience on the validation loss."""
+    """The stopping rule of a record's variables: fixed epochs or updates per stage, else patience."""
     v = record["variables"]
     fixed = [f"{v[k]} {k.lower().replace('_', ' ')}" for k in sorted(v) if v[k] and k.endswith(("_EPOCHS", "UPDATES"))
              and k != "MAX_EPOCHS"]
@@ -134,72 +102,61 @@ def device_text(records):
 
 
 def evaluate(store, claims):
-    """Every claim's row: its state, and when both sides have their seeds, the test."""
-    from user_dir.common.significance import (claim_verdict, cluster_test, detectable_difference, holm,
-                                              retention)
+    """Every claim's row: A's and B's records paired by seed, the test once both have its seeds, Holm's p."""
+    from user_dir.common.glue_metrics import METRIC_FUNCTIONS
+    from user_dir.common.significance import claim_verdict, cluster_test, detectable_difference, holm, retention
+
+    def latest(claim, name):  # {seed: the latest record of the side's cell (with the side's row)}
+        cell, row = side(name)
+        return {r["seed"]: r for r in store.find(grid=claim["grid"], cell=cell)
+                if row is None or row in (r.get("also") or {})}
 
     rows = []
     for claim in claims:
-        pairs, a, b = paired_records(store, claim)
-        row = {"claim": claim, "a_seeds": sorted(a), "b_seeds": sorted(b), "pairs": pairs}
-        prior = prior_spread(claim)
-        if prior:
-            row["prior_detectable"] = detectable_difference(prior[0], prior[1], claim.get("seeds", 3))["detectable"]
-        if len(pairs) >= claim.get("seeds", 3) and claim["test"] == "ratio":
-            # retention, A / B: a ratio interval, no p (outside Holm), the constant predictor's ratio beside it
-            recs_a = [pairs[s][0] for s in pairs]
-            recs_b = [pairs[s][1] for s in pairs]
-            stats_b = statistics_of(store, recs_b, claim["metric"], side(claim["b"])[1])
-            row["result"] = retention(statistics_of(store, recs_a, claim["metric"], side(claim["a"])[1]), stats_b,
-                                      claim["metric"])
-            row["constant_ratio"] = constant_ratio(store, recs_b[0], side(claim["b"])[1], claim["metric"])
+        a, b = latest(claim, claim["a"]), latest(claim, claim["b"])
+        pairs = {s: (a[s], b[s]) for s in sorted(set(a) & set(b))}
+        rows.append(row := {"claim": claim, "a_seeds": sorted(a), "b_seeds": sorted(b), "pairs": pairs})
+        if prior := claim.get("prior"):
+            with open(os.path.join(ROOT, prior["table"])) as f:
+                table = json.load(f)
+            for part in prior.get("path", []):  # where the table keeps its comparisons (e.g. glue, MRPC)
+                table = table[part]
+            (p,) = [c for c in table["comparisons"] if c["label"] == prior["comparison"]]
+            row["prior_detectable"] = detectable_difference((p["high"] - p["low"]) / 3.92, p["per_seed_std"],
+                                                            claim.get("seeds", 3))["detectable"]
+        if len(pairs) < claim.get("seeds", 3):
+            continue
+        row["records"] = recs = ([pairs[s][0] for s in pairs], [pairs[s][1] for s in pairs])
+        stats = [statistics_of(store, rs, claim["metric"], side(claim[k])[1]) for rs, k in zip(recs, "ab")]
+        if claim["test"] == "ratio":  # retention, A / B: a ratio interval, no p (outside Holm)
+            row["result"] = retention(*stats, claim["metric"])
             row["verdict"] = claim_verdict(row["result"], kind="ratio", ratio=claim["ratio"])
-            row["records"] = (recs_a, recs_b)
-        elif len(pairs) >= claim.get("seeds", 3):
-            recs_a = [pairs[s][0] for s in pairs]
-            recs_b = [pairs[s][1] for s in pairs]
-            parity = claim["test"] == "parity"
-            result = cluster_test(statistics_of(store, recs_a, claim["metric"], side(claim["a"])[1]),
-                                  statistics_of(store, recs_b, claim["metric"], side(claim["b"])[1]),
-                                  "bleu" if claim["metric"] == "sacrebleu" else claim["metric"], 10000,
-                                  margin=claim.get("margin") if parity else None,
-                                  threshold=claim.get("threshold") if claim.get("threshold") else None)
-            # the claim's own p: TOST's for parity, the bootstrap's against a drop bound, else the sign-flip p
-            result["claim_p"] = (result["tost_p"] if parity else result["threshold_p"] if claim.get("threshold")
-                                 else result["p"])
-            row["result"] = result
-            row["detectable"] = detectable_difference((result["high"] - result["low"]) / 3.92,
-                                                      result["per_seed_std"], result["seeds"])["detectable"]
-            row["records"] = (recs_a, recs_b)
-        rows.append(row)
+            # beside it, a constant answer's (B's most frequent label for every example) over B's, on B's references
+            score, record = METRIC_FUNCTIONS[claim["metric"]], recs[1][0]
+            labels = [float(x) for x in (store.references(record) or _any_references(store, record))]
+            row["constant_ratio"] = score([max(set(labels), key=labels.count)] * len(labels), labels) / score(
+                [float(x) for x in store.outputs(record, side(claim["b"])[1])], labels)
+            continue
+        parity = claim["test"] == "parity"
+        row["result"] = result = cluster_test(*stats, "bleu" if claim["metric"] == "sacrebleu" else claim["metric"],
+                                              10000, margin=claim.get("margin") if parity else None,
+                                              threshold=claim.get("threshold") or None)
+        # the claim's own p: TOST's for parity, the bootstrap's against a drop bound, else the sign-flip p
+        result["claim_p"] = result["tost_p" if parity else "threshold_p" if claim.get("threshold") else "p"]
+        row["detectable"] = detectable_difference((result["high"] - result["low"]) / 3.92,
+                                                  result["per_seed_std"], result["seeds"])["detectable"]
     tested = [r for r in rows if "result" in r and r["claim"]["test"] != "ratio"]
     for row, p in zip(tested, holm([r["result"]["claim_p"] for r in tested])):
-        row["holm_p"] = p
-        c = row["claim"]
+        row["holm_p"], c = p, row["claim"]
         row["verdict"] = claim_verdict(row["result"], c.get("threshold", 0.0), p=p,
                                        kind="parity" if c["test"] == "parity" else "better", margin=c.get("margin"))
     return rows
 
 
-def constant_ratio(store, record, row, metric):
-    """A constant answer's score (the references' most frequent label for every example: a classifier that learned
-    nothing but the label counts) over the score of the record's ``row`` outputs, on the record's references."""
-    from user_dir.common.glue_metrics import METRIC_FUNCTIONS
-
-    labels = [float(x) for x in (store.references(record) or _any_references(store, record))]
-    outputs = [float(x) for x in store.outputs(record, row)]
-    constant = max(set(labels), key=labels.count)
-    return METRIC_FUNCTIONS[metric]([constant] * len(labels), labels) / METRIC_FUNCTIONS[metric](outputs, labels)
-
-
 def per_seed_scores(records, metric, name):
     row = side(name)[1]
     values = [(r["also"][row] if row else r)["metrics"][metric] for r in records]
-    spread = f" +- {statistics.stdev(values):.2f}" if len(values) > 1 else ""
-    return f"{statistics.mean(values):.2f}{spread} ({', '.join(f'{v:.2f}' for v in values)})"
-
-
-_EVALUATED = {}
+    return f"{mean_text(values)} ({', '.join(f'{v:.2f}' for v in values)})"
 
 
 def evaluated(store, claims):
@@ -210,46 +167,42 @@ def evaluated(store, claims):
 
 
 def claims_table(store, claims):
-    rows = evaluated(store, claims)
-    lines = ["| claim | paper | metric | test | stopping rule | seeds | A | B | A - B [95%] | per-seed A - B | p "
-             "| Holm p | detectable difference | epochs trained (A; B) | CPU hours (A + B) | verdict |",
-             "|" + " --- |" * 16]
-    for row in rows:
-        c = row["claim"]
-        name = c["claim"] + (" (ours)" if c.get("ours") else "")
-        test = (f"\\|A - B\\| < {c['margin']:g} (TOST; margin {c['margin_source']})" if c["test"] == "parity"
-                else f"A / B > {c['ratio']:g} (retention: a two-sided 95% interval, no p)" if c["test"] == "ratio"
-                else f"A - B > {c.get('threshold', 0.0):g}")
-        metric = METRIC_NAMES[c["metric"]]
+    """The claims' table: per claim its test, each side's scores, the difference or ratio, its p's and verdict."""
+    lines = head("claim | paper | metric | test | stopping rule | seeds | A | B | A - B [95%] | per-seed A - B | p "
+                 "| Holm p | detectable difference | epochs trained (A; B) | CPU hours (A + B) | verdict")
+    for row in evaluated(store, claims):
+        c, ours = row["claim"], " (ours)" if row["claim"].get("ours") else ""
+        start = f"| {c['claim']}{ours} | {c['paper']} | {METRIC_NAMES[c['metric']]} | " + (
+            f"\\|A - B\\| < {c['margin']:g} (TOST; margin {c['margin_source']})" if c["test"] == "parity"
+            else f"A / B > {c['ratio']:g} (retention: a two-sided 95% interval, no p)" if c["test"] == "ratio"
+            else f"A - B > {c.get('threshold', 0.0):g}")
         if "result" not in row:
             seeds = c.get("seeds", 3)
             detect = (f"about {row['prior_detectable']:.2f} before running ({seeds} seeds; the spread of "
                       f"{c['prior']['table']}, {c['prior']['budget']})") if "prior_detectable" in row else "-"
-            state = (f"waiting: A {len(row['a_seeds'])}/{seeds} seeds, B {len(row['b_seeds'])}/{seeds} seeds in the "
-                     "store")
-            lines.append(f"| {name} | {c['paper']} | {metric} | {test} | grids/{c['grid']}.toml's | {state} | - | - | - | - "
-                         f"| - | - | {detect} | - | - | not yet tested |")
+            lines.append(f"{start} | grids/{c['grid']}.toml's | waiting: A {len(row['a_seeds'])}/{seeds} seeds, B "
+                         f"{len(row['b_seeds'])}/{seeds} seeds in the store | - | - | - | - | - | - | {detect} | - | - "
+                         "| not yet tested |")
             continue
         r, (recs_a, recs_b) = row["result"], row["records"]
         cpu_hours = sum({x["key"]: x["cpu_s"] for x in recs_a + recs_b}.values()) / 3600  # a row of A's: once
+        budget = "; ".join(f"s{x['seed']} " + " + ".join(  # epochs per seed and stage (the stopping rule's outcome)
+            f"{s['epochs']:g}" + (f" (best {s['best_epoch']})" if "best_epoch" in s else "")
+            for s in x["training"].values() if s) for x in recs_a + recs_b)
         if c["test"] == "ratio":
-            lines.append(
-                f"| {name} | {c['paper']} | {metric} | {test} | {rule_text(recs_a[0])} | {r['seeds']} "
-                f"| {c['a']}: {per_seed_scores(recs_a, c['metric'], c['a'])} | {c['b']}: "
-                f"{per_seed_scores(recs_b, c['metric'], c['b'])} | A / B {r['ratio']:.3f} [{r['low']:.3f}, "
-                f"{r['high']:.3f}] | {', '.join(f'{x:.3f}' for x in r['per_seed'])} | - | - | - "
-                f"| {budget_text(recs_a)}; {budget_text(recs_b)} | {cpu_hours:.1f} on {device_text(recs_a + recs_b)} "
-                f"| {row['verdict']} at this stopping rule; a constant answer (the most frequent label) keeps "
-                f"{row['constant_ratio']:.3f} |")
-            continue
-        lines.append(
-            f"| {name} | {c['paper']} | {metric} | {test} | {rule_text(recs_a[0])} | {r['seeds']} "
-            f"| {c['a']}: {per_seed_scores(recs_a, c['metric'], c['a'])} | {c['b']}: "
-            f"{per_seed_scores(recs_b, c['metric'], c['b'])} "
-            f"| {r['diff']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] | {', '.join(f'{d:+.2f}' for d in r['per_seed'])} "
-            f"| {r['p']:.3g} | {row['holm_p']:.3g} | {row['detectable']:.2f} | {budget_text(recs_a)}; {budget_text(recs_b)} "
-            f"| {cpu_hours:.1f} on {device_text(recs_a + recs_b)} | {row['verdict']} at this stopping rule"
-            f"{cost_text(c, recs_a)} |")
+            result = (f"A / B {r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}] "
+                      f"| {', '.join(f'{x:.3f}' for x in r['per_seed'])} | - | - | -")
+            tail = f"; a constant answer (the most frequent label) keeps {row['constant_ratio']:.3f}"
+        else:
+            result = (f"{r['diff']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] | "
+                      f"{', '.join(f'{d:+.2f}' for d in r['per_seed'])} | {r['p']:.3g} | {row['holm_p']:.3g} "
+                      f"| {row['detectable']:.2f}")
+            tail = cost_text(c, recs_a)
+        lines.append(f"{start} | {rule_text(recs_a[0])} | {r['seeds']} | {c['a']}: "
+                     f"{per_seed_scores(recs_a, c['metric'], c['a'])} | {c['b']}: "
+                     f"{per_seed_scores(recs_b, c['metric'], c['b'])} | {result} | {budget} "
+                     f"| {cpu_hours:.1f} on {device_text(recs_a + recs_b)} | {row['verdict']} "
+                     f"at this stopping rule{tail} |")
     return "\n".join(lines) + "\n"
 
 
@@ -260,9 +213,8 @@ def cost_text(claim, records):
     costs = [r["cost"] for r in records if r.get("cost")]
     if not costs:
         return "; cost: not recorded"
-    saved = statistics.mean(c["encoder_flops_saved_percent"] for c in costs)
-    speed = statistics.mean(c["speedup"] for c in costs)
-    extra = statistics.mean(c["extra_params_percent"] for c in costs)
+    saved, speed, extra = (statistics.mean(c[k] for c in costs)
+                           for k in ("encoder_flops_saved_percent", "speedup", "extra_params_percent"))
     whole = [r["sentences_per_s"] / r["also"]["teacher"]["sentences_per_s"] for r in records
              if r.get("sentences_per_s") and (r.get("also") or {}).get("teacher", {}).get("sentences_per_s")]
     whole_text = (f", the whole model x{statistics.mean(whole):.2f} the teacher's sentences/s (the recipe's "
@@ -276,49 +228,32 @@ def claims_summary(store, claims):
     out = []
     for row in evaluated(store, claims):
         c = row["claim"]
-        who = "ours" if c.get("ours") else "the paper's claim"
+        start = f"- {c['claim']} (" + ("ours" if c.get("ours") else "the paper's claim") + "): "
         if "result" not in row:
-            out.append(f"- {c['claim']} ({who}): not yet tested; cells in the store: A {len(row['a_seeds'])}/"
-                       f"{c.get('seeds', 3)}, B {len(row['b_seeds'])}/{c.get('seeds', 3)}")
+            out.append(f"{start}not yet tested; cells in the store: A {len(row['a_seeds'])}/{c.get('seeds', 3)}, B "
+                       f"{len(row['b_seeds'])}/{c.get('seeds', 3)}")
             continue
-        r = row["result"]
-        if c["test"] == "ratio":
-            out.append(f"- {c['claim']} ({who}): {METRIC_NAMES[c['metric']]} kept {r['ratio']:.3f} [{r['low']:.3f}, "
-                       f"{r['high']:.3f}] (a constant answer: {row['constant_ratio']:.3f}), {row['verdict']} at "
-                       f"{rule_text(row['records'][0][0])}, {r['seeds']} seeds")
-            continue
-        out.append(f"- {c['claim']} ({who}): {METRIC_NAMES[c['metric']]} {r['diff']:+.2f} [{r['low']:+.2f}, "
-                   f"{r['high']:+.2f}], {row['verdict']} at {rule_text(row['records'][0][0])}, {r['seeds']} seeds"
-                   f"{cost_text(c, row['records'][0])}")
+        r, ratio, recs_a = row["result"], c["test"] == "ratio", row["records"][0]
+        score = (f"kept {r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}] (a constant answer: "
+                 f"{row['constant_ratio']:.3f})" if ratio else f"{r['diff']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}]")
+        out.append(f"{start}{METRIC_NAMES[c['metric']]} {score}, {row['verdict']} at {rule_text(recs_a[0])}, "
+                   f"{r['seeds']} seeds{'' if ratio else cost_text(c, recs_a)}")
     return "\n".join(out) + "\n"
 
 
 def student_sizes(grid_path, reference_cell, data_dictionaries, margin=0.04):
-    """(cell, training command's architecture, non-embedding parameters, % against the reference cell) of each cell
-    of a grid, from the model its last fairseq-train command builds (fairseq's own parser; the dictionaries of
-    ``data_dictionaries``), counted by user_dir/common/counting.py."""
-    import shlex
-
+    """Each cell's non-embedding parameters against the reference cell's, built from its fairseq-train command."""
     from fairseq import options, tasks
 
-    import user_dir  # noqa: F401  (registers the plug-in's architectures)
-    from grid import Grid
-    from user_dir.common.counting import count_parameters
+    from user_dir.common.counting import count_parameters  # importing user_dir registers its architectures
 
-    grid = Grid(grid_path)
-    sizes, seen = [], set()
-    for cell in grid.cells:
-        if cell.name in seen:
-            continue
-        seen.add(cell.name)
-        train = [line for line in cell.commands() if line.startswith("fairseq-train ")][-1]
-        args = shlex.split(train)[1:]
-        args[0] = data_dictionaries
-        args = [a.replace("ROOT", ROOT) for a in args]
-        parsed = options.parse_args_and_arch(options.get_training_parser(), input_args=args)
-        model = tasks.setup_task(parsed).build_model(parsed)
-        count = count_parameters(model)
-        arch = " ".join(a for a in shlex.split(train) if a.startswith("--") and any(
+    cells, sizes = Grid(grid_path).cells, []
+    for cell in [c for i, c in enumerate(cells) if c.name not in {d.name for d in cells[:i]}]:
+        words = shlex.split([line for line in cell.commands() if line.startswith("fairseq-train ")][-1])
+        parsed = options.parse_args_and_arch(options.get_training_parser(), input_args=[
+            a.replace("ROOT", ROOT) for a in [data_dictionaries] + words[2:]])
+        count = count_parameters(tasks.setup_task(parsed).build_model(parsed))
+        arch = " ".join(a for a in words if a.startswith("--") and any(
             k in a for k in ("arch", "layers", "embed-dim", "ffn", "heads")))
         sizes.append({"cell": cell.name, "arch": arch, "non_embedding": count.total - count.embedding})
     reference = next(s["non_embedding"] for s in sizes if s["cell"] == reference_cell)
@@ -329,32 +264,15 @@ def student_sizes(grid_path, reference_cell, data_dictionaries, margin=0.04):
 
 
 def sizes_table(grid_path, reference_cell):
-    sizes = student_sizes(grid_path, reference_cell, os.path.join(ROOT, "checkpoints", "multi30k.de-en"))
-    lines = ["| cell | non-embedding parameters | against PET | within 4% |", "| --- | --- | --- | --- |"]
-    for s in sizes:
-        lines.append(f"| {s['cell']} | {s['non_embedding']:,} | {s['vs_reference']:+.2f}% | "
-                     f"{'yes' if s['within'] else 'NO'} |")
+    """The grid's students' non-embedding parameters against the reference cell's (student_sizes)."""
+    lines = head("cell | non-embedding parameters | against PET | within 4%") + [
+        f"| {s['cell']} | {s['non_embedding']:,} | {s['vs_reference']:+.2f}% | {'yes' if s['within'] else 'NO'} |"
+        for s in student_sizes(grid_path, reference_cell, os.path.join(ROOT, "checkpoints", "multi30k.de-en"))]
     return "\n".join(lines) + "\n"
 
 
-def time_parts_text(rows, model, batch):
-    """The shares of a model's fairseq time (ladder.py's measurement) in its encoder, decoder and beam search."""
-    row = next((r for r in rows if r["model"] == model and r["engine"] == "fairseq"), None)
-    parts = (row or {}).get("time_parts") or {}
-    if not parts.get("batch"):
-        return "not measured."
-
-    def shares(p):
-        return f"encoder {100 * p['encoder']:.0f}%, decoder {100 * p['decoder']:.0f}%, search {100 * p['search']:.0f}%"
-    return f"at batch {batch}: {shares(parts['batch'])}; at batch 1: {shares(parts['one'])}."
-
-
 def ladder_run(store, ladder):
-    """The latest measured run of a ladder (None before any), its rows each with its mean quality over seeds, quality
-    lost against the fairseq teacher, speed-ups over it (throughput, batch 1) and the CPU hours its records' training
-    and compression took (mean over seeds; None without records) with the GPUs they ran on."""
-    from ladder import SCORING_STAGES
-
+    """A ladder's latest run (None before any), its rows with quality lost, speed-ups and CPU hours to make."""
     if not os.path.exists(ladder.runs_file):
         return None
     with open(ladder.runs_file) as f:
@@ -366,8 +284,7 @@ def ladder_run(store, ladder):
         row["lost"] = teacher["deployed_quality"] - row["quality"]
         row["speedup"] = row["sentences_per_s"] / teacher["sentences_per_s"]
         row["latency_speedup"] = teacher["latency_ms"] / row["latency_ms"]
-        records = [store.get(key) for key in described[row["model"]]["records"].values()]
-        records = [r for r in records if r is not None]
+        records = [r for r in map(store.get, described[row["model"]]["records"].values()) if r is not None]
         row["cost_h"] = statistics.mean(sum(c["cpu_s"] for c in r["commands"] if c["stage"] not in SCORING_STAGES)
                                         for r in records) / 3600 if records else None
         row["cost_gpus"] = sorted({r["machine"].get("gpu") for r in records} - {None})
@@ -375,54 +292,32 @@ def ladder_run(store, ladder):
 
 
 def ladder_table(store, path, summary=False):
-    """The latest measured run of a ladder (scripts/experiments/ladder.py), each model's training cost from its records,
-    and the recommendation: at each quality bound, the fastest and the smallest deployment, and the issue's goal
-    (``summary``: the recommendation alone, for the README)."""
-    from ladder import Ladder
-
+    """A ladder's latest run and its advice per quality bound (``summary``: the advice alone, for the README)."""
     ladder = Ladder(path, store.root)
-    spec, shown = ladder.spec, os.path.relpath(path, ROOT)
-    e = ladder_run(store, ladder)
-    cells = {}  # grid cell -> {seed: latest record}
-    for grid in ladder.grids:
-        for name in dict.fromkeys(c.name for c in grid.cells):
-            cells[name] = {r["seed"]: r for r in store.find(grid=grid.name, cell=name)}
+    spec, shown, e = ladder.spec, os.path.relpath(path, ROOT), ladder_run(store, ladder)
+    cells = {name: {r["seed"]: r for r in store.find(grid=grid.name, cell=name)}  # grid cell -> {seed: latest record}
+             for grid in ladder.grids for name in dict.fromkeys(c.name for c in grid.cells)}
     without = [name for name, seeds in cells.items() if not seeds]
     if e is None:
         with_records = [f"{name} ({len(seeds)} seeds)" for name, seeds in cells.items() if seeds]
         return (f"Not measured yet. Cells with records in the store: {', '.join(with_records) or 'none'}; without: "
                 f"{', '.join(without) or 'none'}. Measured alone on the machine by `python "
                 f"scripts/experiments/ladder.py measure {shown}`.\n")
-    metric, settings = e["settings"]["metric"], e["settings"]
-    name = METRIC_NAMES[metric]
-    described = {m["name"]: m for m in e["models"]}
-    glue = settings.get("task") == "glue"
-
-    def cost(row):
-        if row["cost_h"] is None:
-            return "-"
-        return f"{row['cost_h']:.2f}" + (f" ({', '.join(row['cost_gpus'])})" if row["cost_gpus"] else "")
-
-    def quality(row):
-        values = list(row["quality_seeds"].values())
-        spread = f" +- {statistics.stdev(values):.2f}" if len(values) > 1 else ""
-        return f"{row['quality']:.2f}{spread} ({len(values)} seed{'s' if len(values) > 1 else ''})"
-
-    def same(row):  # GLUE: an export's predictions equal to the same model's in fairseq
-        n = row.get("identical_to_fairseq")
-        return " | -" if n is None else f" | {n:,}/{row['sentences']:,}"
-
-    head = ["model", "engine", f"{name} (mean over seeds)", "lost vs teacher"] + (
-        ["predictions = fairseq's"] if glue else []) + [
-        "non-emb. params", "size MB", f"sent/s, batch {settings['batch']}", "speed-up", "ms/sentence, batch 1",
-        "speed-up (batch 1)", "CPU h to make (mean over seeds)"]
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    settings = e["settings"]
+    name, glue = METRIC_NAMES[settings["metric"]], settings.get("task") == "glue"
+    lines = head(f"model | engine | {name} (mean over seeds) | lost vs teacher | " + "predictions = fairseq's | " * glue
+                 + f"non-emb. params | size MB | sent/s, batch {settings['batch']} | speed-up | ms/sentence, batch 1 "
+                 "| speed-up (batch 1) | CPU h to make (mean over seeds)")
     for row in e["rows"]:
+        n, values = row.get("identical_to_fairseq"), list(row["quality_seeds"].values())
+        same = ("" if not glue else " | -" if n is None else f" | {n:,}/{row['sentences']:,}")  # GLUE: as in fairseq
         params = "-" if row["non_embedding_params"] is None else f"{row['non_embedding_params']:,}"
-        lines.append(f"| {row['model']} | {row['engine']} | {quality(row)} | {row['lost']:+.2f}"
-                     f"{same(row) if glue else ''} | {params} "
+        cost = "-" if row["cost_h"] is None else f"{row['cost_h']:.2f}" + (
+            f" ({', '.join(row['cost_gpus'])})" if row["cost_gpus"] else "")
+        lines.append(f"| {row['model']} | {row['engine']} | {mean_text(values)} ({len(values)} "
+                     f"seed{'s' if len(values) > 1 else ''}) | {row['lost']:+.2f}{same} | {params} "
                      f"| {row['size_mb']:.1f} | {row['sentences_per_s']:.1f} | {row['speedup']:.2f}x "
-                     f"| {row['latency_ms']:.1f} | {row['latency_speedup']:.2f}x | {cost(row)} |")
+                     f"| {row['latency_ms']:.1f} | {row['latency_speedup']:.2f}x | {cost} |")
     lines.append("")
     first_advice = len(lines)
     for bound in spec.get("losses", [0.5, 1.0]):
@@ -430,53 +325,49 @@ def ladder_table(store, path, summary=False):
         if not within:
             lines.append(f"- At <= {bound:g} {name} lost: no deployment.")
             continue
-        fastest = max(within, key=lambda r: r["sentences_per_s"])
-        smallest = min(within, key=lambda r: r["size_mb"])
+        fastest, smallest = max(within, key=lambda r: r["sentences_per_s"]), min(within, key=lambda r: r["size_mb"])
         lines.append(f"- At <= {bound:g} {name} lost: fastest {fastest['model']} in {fastest['engine']} "
                      f"({fastest['speedup']:.2f}x the fairseq teacher's sentences/s, {fastest['lost']:+.2f} lost); "
                      f"smallest {smallest['model']} in {smallest['engine']} ({smallest['size_mb']:.1f} MB, "
                      f"{smallest['lost']:+.2f} lost).")
     goal, goal_loss = spec.get("goal_speedup", 5.0), spec.get("goal_loss", 0.5)
-    students = [r for r in e["rows"] if r["model"] != "teacher"]
-    met = [r for r in students if r["speedup"] >= goal and r["lost"] <= goal_loss]
-    if met:
-        best = max(met, key=lambda r: r["speedup"])
-        lines.append(f"- Goal ({goal:g}x the fairseq teacher's sentences/s at <= {goal_loss:g} {name} lost): met by "
-                     f"{best['model']} in {best['engine']}, {best['speedup']:.2f}x at {best['lost']:+.2f} lost.")
-    else:
-        near = [r for r in students if r["lost"] <= goal_loss]
-        nearest = max(near, key=lambda r: r["speedup"]) if near else None
-        lines.append(f"- Goal ({goal:g}x the fairseq teacher's sentences/s at <= {goal_loss:g} {name} lost): not met; "
-                     + (f"nearest {nearest['model']} in {nearest['engine']}, {nearest['speedup']:.2f}x at "
-                        f"{nearest['lost']:+.2f} lost." if nearest else f"no student is within {goal_loss:g} lost."))
+    near = [r for r in e["rows"] if r["model"] != "teacher" and r["lost"] <= goal_loss]
+    nearest = max(near, key=lambda r: r["speedup"]) if near else None  # the fastest student within the goal's loss
+    met = nearest is not None and nearest["speedup"] >= goal
+    lines.append(f"- Goal ({goal:g}x the fairseq teacher's sentences/s at <= {goal_loss:g} {name} lost): " + (
+        f"{'met by' if met else 'not met; nearest'} {nearest['model']} in {nearest['engine']}, "
+        f"{nearest['speedup']:.2f}x at {nearest['lost']:+.2f} lost." if nearest
+        else f"not met; no student is within {goal_loss:g} lost."))
+    if not met:
         for model in [] if glue else ["teacher"] + ([nearest["model"]] if nearest else []):
-            lines.append(f"- Where the time goes, {model} in fairseq: "
-                         + time_parts_text(e["rows"], model, settings["batch"]))
-    for refusal in e["refused"]:
-        lines.append(f"- Not deployed: {refusal['model']} in {refusal['engine']}: {refusal['reason']}")
+            parts = next((r.get("time_parts") or {} for r in e["rows"] if r["model"] == model
+                          and r["engine"] == "fairseq"), {})  # its fairseq time's shares (ladder.py's measurement)
+            shares = [", ".join(f"{k} {100 * parts[p][k]:.0f}%" for k in ("encoder", "decoder", "search"))
+                      for p in ("batch", "one") if parts.get("batch")]
+            lines.append(f"- Where the time goes, {model} in fairseq: " + (
+                f"at batch {settings['batch']}: {shares[0]}; at batch 1: {shares[1]}." if shares else "not measured."))
+    lines += [f"- Not deployed: {r['model']} in {r['engine']}: {r['reason']}" for r in e["refused"]]
     if summary:
-        return "\n".join(lines[first_advice:]) + f"\n- Measured {e['date']}: [{os.path.relpath(path, ROOT)}'s table]" \
-            f"(results/{ladder.name}.md).\n"
+        return "\n".join(lines[first_advice:]) + (f"\n- Measured {e['date']}: [{shown}'s table]"
+                                                  f"(results/{ladder.name}.md).\n")
+    described = {m["name"]: m for m in e["models"]}
     stale = [m for m, d in described.items() if m in cells and set(map(int, d["records"])) != set(cells[m])]
-    if stale:
-        lines.append(f"- Measured before the store's latest records of {', '.join(stale)}: measure again.")
-    if without:
-        lines.append(f"- Cells without records yet (not on the ladder): {', '.join(without)}.")
+    lines += [f"- Measured before the store's latest records of {', '.join(stale)}: measure again."] if stale else []
+    lines += [f"- Cells without records yet (not on the ladder): {', '.join(without)}."] if without else []
     scored = (f"{name} on {settings['glue_task']}'s dev set (GLUE's, in points): fairseq rows are the records' "
               "scores, ONNX Runtime rows run each seed's fc-export-onnx graphs (its tokenizer checked to give every "
               "dev example's ids from the raw text); predictions = fairseq's: the examples whose predicted class (a "
               "regression head: score, within 1e-4) is the same model's in fairseq" if glue else
               f"{name} on the test set (beam {settings['beam']}): fairseq rows are the records' scores, other "
               "engines decode each seed's checkpoint")
-    lines += ["", f"{scored}; lost: the fairseq teacher's score minus the mean. Speed: the "
-              f"lowest seed's checkpoint, median of {settings['runs']} runs with the rows measured in turn, "
-              f"{settings['threads']} thread(s) per row, ratios against the fairseq teacher in the same run. Size: the "
-              "weights as stored (fairseq: the state dict; "
-              + ("ONNX Runtime: model.onnx, model.int8.onnx" if glue else "CTranslate2: model.bin")
-              + "). CPU h to make: the records' "
-              "training and compression stages (scoring excluded; a grid's shared preparation, e.g. its teacher-output "
-              "cache, excluded)." + (f" A pipeline check on {settings['max_sentences']} sentences: not a ladder."
-                                      if settings.get("max_sentences") else ""),
+    sizes = "ONNX Runtime: model.onnx, model.int8.onnx" if glue else "CTranslate2: model.bin"
+    check = (f" A pipeline check on {settings['max_sentences']} sentences: not a ladder."
+             if settings.get("max_sentences") else "")
+    lines += ["", f"{scored}; lost: the fairseq teacher's score minus the mean. Speed: the lowest seed's checkpoint, "
+              f"median of {settings['runs']} runs with the rows measured in turn, {settings['threads']} thread(s) per "
+              "row, ratios against the fairseq teacher in the same run. Size: the weights as stored (fairseq: the "
+              f"state dict; {sizes}). CPU h to make: the records' training and compression stages (scoring excluded; a "
+              f"grid's shared preparation, e.g. its teacher-output cache, excluded).{check}",
               "", f"Measured {e['date']} on {e['machine']} (load average {e['load_average_before'][0]:.2f} before, "
               f"{e['load_average_after'][0]:.2f} after) by `{e['command']}`."]
     return "\n".join(lines) + "\n"
@@ -490,15 +381,13 @@ def _results_rows(name):
 
 
 def pet_shipped(kind):
-    """The shipped PET student against the teacher, from results/pet_multi30k.json (scripts/bench/measure_shipped.sh):
-    a sentence, the recipe's score line for it, or the PET page's results rows with the demo's (results/demo.json)."""
+    """The shipped PET student against the teacher: a sentence, its score line, or the PET page's rows."""
     rows, table = _results_rows("pet_multi30k.json")
     teacher, pet = rows["teacher"], rows["pet"]
     if kind == "score":  # pet.sh's line (record.score_line) of the two rows, as its WORK/result.json files them
-        def filed(row):
-            return {"metrics": {"bleu_tok": row["bleu_tok"]}, "params": {"non_embedding": row["non_embedding_params"]}}
-        result = dict(filed(pet), recipe="pet.sh", name="pet", sentences=pet["sentences"],
-                      also={"teacher": filed(teacher)})
+        pet_row, teacher_row = ({"metrics": {"bleu_tok": r["bleu_tok"]}, "params": {"non_embedding":
+                                 r["non_embedding_params"]}} for r in (pet, teacher))
+        result = dict(pet_row, recipe="pet.sh", name="pet", sentences=pet["sentences"], also={"teacher": teacher_row})
         return f"```\n{score_line(result, 'work/pet')}\n```\n"
     if kind == "sentence":
         return (f"The shipped student (`checkpoints/multi30k.de-en/pet_student.pt`: the full CPU recipe at its defaults "
@@ -523,40 +412,57 @@ def demo_run():
             f"{rows['teacher']['bleu_tok']:.2f} after 200 + 600 updates, in {minutes:g} minutes.\n")
 
 
-def deploy_table(store):
-    """The deployment page's table: the latest run of the translation ladder (grids/ladder_mt.toml,
-    scripts/experiments/ladder.py), the teacher and the shipped PET student in fairseq and CTranslate2, and what
-    CTranslate2 changes in the hypotheses."""
-    from ladder import Ladder
+def teacher_reference():
+    """The reference teacher's scores on test_2016_flickr: results/teacher_multi30k.json (user_dir/tools/measure.py)."""
+    r = _results_rows("teacher_multi30k.json")[0]["teacher_reference"]
+    return (f"The reference teacher scores {r['sacrebleu']:.2f} sacreBLEU and {r['bleu_tok']:.2f} BLEU (tok) on the "
+            f"{r['sentences']:,} sentences of test_2016_flickr.\n")
 
-    ladder = Ladder(os.path.join(ROOT, "grids", "ladder_mt.toml"), store.root)
-    with open(ladder.runs_file) as f:
-        e = [json.loads(line) for line in f if line.strip()][-1]
-    by = {(r["model"], r["engine"]): r for r in e["rows"]}
-    base = by["teacher", "fairseq"]
-    name = METRIC_NAMES[e["settings"]["metric"]]
-    lines = [f"| model, engine | {name} | size MB | speed-up over the fairseq teacher (batch {e['settings']['batch']}) "
-             "| hypotheses = fairseq's |", "| --- | --- | --- | --- | --- |"]
+
+def deploy_table(store):
+    """The deployment page's table: the teacher and shipped PET in fairseq and CTranslate2 (ladder_mt)."""
+    e = ladder_run(store, Ladder(os.path.join(GRIDS, "ladder_mt.toml"), store.root))
+    by, name = {(r["model"], r["engine"]): r for r in e["rows"]}, METRIC_NAMES[e["settings"]["metric"]]
+    lines = head(f"model, engine | {name} | size MB | speed-up over the fairseq teacher (batch "
+                 f"{e['settings']['batch']}) | hypotheses = fairseq's")
     for model, engine in (("teacher", "fairseq"), ("teacher", "ct2-int8"), ("pet-shipped", "fairseq"),
                           ("pet-shipped", "ct2-float32"), ("pet-shipped", "ct2-int8")):
         r = by[model, engine]
         same = "-" if engine == "fairseq" else f"{r['identical_to_fairseq']:,}/{r['sentences']:,}" \
             if "identical_to_fairseq" in r else "not compared in this run"
-        lines.append(f"| {model}, {engine} | {r['deployed_quality']:.2f} | {r['size_mb']:.1f} "
-                     f"| {r['sentences_per_s'] / base['sentences_per_s']:.2f}x | {same} |")
+        lines.append(f"| {model}, {engine} | {r['deployed_quality']:.2f} | {r['size_mb']:.1f} | {r['speedup']:.2f}x "
+                     f"| {same} |")
     change = by["pet-shipped", "ct2-int8"]["deployed_quality"] - by["pet-shipped", "fairseq"]["deployed_quality"]
-    return "\n".join(lines) + (f"\n\nThe {base['sentences']:,} test sentences, beam {e['settings']['beam']}, "
+    return "\n".join(lines) + (f"\n\nThe {by['teacher', 'fairseq']['sentences']:,} test sentences, beam "
+                                f"{e['settings']['beam']}, {e['settings']['threads']} thread(s) per engine, measured "
+                                f"{e['date']} ([results/ladder_mt.md](../../results/ladder_mt.md)). int8 weights "
+                                f"change some hypotheses: {change:+.2f} {name} for PET.\n")
+
+
+def deploy_glue_table(store):
+    """The deployment page's GLUE rows: each model in fairseq and ONNX Runtime (grids/ladder_glue.toml)."""
+    e = ladder_run(store, Ladder(os.path.join(GRIDS, "ladder_glue.toml"), store.root))
+    if e is None:
+        return ("Not measured yet: `python scripts/experiments/ladder.py measure grids/ladder_glue.toml` (alone on the "
+                "machine) measures the GLUE grid's students; the last table of the driver it replaces is archived, "
+                "[results/archive/deploy_glue.md](../../results/archive/deploy_glue.md).\n")
+    lines = head(f"model, engine | {METRIC_NAMES[e['settings']['metric']]} | predictions = fairseq's | size MB "
+                 f"| speed-up over the fairseq teacher (batch {e['settings']['batch']})")
+    for r in e["rows"]:
+        same = "-" if "identical_to_fairseq" not in r else f"{r['identical_to_fairseq']:,}/{r['sentences']:,}"
+        lines.append(f"| {r['model']}, {r['engine']} | {r['deployed_quality']:.2f} | {same} | {r['size_mb']:.1f} "
+                     f"| {r['speedup']:.2f}x |")
+    return "\n".join(lines) + (f"\n\n{e['settings']['glue_task']} dev, {e['rows'][0]['sentences']:,} examples, "
                                 f"{e['settings']['threads']} thread(s) per engine, measured {e['date']} "
-                                f"([results/ladder_mt.md](../../results/ladder_mt.md)). int8 weights change some "
-                                f"hypotheses: {change:+.2f} {name} for PET.\n")
+                                "([results/ladder_glue.md](../../results/ladder_glue.md)).\n")
 
 
 def glue_teachers_table():
     """The GLUE page's table of the MiniLM-L6 teachers: results/glue.json (scripts/recipes/glue_teachers.sh's report)."""
     with open(os.path.join(ROOT, "results", "glue.json")) as f:
         rows = json.load(f)["rows"]
-    lines = ["| task (MiniLM-L6, CPU recipe) | dev score (chosen on a held-out slice of train) | majority class | "
-             "published | gap |", "| --- | --- | --- | --- | --- |"]
+    lines = head("task (MiniLM-L6, CPU recipe) | dev score (chosen on a held-out slice of train) | majority class "
+                 "| published | gap")
     for r in rows:
         budget = f"{r['updates']:,} updates" if r["epochs"] != int(r["epochs"]) else f"{r['epochs']:g} epochs"
         metric, score = ("F1 / accuracy", f"{r['f1']:.2f} / {r['accuracy']:.2f}") if r.get("f1") is not None else \
@@ -569,14 +475,8 @@ def glue_teachers_table():
     return "\n".join(lines) + "\n"
 
 
-QUICKSTART = os.path.join(ROOT, "grids", "quickstart.toml")
-
-
 def quickstart_score(store, cell):
-    """A method page's quickstart output: the score line of grids/quickstart.toml's CELL, from the cell's latest record
-    of the grid's teacher and data, with the run's training updates and CPU time."""
-    from grid import Grid
-
+    """A method page's quickstart: the score line of grids/quickstart.toml's CELL from its latest record."""
     grid = Grid(QUICKSTART, store=store.root)
     labels = {c.seed: c.label for c in grid.select(only=cell)}
     records = [r for r in grid.current_records(cell) if r["seed"] in labels]
@@ -591,33 +491,8 @@ def quickstart_score(store, cell):
             f"scoring included) on {device_text([r])}.\n")
 
 
-def deploy_glue_table(store):
-    """The deployment page's GLUE rows: the latest run of the GLUE ladder (grids/ladder_glue.toml), each model in
-    fairseq and ONNX Runtime with its predictions against fairseq's."""
-    from ladder import Ladder
-
-    ladder = Ladder(os.path.join(ROOT, "grids", "ladder_glue.toml"), store.root)
-    e = ladder_run(store, ladder)
-    if e is None:
-        return ("Not measured yet: `python scripts/experiments/ladder.py measure grids/ladder_glue.toml` (alone on the "
-                "machine) measures the GLUE grid's students; the last table of the driver it replaces is archived, "
-                "[results/archive/deploy_glue.md](../../results/archive/deploy_glue.md).\n")
-    name = METRIC_NAMES[e["settings"]["metric"]]
-    lines = [f"| model, engine | {name} | predictions = fairseq's | size MB | speed-up over the fairseq teacher "
-             f"(batch {e['settings']['batch']}) |", "| --- | --- | --- | --- | --- |"]
-    for r in e["rows"]:
-        same = "-" if "identical_to_fairseq" not in r else f"{r['identical_to_fairseq']:,}/{r['sentences']:,}"
-        lines.append(f"| {r['model']}, {r['engine']} | {r['deployed_quality']:.2f} | {same} | {r['size_mb']:.1f} "
-                     f"| {r['speedup']:.2f}x |")
-    return "\n".join(lines) + (f"\n\n{e['settings']['glue_task']} dev, {e['rows'][0]['sentences']:,} examples, "
-                                f"{e['settings']['threads']} thread(s) per engine, measured {e['date']} "
-                                "([results/ladder_glue.md](../../results/ladder_glue.md)).\n")
-
-
 def teacher_cache_table(store):
-    """What the teacher-output cache saves a word-KD update: grids/teacher_cache.toml's cells per seed, the training
-    stage's CPU seconds per update (its start-up and final validation included) online, cached and with no KD term, and
-    where a cached update's time goes beyond the student's own cross-entropy (the KD loss over the vocabulary)."""
+    """What the teacher-output cache saves a word-KD update: grids/teacher_cache.toml's CPU s per update."""
     by_seed = {}
     for record in store.find(grid="teacher_cache"):
         by_seed.setdefault(record["seed"], {})[record["cell"]] = record
@@ -626,13 +501,13 @@ def teacher_cache_table(store):
         return ("Not measured yet: `python scripts/experiments/grid.py run grids/teacher_cache.toml --jobs 1 "
                 "--threads 1 --commit`, alone on the machine.\n")
 
-    def per_update(record):
+    def per_update(record):  # the training stage's (CPU, wall) seconds, its start-up and final validation included
         stage = next(c for c in record["commands"] if c["stage"] == "train")
         updates = record["training"]["train"]["updates"]
         return stage["cpu_s"] / updates, stage["wall_s"] / updates
 
-    lines = ["| seed | updates | online: CPU s / update | cached: CPU s / update | no KD term: CPU s / update "
-             "| online / cached (CPU) | online / cached (wall) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = head("seed | updates | online: CPU s / update | cached: CPU s / update | no KD term: CPU s / update "
+                 "| online / cached (CPU) | online / cached (wall)")
     ratios, shares = [], []
     for seed, cells in pairs.items():
         (cpu_on, wall_on), (cpu_ca, wall_ca) = per_update(cells["online"]), per_update(cells["cached"])
@@ -656,14 +531,10 @@ def teacher_cache_table(store):
 
 
 def stopping_table(store, grid_path, window=10):
-    """How each of a grid's patience-stopped students stopped: per current record, its last training stage's epochs,
-    best epoch and validation loss, whether patience or the epoch cap ended it, and what its validation loss fell over
-    the WINDOW epochs before it stopped (from the record's validation curve): the evidence for the stated cap."""
-    from grid import Grid
-
+    """How each patience-stopped student of a grid stopped: epochs, best loss, patience or cap, last fall."""
     grid = Grid(grid_path, store=store.root)
-    lines = ["| cell | seed | epochs | best epoch | best validation loss | stopped by | fall over its last "
-             f"{window} epochs |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = head(f"cell | seed | epochs | best epoch | best validation loss | stopped by | fall over its last {window} "
+                 "epochs")
     capped, rows = 0, 0
     for cell in grid.cells:
         for record in grid.current_records(cell.name):
@@ -673,72 +544,55 @@ def stopping_table(store, grid_path, window=10):
             state = record["training"][order[-1]]  # the last training stage (the store sorts the record's keys)
             cap = int(record["variables"].get("MAX_EPOCHS") or 60)
             curve = state.get("validation") or []
-            if state["epochs"] >= cap:
-                why, capped = f"the {cap}-epoch cap", capped + 1
-            else:
-                why = f"patience ({record['variables']['PATIENCE']} epochs without a lower loss)"
+            capped, rows = capped + (state["epochs"] >= cap), rows + 1
+            why = (f"the {cap}-epoch cap" if state["epochs"] >= cap
+                   else f"patience ({record['variables']['PATIENCE']} epochs without a lower loss)")
             fall = f"{curve[-1 - window][2] - min(p[2] for p in curve):.3f}" if len(curve) > window else "-"
-            rows += 1
             lines.append(f"| {cell.name} | {record['seed']} | {state['epochs']:g} | {state.get('best_epoch', '-')} "
                          f"| {state['best_validation']:.3f} | {why} | {fall} |")
     if not rows:
         return (f"No student of {os.path.relpath(grid_path, ROOT)} has finished yet (`python scripts/experiments/"
                 f"grid.py plan {os.path.relpath(grid_path, ROOT)}`).\n")
     return "\n".join(lines) + (f"\n\nThe epoch cap ended {capped} of {rows} students; patience ended the others. The "
-                                "fall is the validation loss "
-                                f"{window} epochs before the stop minus the best.\n")
+                                f"fall is the validation loss {window} epochs before the stop minus the best.\n")
 
 
-def teacher_reference():
-    """The reference teacher's scores on test_2016_flickr: results/teacher_multi30k.json (user_dir/tools/measure.py)."""
-    rows, _ = _results_rows("teacher_multi30k.json")
-    r = rows["teacher_reference"]
-    return (f"The reference teacher scores {r['sacrebleu']:.2f} sacreBLEU and {r['bleu_tok']:.2f} BLEU (tok) on the "
-            f"{r['sentences']:,} sentences of test_2016_flickr.\n")
+def claims_where(render, field, *values):
+    """A block: ``render`` (claims_table or claims_summary) of the claims whose FIELD is one of VALUES."""
+    return lambda store: render(store, [c for c in load_claims() if c[field] in values])
 
 
 BLOCKS = {
-    "pet-sizes": lambda store: sizes_table(os.path.join(ROOT, "grids", "pet.toml"), "pet"),
-    "claims-pet": lambda store: claims_table(store, [c for c in load_claims() if c["method"] == "PET"]),
-    "claims-pet-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "PET"]),
-    "claims-glue": lambda store: claims_table(store, [c for c in load_claims() if c["grid"] in ("glue", "glue_sst2")]),
-    "claims-mt": lambda store: claims_table(store, [c for c in load_claims() if c["grid"] == "claims_mt"]),
-    "claims-ghostbert-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "GhostBERT"]),
-    "claims-apc-summary": lambda store: claims_summary(store, [c for c in load_claims() if c["method"] == "APC"]),
-    "claims-variator-summary": lambda store: claims_summary(store, [c for c in load_claims()
-                                                                    if c["method"] == "Variator"]),
-    "pet-shipped": lambda store: pet_shipped("sentence"),
-    "pet-shipped-score": lambda store: pet_shipped("score"),
-    "pet-results": lambda store: pet_shipped("table"),
+    "pet-sizes": lambda store: sizes_table(os.path.join(GRIDS, "pet.toml"), "pet"),
+    "claims-pet": claims_where(claims_table, "method", "PET"),
+    "claims-pet-summary": claims_where(claims_summary, "method", "PET"),
+    "claims-glue": claims_where(claims_table, "grid", "glue", "glue_sst2"),
+    "claims-mt": claims_where(claims_table, "grid", "claims_mt"),
+    "claims-ghostbert-summary": claims_where(claims_summary, "method", "GhostBERT"),
+    "claims-apc-summary": claims_where(claims_summary, "method", "APC"),
+    "claims-variator-summary": claims_where(claims_summary, "method", "Variator"),
+    **{block: (lambda store, kind=kind: pet_shipped(kind))
+       for block, kind in (("pet-shipped", "sentence"), ("pet-shipped-score", "score"), ("pet-results", "table"))},
     "demo-run": lambda store: demo_run(),
     "deploy-table": deploy_table,
-    "teacher-cache": lambda store: teacher_cache_table(store),
-    "pet-stopping": lambda store: stopping_table(store, os.path.join(ROOT, "grids", "pet.toml")),
+    "teacher-cache": teacher_cache_table,
+    "pet-stopping": lambda store: stopping_table(store, os.path.join(GRIDS, "pet.toml")),
     "deploy-glue-table": deploy_glue_table,
     "glue-teachers": lambda store: glue_teachers_table(),
     **{f"quickstart-{m}": (lambda store, m=m: quickstart_score(store, m)) for m in ("apc", "ghostbert", "variator")},
-    "ladder-mt": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml")),
-    "ladder-mt-summary": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_mt.toml"), summary=True),
-    "ladder-glue": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_glue.toml")),
-    "ladder-glue-summary": lambda store: ladder_table(store, os.path.join(ROOT, "grids", "ladder_glue.toml"),
-                                                      summary=True),
+    **{f"ladder-{k}{s}": (lambda store, k=k, s=s: ladder_table(store, os.path.join(GRIDS, f"ladder_{k}.toml"),
+                                                               summary=bool(s)))
+       for k in ("mt", "glue") for s in ("", "-summary")},
     "teacher-reference": lambda store: teacher_reference(),
 }
 
 
-def pages():
-    patterns = ["README.md", "results/*.md", "scripts/*.md", "user_dir/*/README.md", "user_dir/*/NOTES.md",
-                "user_dir/GLOSSARY.md"]
-    return sorted({p for pattern in patterns for p in glob.glob(os.path.join(ROOT, pattern))})
-
-
 def render_pages(check=False, store_root=None, files=None):
-    """Re-render (or with ``check`` only compare) every block of ``files`` (default: the project's pages); returns
-    'PAGE: BLOCK' of each block that was not current."""
+    """Re-render (``check``: only compare) the blocks of ``files`` (default PAGES); 'PAGE: BLOCK' of each stale."""
     store = store_lib.Store(store_root or os.path.join(ROOT, "results", "store"))
     _EVALUATED.pop(store.root, None)
     cache, stale = {}, []
-    for page in files or pages():
+    for page in files or sorted({p for pattern in PAGES for p in glob.glob(os.path.join(ROOT, pattern))}):
         with open(page) as f:
             text = f.read()
 
