@@ -4,20 +4,10 @@
     python scripts/bench/bench_serving.py [burst] [--plugins k2.pt,k4.pt] [--out results/serving.md] [-- fc-serve flags]
     python scripts/bench/bench_serving.py faults [--out results/serving.md] -- CHECKPOINT [fc-serve flags]
 
-burst: a GLUE classifier and its Variator plugins (``--plugins``, default: the store's records of
-scripts/recipes/variator.sh on ``--checkpoint`` for ``--task``), one server per policy and repeat, each replaying one
-seeded Poisson trace of dev sentences: idle (IDLE_X x the backbone's throughput: full batches at k=0 in the first
-server's cost table), a burst (BURST_X x), idle again. The client (asyncio + httpx) sends each request at its time
-whatever the server does, never retrying; latency runs from that time to the answer. The servers' --target-p95-ms:
-twice a full batch at k=0 plus the batching wait; --max-queue: the full batches the largest k finishes within it,
-less one; the adaptive servers' --client-overhead-ms: the p95 of the client's latency less the server's
-Server-Timing total in the first run. The .json beside the report holds every run's numbers (latency, the burst's
-split, /metrics, cost table, a series per second), the .png the series.
-
-faults: one server with the fault hook (``FC_SERVE_FAULTS=1``, user_dir/serving/faults.py) and tight request bounds
-(BOUNDS, unless given after --), sent every kind of malformed, oversized, slow, disconnecting and cancelled request,
-faults injected into its batches, then a burst with SIGTERM in the middle; no answer within the client's timeout is
-a hang.
+burst: one server per policy and repeat replays a seeded Poisson trace of GLUE dev sentences (idle, a burst above the
+backbone's throughput, idle): latency and its Server-Timing split, accuracy against fixed:0, /metrics, a series per
+second (.json, .png). faults: a server with the fault hook (FC_SERVE_FAULTS=1) under every kind of hostile request,
+faults in its batches and a burst cut by SIGTERM: its 5xx, hangs, lost requests and recovery.
 """
 import argparse
 import asyncio
@@ -34,13 +24,18 @@ import statistics
 import subprocess
 import sys
 import time
-import types
 
 from benchlib import (ROOT, command_line, environment, invocation, logger, machine, plot_panels, read_lines, rel,
                       sha256_of, write_json, write_text)
 from glue_bench import REPORT_SUBSET, check_report_subset
 
 log = logger("bench_serving")
+# the burst's trace: idle, burst, idle (seconds; rates in multiples of the backbone's throughput), TEXTS dev sentences
+# a request (at 1, a 2-core client falls behind); the faults' good requests and fc-serve's bounds (tight: small battery)
+IDLE_S, BURST_S, IDLE_X, BURST_X, TEXTS, SEED = 15.0, 20.0, 0.2, 3.0, 4, 1
+GOOD_TEXT, GOOD_GERMAN = "A man is playing a guitar on a stage.", "Ein Mann spielt Gitarre auf einer Bühne."
+GOOD_PAIR = [GOOD_TEXT, "A person plays music."]
+BOUNDS = dict(max_body_bytes=65536, max_texts=16, max_text_chars=4096, body_timeout_s=1.0, request_timeout_s=2.0)
 
 
 def loadavg() -> str:
@@ -51,22 +46,22 @@ def fmt(v, digits=0):
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}"
 
 
+def bound_flags(bounds) -> str:
+    return " ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in bounds.items())
+
+
 def write_section(md_path, name, text):
-    """``text`` as the report's section ``name``, in place of the old one or after the rest: the burst and the faults
-    each rewrite their own."""
+    """``text`` as the report's section ``name``, in place of the old one or after the rest."""
     begin, end = f"<!-- section: {name} -->", f"<!-- /section: {name} -->"
     old = open(md_path, encoding="utf-8").read() if os.path.isfile(md_path) else "# fc-serve under load and faults\n"
     block = f"{begin}\n{text.strip()}\n{end}\n"
-    if begin in old and end in old:
-        write_text(md_path, old[:old.index(begin)] + block + old[old.index(end) + len(end):].lstrip("\n"))
-    else:
-        write_text(md_path, old.rstrip("\n") + "\n\n" + block)
+    write_text(md_path, old[:old.index(begin)] + block + old[old.index(end) + len(end):].lstrip("\n")
+               if begin in old and end in old else old.rstrip("\n") + "\n\n" + block)
 
 
 @contextlib.contextmanager
 def fc_serve(args, log_path, **env):
-    """fc-serve (``args``: checkpoint and flags) on a free localhost port, its output in ``log_path``: yields
-    (proc, url, port, cmd, health) once /health answers; SIGTERM at the end."""
+    """fc-serve (checkpoint and flags: ``args``) on a free port, logging to ``log_path``, once /health answers."""
     import httpx
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -75,24 +70,23 @@ def fc_serve(args, log_path, **env):
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     with open(log_path, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**environment(1), **env}, cwd=ROOT)
-        url, deadline = f"http://127.0.0.1:{port}", time.time() + 600
+    url, deadline = f"http://127.0.0.1:{port}", time.time() + 600
+    try:
+        while True:
+            if proc.poll() is not None or time.time() > deadline:
+                sys.exit(f"bench_serving: fc-serve exited ({proc.returncode}) or not ready in 10 min: {log_path}")
+            with contextlib.suppress(httpx.TransportError):
+                if (r := httpx.get(url + "/health", timeout=5)).status_code == 200:
+                    break
+            time.sleep(0.5)
+        yield argparse.Namespace(proc=proc, url=url, port=port, cmd=cmd, health=r.json())
+    finally:
+        proc.send_signal(signal.SIGTERM)
         try:
-            while True:
-                if proc.poll() is not None or time.time() > deadline:
-                    sys.exit(f"bench_serving: fc-serve exited ({proc.returncode}) or not ready in 10 min: {log_path}")
-                with contextlib.suppress(httpx.TransportError):
-                    r = httpx.get(url + "/health", timeout=5)
-                    if r.status_code == 200:
-                        break
-                time.sleep(0.5)
-            yield types.SimpleNamespace(proc=proc, url=url, port=port, cmd=cmd, health=r.json())
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 # ==== burst ===========================================================================================================
@@ -116,17 +110,13 @@ def percentile(values, q):
 
 def server_timing(header: str) -> dict:
     """{name: seconds} from a W3C Server-Timing header (fc-serve's: wait, batch, reply, total)."""
-    out = {}
-    for part in header.split(","):
-        name, _, params = part.strip().partition(";")
-        for key, _, value in (p.strip().partition("=") for p in params.split(";")):
-            if key == "dur" and name:
-                out[name] = float(value) / 1000
-    return out
+    parts = (part.strip().partition(";") for part in header.split(","))
+    return {name: float(value) / 1000 for name, _, params in parts if name
+            for key, _, value in (p.strip().partition("=") for p in params.split(";")) if key == "dur"}
 
 
 async def replay(url, arrivals, requests, texts):
-    """Send request i (the dev sentences of indices requests[i]) at arrivals[i] seconds; one record per request."""
+    """Send request i (dev sentences requests[i]) at arrivals[i] s whatever the server does, never retrying: records."""
     import httpx
     limits = httpx.Limits(max_connections=4000, max_keepalive_connections=4000)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
@@ -151,17 +141,16 @@ async def replay(url, arrivals, requests, texts):
 
 
 def serving_summary(records, gold, burst, duration, reference=None):
-    """Latency per request; throughput, k and accuracy per sentence (a request carries several); against
-    ``reference`` (fixed:0's records of the same trace) on the sentences both answered."""
+    """Latency per request; throughput, k and accuracy per sentence; against ``reference`` (fixed:0's records of the
+    same trace) on the sentences both answered."""
     answered = [r for r in records if r["status"] == 200]
-    refused = sum(r["status"] == 503 for r in records)
-    lat = [r["latency"] * 1000 for r in answered]
+    refused, lat = sum(r["status"] == 503 for r in records), [r["latency"] * 1000 for r in answered]
     in_burst = [r for r in answered if burst[0] <= r["at"] < burst[1]]
     pairs = [(i, label) for r in answered for i, label in zip(r["indices"], r["labels"])]
     ks, n = collections.Counter(k for r in answered for k in r["ks"]), max(1, len(pairs))
     out = {"requests": len(records), "answered": len(answered), "refused": refused,
            "failed": len(records) - len(answered) - refused, "examples_answered": len(pairs),
-           "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95), "p99_ms": percentile(lat, 99),
+           **{f"p{q}_ms": percentile(lat, q) for q in (50, 95, 99)},
            "burst_p95_ms": percentile([r["latency"] * 1000 for r in in_burst], 95), "burst_answered": len(in_burst),
            "throughput": len(pairs) / duration, "accuracy": 100 * sum(gold[i] == lab for i, lab in pairs) / n,
            "k_share": {str(k): c / n for k, c in sorted(ks.items())},
@@ -187,26 +176,24 @@ def serving_summary(records, gold, burst, duration, reference=None):
     return out
 
 
-def series(records, arrivals, per_request, duration):
-    """Per second of the trace (by scheduled send time): offered, answered and refused sentences, the mean k of the
-    answered ones and the p95 latency of the answered requests."""
+def series(records, duration):
+    """Per second of the trace (by send time): sentences offered, answered, refused; mean k; p95 request latency."""
     rows = []
     for lo in range(int(math.ceil(duration))):
         inside = [r for r in records if lo <= r["at"] < lo + 1]
         ok = [r for r in inside if r["status"] == 200]
         ks = [k for r in ok for k in r["ks"]]
-        rows.append({"t": lo, "offered": per_request * sum(lo <= a < lo + 1 for a in arrivals), "answered": len(ks),
-                     "refused": per_request * sum(r["status"] == 503 for r in inside),
+        rows.append({"t": lo, "offered": sum(len(r["indices"]) for r in inside), "answered": len(ks),
+                     "refused": sum(len(r["indices"]) for r in inside if r["status"] == 503),
                      "mean_k": statistics.mean(ks) if ks else None,
                      "p95_ms": percentile([r["latency"] * 1000 for r in ok], 95) if ok else None})
     return rows
 
 
 def server_side(metrics_text):
-    """The server's /metrics after the trace (prometheus_client's parser): per k the batches, their mean size, padded
-    length and compute time; the adaptive policy's cost scale and budget (seconds)."""
+    """/metrics: per k the batches, their mean size, padded length and time; the cost scale and budget (seconds)."""
     from prometheus_client.parser import text_string_to_metric_families
-    out, by_k = {"by_k": {}}, collections.defaultdict(dict)
+    out, by_k = {}, collections.defaultdict(dict)
     names = {"fc_serve_batch_seconds_sum": "seconds", "fc_serve_batch_seconds_count": "batches",
              "fc_serve_examples_total": "examples", "fc_serve_batch_padded_tokens_total": "padded_tokens"}
     for s in (s for family in text_string_to_metric_families(metrics_text) for s in family.samples):
@@ -214,13 +201,12 @@ def server_side(metrics_text):
             by_k[s.labels["k"]][names[s.name]] = s.value
         elif s.name in ("fc_serve_cost_scale", "fc_serve_budget_seconds"):
             out["cost_scale" if s.name.endswith("scale") else "budget"] = s.value
-    for k, row in by_k.items():
+    for row in by_k.values():
         n, seconds = row.pop("batches", 0), row.pop("seconds", 0)
         if n:
             row.update(batches=n, mean_batch_ms=1000 * seconds / n, mean_batch_size=row.get("examples", 0) / n)
             row.update({"mean_padded": row["padded_tokens"] / n} if "padded_tokens" in row else {})
-        out["by_k"][k] = row
-    return out
+    return {"by_k": dict(by_k), **out}
 
 
 def plot_serving(result, path):
@@ -245,83 +231,71 @@ def plot_serving(result, path):
                 title=f"fc-serve, {result['task']}: idle, burst at {result['burst_factor']:g}x the backbone, idle")
 
 
-def run_key(policy, repeat, repeats):
-    """A run's name in the report: the policy, and its repeat when there are several."""
-    return policy if repeats == 1 else f"{policy} #{repeat}"
-
-
 def serving_verdict(result):
     """Each adaptive run against fixed:0 of its repeat (latency goal: within the target through the burst where
     fixed:0 is not; accuracy goal: within 1 point), the goals' tally, each policy's median over its repeats."""
-    pol, target, lines, goals = result["policies"], result["target_p95_ms"], [], {}
+    pol, target, lines, goals, no = result["policies"], result["target_p95_ms"], [], {}, {True: "", False: "not "}
     for name, run in pol.items():
-        base = pol.get(run_key("fixed:0", run["repeat"], result["repeats"]), {}).get("summary")
+        base = pol.get(f"fixed:0 #{run['repeat']}", {}).get("summary")
         if not run["policy"].startswith("adaptive") or base is None:
             continue
-        ad, diff = run["summary"], run["summary"]["accuracy"] - base["accuracy"]
+        ad = run["summary"]
+        diff, test = ad["accuracy"] - base["accuracy"], ad.get("shared_test")
         kept, missed = ad["burst_p95_ms"] <= target and ad["p95_ms"] <= target, base["burst_p95_ms"] > target
         goals.setdefault(run["policy"], []).append((kept and missed, abs(diff) <= 1))
-        test = ad.get("shared_test")
         lines.append(f"{name} against fixed:0 -- p95 within the {target:.0f} ms target through the burst: {name} "
                      f"{'yes' if kept else 'no'}, fixed:0 {'no' if missed else 'yes'} -> the latency goal is "
-                     f"{'met' if kept and missed else 'not met'}; accuracy of answered sentences {ad['accuracy']:.2f} "
-                     f"vs {base['accuracy']:.2f} ({diff:+.2f} points; goal: within 1 point -> "
-                     f"{'met' if abs(diff) <= 1 else 'not met'})" + (
-                         f", on the {ad['shared']:,} sentences both answered {test['diff']:+.2f} points, 95% interval "
-                         f"[{test['low']:+.2f}, {test['high']:+.2f}]" if test else ""))
-    for policy, met in goals.items():
-        lines.append(f"{policy}: the latency goal met in {sum(a for a, _ in met)} of {len(met)} repeats, the accuracy "
-                     f"goal in {sum(b for _, b in met)}, both in {sum(a and b for a, b in met)}")
+                     f"{no[kept and missed]}met; accuracy of answered sentences {ad['accuracy']:.2f} vs "
+                     f"{base['accuracy']:.2f} ({diff:+.2f} points; goal: within 1 point -> {no[abs(diff) <= 1]}met)"
+                     + (f", on the {ad['shared']:,} sentences both answered {test['diff']:+.2f} points, 95% interval "
+                        f"[{test['low']:+.2f}, {test['high']:+.2f}]" if test else ""))
+    lines += [f"{policy}: the latency goal met in {sum(a for a, _ in met)} of {len(met)} repeats, the accuracy goal in "
+              f"{sum(b for _, b in met)}, both in {sum(a and b for a, b in met)}" for policy, met in goals.items()]
     for policy in dict.fromkeys(run["policy"] for run in pol.values()) if result["repeats"] > 1 else ():
         s = [run["summary"] for run in pol.values() if run["policy"] == policy]
-        lines.append(f"{policy}, median of {len(s)} repeats: burst p95 "
-                     f"{statistics.median(x['burst_p95_ms'] for x in s):,.0f} ms, accuracy "
-                     f"{statistics.median(x['accuracy'] for x in s):.2f}, sentences answered "
-                     f"{statistics.median(x['examples_answered'] for x in s):,.0f}")
+        median = lambda key: statistics.median(x[key] for x in s)  # noqa: E731
+        lines.append(f"{policy}, median of {len(s)} repeats: burst p95 {median('burst_p95_ms'):,.0f} ms, accuracy "
+                     f"{median('accuracy'):.2f}, sentences answered {median('examples_answered'):,.0f}")
     return lines
 
 
 def burst_report(r, png_name):
-    pol, parts = r["policies"], ("wait", "batch", "reply", "total", "outside")
+    pol, parts, t = r["policies"], ("wait", "batch", "reply", "total", "outside"), r["teacher"]
     L = [f"## Under a burst ({r['task']} dev sentences)", "",
          f"Made by `{r['command']}` on {r['date']}; {r['machine']}; server: {r['threads']} torch thread(s), one "
-         f"worker; client in another process. Load (1/5/15 min) before: {r['load_before']}, after: "
-         f"{r['load_after']}; before each run: "
-         + "; ".join(f"{name} {run['load_before']}" for name, run in pol.items()) + ".", "",
-         f"Backbone: `{r['teacher']['checkpoint']}` (sha256 {r['teacher']['sha256'][:12]}), {r['teacher']['note']}. "
-         f"Plugins: {r['plugins_note']}. Dev accuracy of each k offline (glue_predict): "
-         + ", ".join(f"k={k}: {v:.2f}" for k, v in r["offline_accuracy"].items()) + f" ({r['dev_examples']} dev).",
-         "", f"The trace (seed {r['seed']}): requests of {r['texts_per_request']} dev sentences (shuffled, cycled), "
-         f"{r['idle_seconds']:g} s at {r['idle_rate']:.1f} sentences/s, {r['burst_seconds']:g} s at "
-         f"{r['burst_rate']:.1f}, {r['idle_seconds']:g} s at {r['idle_rate']:.1f}: {r['requests']:,} requests; the "
-         f"backbone's {r['backbone_throughput']:.1f} sentences/s from the {r['calibrated_on']} server's cost table. "
-         f"Server: `--max-batch {r['max_batch']} --max-wait-ms {r['max_wait_ms']:g} --max-queue {r['max_queue']}`, "
-         f"adaptive target p95 {r['target_p95_ms']:.0f} ms, `--client-overhead-ms {r['client_overhead_ms']:.1f}` "
-         f"({r['client_overhead_note']}). The target: twice a full batch at k=0 plus the batching wait; the queue "
-         "bound: the full batches the largest k finishes within it, less one, for every policy.", ""]
-    L += [f"Note: {n}" for n in r["notes"]] + ([""] if r["notes"] else [])
-    L += ["| run | p50 ms | p95 ms | p99 ms | burst p95 ms | answered | refused (503) | failed | sentences/s | "
-          "accuracy | vs fixed:0 on the sentences both answered | k share | client lag p99 ms |", "|---" * 13 + "|"]
+         f"worker; client in another process; load (1/5/15 min) before {r['load_before']}, after {r['load_after']}.",
+         "",
+         f"Backbone: `{t['checkpoint']}` (sha256 {t['sha256'][:12]}), {t['note']}. Plugins: {r['plugins_note']}. Dev "
+         f"accuracy offline ({r['dev_examples']}): " + ", ".join(f"k={k}: {v:.2f}" for k, v in
+                                                                 r["offline_accuracy"].items()) + ".", "",
+         f"The trace (seed {r['seed']}): {r['requests']:,} requests of {r['texts_per_request']} dev sentences, "
+         f"{r['idle_rate']:.1f}, {r['burst_rate']:.1f}, {r['idle_rate']:.1f} sentences/s for {r['idle_seconds']:g}, "
+         f"{r['burst_seconds']:g}, {r['idle_seconds']:g} s (the backbone's {r['backbone_throughput']:.1f} from the "
+         f"{r['calibrated_on']} server's cost table). Server: `--max-batch {r['max_batch']} --max-wait-ms "
+         f"{r['max_wait_ms']:g} --max-queue {r['max_queue']}` (the full batches the largest k finishes within the "
+         f"target, less one), target p95 {r['target_p95_ms']:.0f} ms (twice a full batch at k=0 plus the wait), "
+         f"`--client-overhead-ms {r['client_overhead_ms']:.1f}` ({r['client_overhead_note']}).", "",
+         *[f"Note: {n}" for n in r["notes"]], *([""] if r["notes"] else []),
+         "| run | p50 ms | p95 ms | p99 ms | burst p95 ms | answered | refused (503) | failed | sentences/s | accuracy "
+         "| vs fixed:0 on the sentences both answered | k share | client lag p99 ms | load before |", "|---" * 14 + "|"]
     for name, run in pol.items():
-        s, t = run["summary"], run["summary"].get("shared_test")
+        s, test = run["summary"], run["summary"].get("shared_test")
         shared = (f"{s['shared_accuracy']:.2f} vs {s['shared_reference_accuracy']:.2f} ({s['shared']:,}, "
                   f"{s['agreement_with_reference']:.1f}% same label)" if "shared" in s else "-")
-        shared += f"; {t['diff']:+.2f} [{t['low']:+.2f}, {t['high']:+.2f}], p {t['p']:.3f}" if t else ""
-        L.append(f"| {name} | {fmt(s['p50_ms'])} | {fmt(s['p95_ms'])} | {fmt(s['p99_ms'])} | {fmt(s['burst_p95_ms'])} "
-                 f"| {s['answered']:,} | {s['refused']:,} | {s['failed']:,} | {s['throughput']:.1f} | "
+        shared += f"; {test['diff']:+.2f} [{test['low']:+.2f}, {test['high']:+.2f}], p {test['p']:.3f}" if test else ""
+        L.append(f"| {name} | " + " | ".join(fmt(s[k]) for k in ("p50_ms", "p95_ms", "p99_ms", "burst_p95_ms"))
+                 + f" | {s['answered']:,} | {s['refused']:,} | {s['failed']:,} | {s['throughput']:.1f} | "
                  f"{s['accuracy']:.2f} | {shared} | " + ", ".join(f"k={k}: {100 * v:.0f}%" for k, v in
                                                                    s["k_share"].items())
-                 + f" | {fmt(s['client_lag_p99_ms'])} |")
+                 + f" | {fmt(s['client_lag_p99_ms'])} | {run['load_before']} |")
     L += ["", "Accuracy: of the answered sentences; against fixed:0: the paired difference in points over the "
-          "sentences both answered, a 95% bootstrap interval and a permutation test's p (scipy). A burst "
-          "request's time, p50 / "
-          "p95 ms: the server's Server-Timing split and outside, the client's latency less the server's total:", "",
+          "sentences both answered, a 95% bootstrap interval, a permutation test's p. A burst request's time, p50 / "
+          "p95 ms (the server's Server-Timing; outside: the client's latency less the server's total):", "",
           "| run | " + " | ".join(parts) + " |", "|---" * (len(parts) + 1) + "|"]
-    L += [f"| {name} | " + " | ".join(f"{fmt(run['summary']['burst_split_ms'][n]['p50'])} / "
-                                      f"{fmt(run['summary']['burst_split_ms'][n]['p95'])}" for n in parts) + " |"
-          for name, run in pol.items()]
-    L += ["", "Against the goal:", ""] + [f"- {line}" for line in r["verdict"]]
-    return "\n".join(L + ["", f"![offered load, k chosen and latency over time]({png_name})", ""])
+    L += [f"| {name} | " + " | ".join(" / ".join(fmt(run["summary"]["burst_split_ms"][n][q]) for q in ("p50", "p95"))
+                                      for n in parts) + " |" for name, run in pol.items()]
+    return "\n".join(L + ["", "Against the goal:", "", *[f"- {line}" for line in r["verdict"]], "",
+                          f"![offered load, k chosen and latency over time]({png_name})", ""])
 
 
 def plugins_from_store(store_root, task, checkpoint):
@@ -356,10 +330,6 @@ def plugin_provenance(path, record):
     return text + (f" (the store's record {record['key'][:12]})" if "key" in record else " (WORK/result.json)")
 
 
-# the trace: idle, burst, idle (seconds; rates as multiples of the backbone's throughput); TEXTS dev sentences a request
-IDLE_S, BURST_S, IDLE_X, BURST_X, TEXTS, SEED = 15.0, 20.0, 0.2, 3.0, 4, 1  # (at 1 text, a 2-core client falls behind)
-
-
 def burst(args, server_flags, argv):
     checkpoint = args.checkpoint or os.path.join(ROOT, "work", "glue", args.task, "checkpoints", "checkpoint_best.pt")
     data = args.data or os.path.join(ROOT, "work", "glue", "data-bin", f"{args.task}.wordpiece")
@@ -381,8 +351,7 @@ def burst(args, server_flags, argv):
     from user_dir.serving.policy import queue_bound
     from user_dir.tools.glue_predict import predict
     logging.getLogger().setLevel(logging.INFO)  # (fairseq's import sets DEBUG: httpx would log every request)
-    for name in ("httpx", "httpcore"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     files = [p for p, _ in plugins]
     by_k = {int(torch.load(f, map_location="cpu", weights_only=True)["config"]["ratio"]): f for f in files}
     ratios = [0] + sorted(by_k)
@@ -410,27 +379,25 @@ def burst(args, server_flags, argv):
     log(f"calibrating: the {policies[0]} server measures its cost table")
     with server(policies[0], 1000.0, 1, "calibration") as s:
         table, settings = CostTable.from_dict(s.health["cost_table"]), s.health
-    B, full, largest = settings["max_batch"], table.batch_seconds(0, settings["max_batch"]), ratios[-1]
+    B, full = settings["max_batch"], table.batch_seconds(0, settings["max_batch"])
     target = 1000 * (2 * full + settings["max_wait_ms"] / 1000)  # twice a full batch at k=0 plus the batching wait
-    max_queue = queue_bound(table, largest, B, target / 1000)  # the full batches k=largest finishes in time, less one
-    idle, peak = IDLE_X * B / full, BURST_X * B / full
-    phases = [(IDLE_S, idle / TEXTS), (BURST_S, peak / TEXTS), (IDLE_S, idle / TEXTS)]
-    schedule, order = poisson_schedule(phases, SEED), list(range(len(texts)))
+    max_queue = queue_bound(table, ratios[-1], B, target / 1000)  # the full batches the largest k finishes, less one
+    idle, peak, order = IDLE_X * B / full, BURST_X * B / full, list(range(len(texts)))
+    schedule = poisson_schedule([(IDLE_S, idle / TEXTS), (BURST_S, peak / TEXTS), (IDLE_S, idle / TEXTS)], SEED)
     random.Random(SEED).shuffle(order)
     requests = [[order[j % len(order)] for j in range(i * TEXTS, (i + 1) * TEXTS)] for i in range(len(schedule))]
     duration, window = IDLE_S * 2 + BURST_S, [IDLE_S, IDLE_S + BURST_S]
     trained = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(checkpoint))), "command.txt")
     result = {"command": invocation("bench_serving.py", argv), "machine": machine(),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": settings["threads"],
-              "task": args.task, "ratios": ratios,
-              "offline_accuracy": offline, "dev_examples": len(texts), "max_batch": B,
-              "max_wait_ms": settings["max_wait_ms"], "seed": SEED, "idle_seconds": IDLE_S, "burst_seconds": BURST_S,
-              "idle_factor": IDLE_X, "burst_factor": BURST_X, "load_before": load_before, "notes": args.note,
-              "texts_per_request": TEXTS, "repeats": args.repeats, "policies": {}, "client_overhead_ms": None,
+              "task": args.task, "ratios": ratios, "offline_accuracy": offline, "dev_examples": len(texts),
+              "max_batch": B, "max_wait_ms": settings["max_wait_ms"], "seed": SEED, "idle_seconds": IDLE_S,
+              "burst_seconds": BURST_S, "idle_factor": IDLE_X, "burst_factor": BURST_X, "load_before": load_before,
+              "notes": args.note, "texts_per_request": TEXTS, "repeats": args.repeats, "policies": {},
               "teacher": {"checkpoint": rel(os.path.realpath(checkpoint)), "sha256": sha256_of(checkpoint),
                           "note": "trained by: " + open(trained).read().strip() if os.path.isfile(trained)
                           else "how it was trained is not recorded beside it"},
-              "plugins_note": "; ".join(plugin_provenance(p, r) for p, r in plugins),
+              "plugins_note": "; ".join(plugin_provenance(p, r) for p, r in plugins), "client_overhead_ms": None,
               "backbone_throughput": B / full, "target_p95_ms": target, "max_queue": max_queue,
               "calibrated_on": policies[0], "idle_rate": idle, "burst_rate": peak, "requests": len(schedule),
               "duration": duration, "burst_window": window}
@@ -438,7 +405,7 @@ def burst(args, server_flags, argv):
         f"max queue {max_queue}; {len(schedule)} requests over {duration:g} s")
     records = {}  # every policy once per repeat, the order reversed every other repeat (a drifting load favours none)
     for repeat, policy in [(r, p) for r in range(1, args.repeats + 1) for p in policies[::1 if r % 2 else -1]]:
-        key = run_key(policy, repeat, args.repeats)
+        key = f"{policy} #{repeat}"
         with server(policy, target, max_queue, key, result["client_overhead_ms"] or 0.0) as s:
             run = result["policies"][key] = {"policy": policy, "repeat": repeat, "load_before": loadavg(),
                                              "cost_table": s.health["cost_table"],
@@ -450,170 +417,146 @@ def burst(args, server_flags, argv):
             result["client_overhead_ms"] = percentile([1000 * (r["latency"] - r["server"]["total"]) for r in
                                                        records[key] if "total" in r.get("server", {})], 95)
             result["client_overhead_note"] = f"the p95 of the client's latency less the server's total in {key}"
-        run["series"] = series(records[key], schedule, TEXTS, duration)
-        s = serving_summary(records[key], gold, window, duration)
-        log(f"{key}: p95 {s['p95_ms']:.0f} ms, burst p95 {s['burst_p95_ms']:.0f} ms; answered {s['answered']}, "
-            f"refused {s['refused']}, failed {s['failed']}; accuracy {s['accuracy']:.2f}; k share {s['k_share']}")
     for key, run in result["policies"].items():  # beside fixed:0's answers of the same repeat
-        reference = records.get(run_key("fixed:0", run["repeat"], args.repeats)) if run["policy"] != "fixed:0" else None
+        reference = records.get(f"fixed:0 #{run['repeat']}") if run["policy"] != "fixed:0" else None
         run["summary"] = serving_summary(records[key], gold, window, duration, reference)
-    result.update(load_after=loadavg())
-    result["verdict"] = serving_verdict(result)
+        run["series"] = series(records[key], duration)
+    result.update(load_after=loadavg(), verdict=serving_verdict(result))
     plot_serving(result, stem + ".png")
     write_text(os.path.join(work, "records.json"), json.dumps(records))  # every request, to look at again
     write_json(stem + ".json", result)
     write_section(stem + ".md", "burst", burst_report(result, os.path.basename(stem + ".png")))
-    log(f"wrote {stem}.md, .json, .png")
-    for line in result["verdict"]:
-        log(line)
+    log("\n".join([f"wrote {stem}.md, .json, .png", *result["verdict"]]))
     return result
 
 
 # ==== faults ==========================================================================================================
-GOOD_TEXT, GOOD_GERMAN = "A man is playing a guitar on a stage.", "Ein Mann spielt Gitarre auf einer Bühne."
-GOOD_PAIR = [GOOD_TEXT, "A person plays music."]
-BOUNDS = {"max_body_bytes": 65536, "max_texts": 16, "max_text_chars": 4096, "body_timeout_s": 1.0,
-          "request_timeout_s": 2.0}  # fc-serve's request bounds, tight so the battery is small
-
-
-async def raw_request(port, head: bytes, body_parts=(), pause=0.0, close_early=False, timeout=10.0):
-    """Send ``head`` then each of ``body_parts`` ``pause`` s apart: the answer's status, "closed" (the server
-    closed without one), "gone" (we closed first: ``close_early``) or "hang" (nothing within ``timeout``)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(head)
-        for part in body_parts:
-            await writer.drain()
-            await asyncio.sleep(pause)
-            writer.write(part)
-        await writer.drain()
-        if close_early:
-            return "gone"
-        try:
-            parts = (await asyncio.wait_for(reader.readline(), timeout)).split()
-        except asyncio.TimeoutError:
-            return "hang"
-        return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else "closed"
-    except (ConnectionError, OSError):
-        return "closed"
-    finally:
-        writer.close()
-
-
-def post_head(path: str, length=None, chunked=False, extra=b"") -> bytes:
-    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n".encode()
-    if chunked or length is not None:
-        head += b"Transfer-Encoding: chunked\r\n" if chunked else b"Content-Length: %d\r\n" % length
-    return head + extra + b"\r\n"
-
-
 def kinds(endpoint: str, field: str, good, limits: dict, max_length: int):
     """(kind, group, body, expected answers) of every hostile request: bytes POSTed to ``endpoint``, a (method, path,
-    bytes) triple, or a coroutine factory called with the port (raw sockets); "4xx", "2xx": any of the class."""
-    pairs, f, one = field == "pairs", field.encode(), json.dumps({field: good}).encode()
+    bytes) triple, or a coroutine on a raw socket (called with the port); "4xx", "2xx": any of the class."""
+    pairs, f, one, big = field == "pairs", field.encode(), json.dumps({field: good}).encode(), limits["max_body_bytes"]
     j = lambda v: json.dumps(v).encode()  # noqa: E731
     text = lambda t: [t, "b"] if pairs else t  # noqa: E731  (a text where the field wants one; a pair's first)
-    raw = lambda *a, **k: (lambda port: raw_request(port, *a, **k))  # noqa: E731
-    deep, big, chars = b"[" * 20000 + b"]" * 20000, limits["max_body_bytes"], limits["max_text_chars"]
-    long_words = " ".join(["x"] * (max_length + 10))  # over the model's length, under --max-text-chars
-    return [
-        ("malformed JSON", "malformed", b'{"%s": [' % f, {400}), ("empty body", "malformed", b"", {400}),
-        ("not JSON", "malformed", b"hello", {400}), ("invalid UTF-8", "malformed", b'{"texts": "\xff\xfe"}', {400}),
-        ("huge integer literal", "malformed", b'{"truncate": ' + b"9" * 5000 + b"}", {400}),
-        ("deeply nested JSON", "malformed", deep, {400}),
-        ("deeply nested field", "malformed", b'{"%s": ' % f + deep + b"}", {400}),
-        ("top-level array", "wrong shape", b"[1, 2]", {422}), ("top-level string", "wrong shape", b'"texts"', {422}),
-        ("top-level null", "wrong shape", b"null", {422}),
-        ("unknown field", "wrong shape", j({field: good, "colour": "red"}), {422}),
-        ("texts and pairs", "wrong shape", j({"texts": "a", "pairs": ["a", "b"]}), {422}),
-        ("no texts", "wrong shape", b"{}", {422}), ("texts a number", "wrong shape", j({field: 7}), {422}),
-        ("empty list", "wrong shape", j({field: []}), {422}),
-        ("a bad element", "wrong shape", j({field: ["a", 1] if pairs else ["a", None]}), {422}),
-        ("truncate a string", "wrong shape", j({field: good, "truncate": "no"}), {422}),
-        ("truncate NaN", "wrong shape", b'{"%s": %s, "truncate": NaN}' % (f, j(good)), {422}),
-        ("the other input", "wrong shape", j({"texts" if pairs else "pairs": GOOD_PAIR}), {422}),
-        ("empty text", "bad text", j({field: text("")}), {422}),
-        ("whitespace text", "bad text", j({field: text(" \t\n")}), {422}),
-        ("lone surrogate", "bad text", b'{"%s": %s}' % (f, b'["\\ud800", "b"]' if pairs else b'"\\ud800 x"'), {422}),
-        ("NUL characters", "bad text", j({field: text("a\u0000b")}), {"2xx", "4xx"}),
-        ("symbols only", "bad text", j({field: ["%%%", "@@@"] if pairs else "%%% @@@ ###"}), {"2xx", "4xx"}),
-        ("over the model's length, no truncation", "bad text", j({field: text(long_words), "truncate": False}),
-         {422}),
-        ("too many texts", "oversized", j({field: [good] * (limits["max_texts"] + 1)}), {413}),
-        ("a too long text", "oversized", j({field: text("x" * (chars + 1))}), {413}),
-        ("body over the bound", "oversized", b'{"%s": "' % f + b"x" * big + b'"}', {413}),
-        ("Content-Length over the bound, no body", "oversized", raw(post_head(endpoint, length=100 * big)), {413}),
-        ("chunked body over the bound", "oversized",
-         raw(post_head(endpoint, chunked=True), [b"10000\r\n" + b"x" * 65536 + b"\r\n"] * (big // 65536 + 2)), {413}),
-        ("wrong endpoint", "protocol", ("POST", "/translate" if endpoint == "/classify" else "/classify", one), {404}),
-        ("GET on a POST endpoint", "protocol", ("GET", endpoint, b""), {405}),
-        ("unknown path", "protocol", ("POST", "/admin", one), {404}),
-        ("not an HTTP request", "protocol", raw(b"GARBAGE\r\n\r\n"), {400, "closed"}),
-        ("bad Content-Length", "protocol", raw(post_head(endpoint, extra=b"Content-Length: abc\r\n")), {400, "closed"}),
-        ("100 kB header", "protocol",  # (uvicorn reads a header that arrives whole; a slow one it bounds)
-         raw(post_head(endpoint, length=len(one), extra=b"X-Big: " + b"a" * 100_000 + b"\r\n"), [one]),
-         {200, "closed", "4xx"}),
-        ("slow body (under the body timeout)", "slow client",
-         raw(post_head(endpoint, length=len(one)), [one[:5], one[5:]], pause=limits["body_timeout_s"] / 4), {200}),
-        ("body that never ends", "slow client", raw(post_head(endpoint, length=len(one) + 100), [one]), {408}),
-        ("headers, then silence", "slow client", raw(post_head(endpoint, length=len(one))), {408}),
-        ("disconnect mid-body", "disconnecting client",
-         raw(post_head(endpoint, length=len(one) + 100), [one], close_early=True), {"gone"}),
-        ("disconnect before the answer", "disconnecting client",
-         raw(post_head(endpoint, length=len(one)), [one], close_early=True), {"gone"}),
-    ]
+    deep, long_words = b"[" * 20000 + b"]" * 20000, " ".join(["x"] * (max_length + 10))  # (over the model's length)
+
+    def raw(parts=(), pause=0.0, close_early=False, length=None, chunked=False, extra=b"", head=None):
+        """A POST's head (Content-Length ``length`` or chunked, ``extra`` headers), then ``parts`` ``pause`` s apart:
+        the answer's status, "closed" (none), "gone" (we closed first) or "hang" (nothing within 10 s)."""
+        head = head or (f"POST {endpoint} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n".encode()
+                        + (b"Transfer-Encoding: chunked\r\n" if chunked else b"" if length is None
+                           else b"Content-Length: %d\r\n" % length) + extra + b"\r\n")
+
+        async def request(port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                for i, part in enumerate([head, *parts]):
+                    await asyncio.sleep(pause if i else 0)
+                    writer.write(part)
+                    await writer.drain()
+                if close_early:
+                    return "gone"
+                answer = (await asyncio.wait_for(reader.readline(), 10.0)).split()
+                return int(answer[1]) if len(answer) >= 2 and answer[1].isdigit() else "closed"
+            except asyncio.TimeoutError:
+                return "hang"
+            except OSError:
+                return "closed"
+            finally:
+                writer.close()
+        return request
+
+    table = {
+        "malformed": [
+            ("malformed JSON", b'{"%s": [' % f, {400}), ("empty body", b"", {400}), ("not JSON", b"hello", {400}),
+            ("invalid UTF-8", b'{"texts": "\xff\xfe"}', {400}), ("deeply nested JSON", deep, {400}),
+            ("huge integer literal", b'{"truncate": ' + b"9" * 5000 + b"}", {400}),
+            ("deeply nested field", b'{"%s": ' % f + deep + b"}", {400})],
+        "wrong shape": [
+            ("top-level array", b"[1, 2]", {422}), ("top-level string", b'"texts"', {422}),
+            ("top-level null", b"null", {422}), ("unknown field", j({field: good, "colour": "red"}), {422}),
+            ("texts and pairs", j({"texts": "a", "pairs": ["a", "b"]}), {422}), ("no texts", b"{}", {422}),
+            ("texts a number", j({field: 7}), {422}), ("empty list", j({field: []}), {422}),
+            ("a bad element", j({field: ["a", 1] if pairs else ["a", None]}), {422}),
+            ("truncate a string", j({field: good, "truncate": "no"}), {422}),
+            ("truncate NaN", b'{"%s": %s, "truncate": NaN}' % (f, j(good)), {422}),
+            ("the other input", j({"texts" if pairs else "pairs": GOOD_PAIR}), {422})],
+        "bad text": [
+            ("empty text", j({field: text("")}), {422}), ("whitespace text", j({field: text(" \t\n")}), {422}),
+            ("lone surrogate", b'{"%s": %s}' % (f, b'["\\ud800", "b"]' if pairs else b'"\\ud800 x"'), {422}),
+            ("NUL characters", j({field: text("a\u0000b")}), {"2xx", "4xx"}),
+            ("symbols only", j({field: ["%%%", "@@@"] if pairs else "%%% @@@ ###"}), {"2xx", "4xx"}),
+            ("over the model's length, no truncation", j({field: text(long_words), "truncate": False}), {422})],
+        "oversized": [
+            ("too many texts", j({field: [good] * (limits["max_texts"] + 1)}), {413}),
+            ("a too long text", j({field: text("x" * (limits["max_text_chars"] + 1))}), {413}),
+            ("body over the bound", b'{"%s": "' % f + b"x" * big + b'"}', {413}),
+            ("Content-Length over the bound, no body", raw(length=100 * big), {413}),
+            ("chunked body over the bound",
+             raw([b"10000\r\n" + b"x" * 65536 + b"\r\n"] * (big // 65536 + 2), chunked=True), {413})],
+        "protocol": [
+            ("wrong endpoint", ("POST", "/translate" if endpoint == "/classify" else "/classify", one), {404}),
+            ("GET on a POST endpoint", ("GET", endpoint, b""), {405}), ("unknown path", ("POST", "/admin", one), {404}),
+            ("not an HTTP request", raw(head=b"GARBAGE\r\n\r\n"), {400, "closed"}),
+            ("bad Content-Length", raw(extra=b"Content-Length: abc\r\n"), {400, "closed"}),
+            ("100 kB header", raw([one], length=len(one), extra=b"X-Big: " + b"a" * 100_000 + b"\r\n"),
+             {200, "closed", "4xx"})],  # (uvicorn reads a header that arrives whole; a slow one it bounds)
+        "slow client": [
+            ("slow body (under the body timeout)",
+             raw([one[:5], one[5:]], limits["body_timeout_s"] / 4, length=len(one)), {200}),
+            ("body that never ends", raw([one], length=len(one) + 100), {408}),
+            ("headers, then silence", raw(length=len(one)), {408})],
+        "disconnecting client": [
+            ("disconnect mid-body", raw([one], close_early=True, length=len(one) + 100), {"gone"}),
+            ("disconnect before the answer", raw([one], close_early=True, length=len(one)), {"gone"})]}
+    return [(kind, group, body, expected) for group, rows in table.items() for kind, body, expected in rows]
 
 
 async def send(client, method, url, probes=None, **kwargs):
-    """The answer's status (and its text), or "hang" (client timeout), "refused" (nothing listens), "closed" (the
-    connection closed without an answer); the status goes to ``probes`` too ("cancelled": the caller gave up)."""
+    """The answer's status and text, or "hang" (client timeout), "refused" (nothing listens), "closed" (no answer);
+    the status goes to ``probes`` too ("cancelled": the caller gave up)."""
     import httpx
     status, detail = "cancelled", ""
     try:
         r = await client.request(method, url, **kwargs)
         status, detail = r.status_code, r.text[:200]
-    except httpx.ConnectError:
-        status = "refused"
-    except httpx.TimeoutException:
-        status = "hang"
-    except httpx.TransportError:
-        status = "closed"
+    except httpx.TransportError as e:
+        status = "refused" if isinstance(e, httpx.ConnectError) else "hang" if isinstance(
+            e, httpx.TimeoutException) else "closed"
     finally:
         if probes is not None:
             probes.append(status)
     return status, detail
 
 
-async def battery(server, endpoint, field, good, limits, burst_size, probes):
-    """Every hostile kind, /health while the largest allowed request is parsed, the injected faults and the cancelled
-    requests, each of these followed by the seconds until a good request is answered again."""
+async def battery(server, endpoint, field, good, limits, size, probes):
+    """The hostile kinds; /health while the largest allowed request is parsed; the injected faults and ``size``
+    cancelled requests, each followed by the seconds until a good request is answered again; ``size`` good requests
+    cut by SIGTERM: those queued (behind a paused batch) answered or "lost", those sent after it answered, 503,
+    "refused" (the port closed) or "closed unread" (closed before the server read them: safe to retry)."""
     import httpx
-    records, faults, url = [], [], server.url + endpoint
+    records, faults, health_ms, url = [], [], [], server.url + endpoint
+    post = lambda client, body, out=None: send(client, "POST", url, out, json={field: body})  # noqa: E731
+    marked = lambda fault: [f"{good[0]} FC_SERVE_FAULT:{fault}", good[1]] if field == "pairs" else \
+        f"{good} FC_SERVE_FAULT:{fault}"  # noqa: E731  (the fault hook's mark, user_dir/serving/faults.py)
 
     async def recover(give_up=30.0):
         start = time.perf_counter()
         while time.perf_counter() - start < give_up:
-            if (await send(client, "POST", url, probes, json={field: good}))[0] == 200:
+            if (await post(client, good, probes))[0] == 200:
                 return time.perf_counter() - start
             await asyncio.sleep(0.05)
 
     async with httpx.AsyncClient(timeout=limits["body_timeout_s"] + limits["request_timeout_s"] + 10) as client:
         for kind, group, body, expected in kinds(endpoint, field, good, limits, server.health["model"]["max_length"]):
-            start, detail = time.perf_counter(), ""
-            if callable(body):
-                status = await body(server.port)
-            else:
-                method, path, content = body if isinstance(body, tuple) else ("POST", endpoint, body)
-                status, detail = await send(client, method, server.url + path, content=content,
-                                            headers={"content-type": "application/json"})
+            start, call = time.perf_counter(), body if isinstance(body, tuple) else ("POST", endpoint, body)
+            status, detail = (await body(server.port), "") if callable(body) else await send(
+                client, call[0], server.url + call[1], content=call[2], headers={"content-type": "application/json"})
             records.append({"kind": kind, "group": group, "status": status, "expected": sorted(map(str, expected)),
                             "ok": status in expected or isinstance(status, int) and f"{status // 100}xx" in expected,
                             "seconds": round(time.perf_counter() - start, 3), "detail": detail})
         longest = ("word " * (limits["max_text_chars"] // 5))[:limits["max_text_chars"]]
         count = min(limits["max_texts"], limits["max_body_bytes"] // (2 * limits["max_text_chars"] + 16))
-        heavy = asyncio.ensure_future(send(client, "POST", url, json={field: [[longest] * 2 if field == "pairs"
-                                                                              else longest] * count}))
-        health_ms = []
+        heavy = asyncio.ensure_future(post(client, [[longest] * 2 if field == "pairs" else longest] * count))
         while not heavy.done():
             start = time.perf_counter()
             await client.get(server.url + "/health")
@@ -621,138 +564,101 @@ async def battery(server, endpoint, field, good, limits, burst_size, probes):
             await asyncio.sleep(0.02)
         records.append({"kind": "the largest allowed request", "group": "oversized", "status": heavy.result()[0],
                         "expected": ["200"], "ok": heavy.result()[0] == 200, "seconds": None, "detail": ""})
-        for fault in ("fail", "kill", "slow"):
-            value = f"{GOOD_TEXT} FC_SERVE_FAULT:{fault}"
-            r = await client.post(url, json={field: [value, GOOD_PAIR[1]] if field == "pairs" else value})
-            faults.append({"fault": fault, "status": r.status_code, "ok": r.status_code == (504 if fault == "slow"
-                                                                                           else 500),
+        for fault, expected in (("fail", 500), ("kill", 500), ("slow", 504)):
+            r = await client.post(url, json={field: marked(fault)})
+            faults.append({"fault": fault, "status": r.status_code, "ok": r.status_code == expected,
                            "detail": r.json().get("detail", "")[:160], "recover_s": await recover()})
-        # cancelled requests: sent, then given up by the client 50 ms later (the server's handlers see them go)
-        cancelled = [asyncio.ensure_future(send(client, "POST", url, probes, json={field: [good] * 4}))
-                     for _ in range(burst_size)]
-        await asyncio.sleep(0.05)
+        cancelled = [asyncio.ensure_future(post(client, [good] * 4, probes)) for _ in range(size)]
+        await asyncio.sleep(0.05)  # then given up by the client (the server's handlers see them go)
         for task in cancelled:
             task.cancel()
         await asyncio.gather(*cancelled, return_exceptions=True)
-        faults.append({"fault": f"{burst_size} requests cancelled by their client", "status": "-", "ok": True,
+        faults.append({"fault": f"{size} requests cancelled by their client", "status": "-", "ok": True,
                        "detail": "", "recover_s": await recover()})
         health = (await client.get(server.url + "/health")).json()
-    return records, faults, health, health_ms
-
-
-async def burst_with_shutdown(server, endpoint, field, good, size, timeout):
-    """``size`` good requests, SIGTERM in the middle: the first half queued behind a paused batch (the fault hook's
-    ``pause``) when the signal comes, each to be answered (else lost); the second half sent after it, 50 ms apart:
-    answered, refused while shutting down (503), the port closed ("refused") or the connection closed before the
-    server read the request ("closed unread": nothing done, safe to retry)."""
-    import httpx
-    url = server.url + endpoint
-    paused = [f"{good[0]} FC_SERVE_FAULT:pause", good[1]] if field == "pairs" else f"{good} FC_SERVE_FAULT:pause"
-    async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=size + 1)) as client:
-        first = [asyncio.ensure_future(send(client, "POST", url, json={field: paused}))]
+    async with httpx.AsyncClient(timeout=limits["request_timeout_s"] + 30,
+                                 limits=httpx.Limits(max_connections=size + 1)) as client:
+        first = [asyncio.ensure_future(post(client, marked("pause")))]
         await asyncio.sleep(0.1)
-        first += [asyncio.ensure_future(send(client, "POST", url, json={field: good})) for _ in range(size // 2 - 1)]
+        first += [asyncio.ensure_future(post(client, good)) for _ in range(size // 2 - 1)]
         deadline = time.perf_counter() + 5
-        while time.perf_counter() < deadline and (await client.get(server.url + "/health")).json()["queued"] < \
-                size // 2 - 1:
+        while time.perf_counter() < deadline and \
+                (await client.get(server.url + "/health")).json()["queued"] < size // 2 - 1:
             await asyncio.sleep(0.01)
         server.proc.send_signal(signal.SIGTERM)
         second = []
         for _ in range(size - size // 2):
             await asyncio.sleep(0.05)
-            second.append(asyncio.ensure_future(send(client, "POST", url, json={field: good})))
+            second.append(asyncio.ensure_future(post(client, good)))
         first, second = await asyncio.gather(*first), await asyncio.gather(*second)
-    return [{"closed": "lost"}.get(s, s) for s, _ in first], [{"closed": "closed unread"}.get(s, s) for s, _ in second]
-
-
-def count_by(values):
-    return dict(sorted(collections.Counter(map(str, values)).items()))
-
-
-def run_faults(server_args, burst_size=24, log_path=None):
-    """fc-serve (``server_args``: its checkpoint and flags; the request bounds BOUNDS unless given) with the fault
-    hook: the battery, then the burst with shutdown; a summary."""
-    bounds = [x for name, value in BOUNDS.items() for x in (f"--{name.replace('_', '-')}", f"{value:g}")]
-    timeout = float(dict(zip(server_args, server_args[1:])).get("--request-timeout-s", BOUNDS["request_timeout_s"]))
-    log_path, probes = log_path or os.path.join(ROOT, "work", "serving", "faults_server.log"), []
-    with fc_serve([*bounds, *server_args], log_path, FC_SERVE_FAULTS="1",
-                  FC_SERVE_FAULT_SLOW_S=f"{timeout + 1:g}") as server:  # the injected slow batch: a 504
-        limits = {name: server.health[name] for name in BOUNDS}
-        endpoint = "/" + server.health["model"]["task"]
-        field = "pairs" if server.health["model"].get("inputs") == "pairs" else "texts"
-        good = GOOD_PAIR if field == "pairs" else GOOD_GERMAN if endpoint == "/translate" else GOOD_TEXT
-        started = time.perf_counter()
-        records, faults, health, health_ms = asyncio.run(battery(server, endpoint, field, good, limits, burst_size,
-                                                                 probes))
-        before, after = asyncio.run(burst_with_shutdown(server, endpoint, field, good, burst_size,
-                                                        limits["request_timeout_s"] + 30))
-        seconds = time.perf_counter() - started
-    text = open(log_path, encoding="utf-8", errors="replace").read()
-    injected = [f["status"] for f in faults if f["status"] != "-"]
-    others = [r["status"] for r in records] + probes
-    statuses = others + before + after + injected  # (the burst's 503s: refused while shutting down)
-    is_5xx = lambda s: isinstance(s, int) and s >= 500  # noqa: E731
-    return {"command": server.cmd, "model": health["model"], "limits": limits, "seconds": round(seconds, 1),
-            "kinds": records, "faults": faults, "burst": before + after, "requests": len(statuses),
-            "burst_before_signal": count_by(before), "burst_after_signal": count_by(after),
-            "answered_by_status": count_by(statuses),
-            "unexpected": [r for r in records if not r["ok"]] + [f for f in faults if not f["ok"]],
-            "server_errors_not_injected": sum(map(is_5xx, others)) + sum(is_5xx(s) and s != 503
-                                                                         for s in before + after),
-            "injected_5xx": sum(map(is_5xx, injected)), "hangs": statuses.count("hang"), "lost": before.count("lost"),
-            "worker_restarts": health["worker_restarts"],
-            "health_during_largest_ms": {"n": len(health_ms), **({"median": round(statistics.median(health_ms), 1),
-                                                                  "max": round(max(health_ms), 1)} if health_ms
-                                                                 else {})},
-            "shutdown_clean": server.proc.returncode in (0, -signal.SIGTERM) and "worker stopped" in text,
-            "tracebacks_in_log": text.count("Traceback"),  # and the tokenisers' progress lines (no line per request)
-            "progress_lines_in_log": sum("tokenising" in line or "applying BPE" in line for line in text.splitlines())}
-
-
-def faults_report(r, command, notes=()) -> str:
-    h = r["health_during_largest_ms"]
-    L = ["## Faults and hostile input", "",
-         f"Made by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}; server: 1 torch "
-         "thread, one worker, `FC_SERVE_FAULTS=1` (the fault hook), bounds `"
-         + " ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in r["limits"].items()) + "`; client: asyncio + httpx "
-         "and raw sockets in another process, loopback. Model: " + json.dumps(r["model"]) + ".", "",
-         *[f"Note: {note}" for note in notes], *([""] if notes else []),
-         f"- requests tried: {r['requests']} ({len(r['kinds'])} kinds of hostile or odd request, 3 injected faults, "
-         f"{len(r['burst'])} requests cancelled by their client, the good requests that timed each recovery, and a "
-         f"burst of {len(r['burst'])} with SIGTERM in the middle) in {r['seconds']:g} s",
-         "- answers by status: " + ", ".join(f"{s}: {n}" for s, n in r["answered_by_status"].items()),
-         f"- 5xx: {r['injected_5xx']} from the injected faults, {r['server_errors_not_injected']} otherwise "
-         f"(goal 0); hangs: {r['hangs']} (goal 0); requests lost: {r['lost']} (goal 0)",
-         f"- worker restarts: {r['worker_restarts']}; requests answered other than expected: {len(r['unexpected'])}; "
-         f"tracebacks in the server's log: {r['tracebacks_in_log']} (the injected faults'); tokeniser progress lines "
-         f"in it: {r['progress_lines_in_log']}; shutdown clean: {r['shutdown_clean']}",
-         f"- `/health` while the largest allowed request was parsed and tokenised: median {h.get('median', '-')} ms, "
-         f"max {h.get('max', '-')} ms over {h['n']} probes", "",
-         "| fault | answer | detail | seconds until a good request is answered again |", "|---|---|---|---|"]
-    L += [f"| {f['fault']} | {f['status']} | {f['detail'].replace('|', '/')} | {fmt(f['recover_s'], 2)} |"
-          for f in r["faults"]]
-    L += ["", f"Burst of {len(r['burst'])} with SIGTERM in the middle: the half queued when the signal came (behind "
-          "a paused batch): " + ", ".join(f"{s}: {n}" for s, n in r["burst_before_signal"].items())
-          + "; the half sent after it: " + ", ".join(f"{s}: {n}" for s, n in r["burst_after_signal"].items())
-          + " (503: refused while shutting down; refused: the port already closed; closed unread: the connection "
-          "closed before the server read the request).", "", "Each kind of request, the answer expected (never a 5xx) "
-          "and the one given:", "", "| group | kind | expected | answer |", "|---|---|---|---|"]
-    L += [f"| {x['group']} | {x['kind']} | {' or '.join(x['expected'])} | {x['status']} |" for x in r["kinds"]]
-    return "\n".join(L) + "\n"
+    return records, faults, health, health_ms, [{"closed": "lost"}.get(s, s) for s, _ in first], \
+        [{"closed": "closed unread"}.get(s, s) for s, _ in second]
 
 
 def faults(args, server_args, argv):
+    """fc-serve with the fault hook and the bounds BOUNDS (unless given after --): the battery; a summary, a report."""
     if not server_args:
         sys.exit("bench_serving faults: give fc-serve's checkpoint and flags after --")
     stem = os.path.splitext(os.path.abspath(args.out))[0]
-    result = run_faults(server_args, args.burst,
-                        None if stem.startswith(os.path.join(ROOT, "results", "")) else stem + "_faults_server.log")
+    log_path = os.path.join(ROOT, "work", "serving", "faults_server.log") if stem.startswith(
+        os.path.join(ROOT, "results", "")) else stem + "_faults_server.log"
+    timeout = float(dict(zip(server_args, server_args[1:])).get("--request-timeout-s", BOUNDS["request_timeout_s"]))
+    with fc_serve([*bound_flags(BOUNDS).split(), *server_args], log_path, FC_SERVE_FAULTS="1",
+                  FC_SERVE_FAULT_SLOW_S=f"{timeout + 1:g}") as server:  # the injected slow batch: a 504
+        limits, model, probes = {name: server.health[name] for name in BOUNDS}, server.health["model"], []
+        endpoint, field = "/" + model["task"], "pairs" if model.get("inputs") == "pairs" else "texts"
+        good = GOOD_PAIR if field == "pairs" else GOOD_GERMAN if endpoint == "/translate" else GOOD_TEXT
+        started = time.perf_counter()
+        records, fault_rows, health, health_ms, before, after = asyncio.run(
+            battery(server, endpoint, field, good, limits, args.burst, probes))
+        seconds = time.perf_counter() - started
+    text = open(log_path, encoding="utf-8", errors="replace").read()
+    injected, others = [f["status"] for f in fault_rows if f["status"] != "-"], [x["status"] for x in records] + probes
+    statuses = others + before + after + injected  # (the burst's 503s: refused while shutting down)
+    is_5xx = lambda s: isinstance(s, int) and s >= 500  # noqa: E731
+    count = lambda values: dict(sorted(collections.Counter(map(str, values)).items()))  # noqa: E731
+    r = {"command": server.cmd, "model": health["model"], "limits": limits, "seconds": round(seconds, 1),
+         "kinds": records, "faults": fault_rows, "burst": before + after, "requests": len(statuses),
+         "burst_before_signal": count(before), "burst_after_signal": count(after),
+         "answered_by_status": count(statuses),
+         "unexpected": [x for x in records if not x["ok"]] + [f for f in fault_rows if not f["ok"]],
+         "server_errors_not_injected": sum(map(is_5xx, others)) + sum(is_5xx(s) and s != 503 for s in before + after),
+         "injected_5xx": sum(map(is_5xx, injected)), "hangs": statuses.count("hang"), "lost": before.count("lost"),
+         "worker_restarts": health["worker_restarts"], "health_during_largest_ms": {"n": len(health_ms), **(
+             {"median": round(statistics.median(health_ms), 1), "max": round(max(health_ms), 1)} if health_ms else {})},
+         "shutdown_clean": server.proc.returncode in (0, -signal.SIGTERM) and "worker stopped" in text,
+         "tracebacks_in_log": text.count("Traceback"),  # and the tokenisers' progress lines (no line per request)
+         "progress_lines_in_log": sum("tokenising" in line or "applying BPE" in line for line in text.splitlines())}
     if args.json:
-        write_json(args.json, result)
-    write_section(args.out, "faults", faults_report(result, invocation("bench_serving.py", argv), args.note))
-    print(json.dumps({k: result[k] for k in ("requests", "answered_by_status", "server_errors_not_injected",
-                                             "hangs", "lost", "worker_restarts", "unexpected")}, indent=1))
-    return result
+        write_json(args.json, r)
+    h, by_status = r["health_during_largest_ms"], lambda counts: ", ".join(f"{s}: {n}" for s, n in counts.items())
+    write_section(args.out, "faults", "\n".join([
+        "## Faults and hostile input", "",
+        f"Made by `{invocation('bench_serving.py', argv)}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"{machine()}; server: 1 torch thread, one worker, `FC_SERVE_FAULTS=1`, bounds `{bound_flags(limits)}`; "
+        f"client: asyncio + httpx and raw sockets in another process, loopback. Model: {json.dumps(r['model'])}.", "",
+        *[f"Note: {note}" for note in args.note], *([""] if args.note else []),
+        f"- requests tried: {r['requests']} in {r['seconds']:g} s ({len(records)} kinds, 3 injected faults, "
+        f"{args.burst} cancelled by their client, the recoveries' probes, a burst of {args.burst} cut by SIGTERM)",
+        f"- answers by status: {by_status(r['answered_by_status'])}",
+        f"- 5xx: {r['injected_5xx']} from the injected faults, {r['server_errors_not_injected']} otherwise (goal 0); "
+        f"hangs: {r['hangs']} (goal 0); requests lost: {r['lost']} (goal 0)",
+        f"- worker restarts: {r['worker_restarts']}; answered other than expected: {len(r['unexpected'])}; tracebacks "
+        f"in the server's log: {r['tracebacks_in_log']} (the injected faults'), tokeniser progress lines: "
+        f"{r['progress_lines_in_log']}; shutdown clean: {r['shutdown_clean']}",
+        f"- `/health` while the largest allowed request was parsed: median {h.get('median', '-')} ms, max "
+        f"{h.get('max', '-')} ms over {h['n']} probes", "",
+        "| fault | answer | detail | seconds until a good request is answered again |", "|---|---|---|---|",
+        *[f"| {f['fault']} | {f['status']} | {f['detail'].replace('|', '/')} | {fmt(f['recover_s'], 2)} |"
+          for f in fault_rows], "",
+        f"The burst cut by SIGTERM: queued when it came (behind a paused batch) {by_status(r['burst_before_signal'])}; "
+        f"sent after it {by_status(r['burst_after_signal'])} (503: refused while shutting down; refused: the port "
+        "closed; closed unread: closed before the server read the request).", "",
+        "| group | kind | expected (never a 5xx) | answer |", "|---|---|---|---|",
+        *[f"| {x['group']} | {x['kind']} | {' or '.join(x['expected'])} | {x['status']} |" for x in records], ""]))
+    print(json.dumps({k: r[k] for k in ("requests", "answered_by_status", "server_errors_not_injected", "hangs", "lost",
+                                        "worker_restarts", "unexpected")}, indent=1))
+    return r
 
 
 def main(argv=None):
@@ -764,8 +670,7 @@ def main(argv=None):
     sub = p.add_subparsers(dest="command")
     b = sub.add_parser("burst", help="the load benchmark (after --: more fc-serve flags, e.g. --max-batch 32)")
     f = sub.add_parser("faults", help="faults and hostile input (after --: fc-serve's checkpoint and flags; unless "
-                                      "given there, " + " ".join(f"--{k.replace('_', '-')} {v:g}"
-                                                                 for k, v in BOUNDS.items()) + ")")
+                                      f"given there, {bound_flags(BOUNDS)})")
     for q in (b, f):
         q.add_argument("--out", default=os.path.join(ROOT, "work", "serving", "serving.md"),
                        help="the report (the burst: a .json and .png beside it); results/... only when asked")
@@ -773,7 +678,8 @@ def main(argv=None):
     b.add_argument("--task", default="SST-2", help="GLUE task (its dev sentences are the trace's requests)")
     b.add_argument("--checkpoint", help="the backbone (default work/glue/TASK/checkpoints/checkpoint_best.pt)")
     b.add_argument("--data", help="its data folder (default work/glue/data-bin/TASK.wordpiece)")
-    b.add_argument("--plugins", help="comma-separated plugin files (default: the store's records, see above)")
+    b.add_argument("--plugins", help="comma-separated plugin files (default: the store's records of "
+                                     "scripts/recipes/variator.sh on the checkpoint for the task)")
     b.add_argument("--store", default=os.path.join(ROOT, "results", "store"), help="the results store")
     b.add_argument("--policies", default="fixed:0,fixed:max,adaptive",
                    help="policies in order (fixed:max: the largest k; adaptive@4+8: only k=4 and k=8 attached)")
@@ -781,7 +687,7 @@ def main(argv=None):
     f.add_argument("--burst", type=int, default=24, help="requests in the burst with shutdown, and cancelled ones")
     f.add_argument("--json", help="also the whole result as JSON here")
     args = p.parse_args(ours)
-    return burst(args, server_args, argv) if args.command == "burst" else faults(args, server_args, argv)
+    return (burst if args.command == "burst" else faults)(args, server_args, argv)
 
 
 if __name__ == "__main__":
