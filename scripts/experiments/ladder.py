@@ -6,41 +6,14 @@ in one run; rendered from the store.
     python scripts/experiments/ladder.py measure grids/ladder_mt.toml   # alone on the machine: no training beside it
     python scripts/experiments/ladder.py measure grids/ladder_glue.toml # GLUE: fairseq and ONNX Runtime fp32/int8
 
-A ladder (grids/ladder_*.toml) names grids; each of their cells with records in the store is a model, with the
-teacher and the ladder's [[extra]] checkpoints (and ``--extra NAME=PATH``'s: your own student beside them). A ladder
-without grids names its ``teacher`` and ``data`` itself: your own teacher, data and students, e.g.
-
-    name = "mine"
-    teacher = "checkpoints/my.fr-en/teacher.pt"
-    data = "data-bin/my.fr-en"                # with text/test.raw.<target> for sacreBLEU
-    [[extra]]
-    name = "pet"
-    path = "work/pet-my/kd/checkpoint_best.pt"
-
-A ladder's ``task`` is "translation" or "glue" (by default "glue" where its grids set GLUE_TASK or its data was
-prepared by preprocess/prepare_glue.py; the GLUE task itself: ``glue_task``, else theirs). Its metric (``metric``):
-sacreBLEU on the test set; for GLUE the task's first metric of user_dir/common/glue_metrics.py's TASK_METRICS (MRPC:
-F1, in points) on GLUE's dev set, the report split the grids' records score.
-
-``measure``:
-1. deploys every model in each of the ladder's engines: fairseq as trained; for translation CTranslate2 float32 and
-   int8 from fc-export's stock checkpoint (user_dir/deploy/export.py, then ct2_engine.convert); for GLUE ONNX Runtime
-   fp32 and int8 from fc-export-onnx's graphs (user_dir/deploy/export_onnx.py: checked against fairseq's logits, the
-   exported tokenizer checked on the raw text of every dev example); a model an engine refuses is listed with the
-   reason (e.g. GhostBERT's depthwise convolutions have no CTranslate2 layer; Variator's plugins no ONNX export);
-2. measures, ``runs`` times, every deployment in turn (A B C ... A B C ...: a drifting machine affects all alike) at
-   batch ``batch`` over the test set (GLUE: dev; sentences/s) and at batch 1 over its first ``latency_sentences`` (ms
-   per sentence), each in its own process (fc-measure's worker; ct2_engine's; ONNX Runtime in fc-measure's worker
-   with a fresh session), so every speed ratio comes from one run on one machine; the lowest seed's checkpoint stands
-   for its cell; in fairseq, where a translation's time goes (the encoder's forwards, the decoder's steps, the beam
-   search around them); each other engine's outputs compared with the same model's in fairseq, example for example
-   (CTranslate2's hypotheses string for string, ONNX Runtime's predicted classes; the conversion round trip: float32
-   keeps them all);
-3. scores every seed of every cell in every engine: the records' scores in fairseq (what the claims test), the other
-   engine's own run of each seed's checkpoint otherwise;
-4. appends the run to results/store/ladders/NAME.jsonl and draws it (``plot``: again from the store) into
-   results/NAME.png: quality lost against the fairseq teacher beside the speed-up (batch ``batch``, batch 1), the size
-   and the CPU hours each point took to make (its records' training and compression).
+A ladder (grids/ladder_*.toml) names grids (their cells with records are its models) or its own ``teacher`` and
+``data``, and [[extra]] checkpoints (``--extra NAME=PATH``: yours). Its ``task``: "translation" (sacreBLEU on test) or
+"glue" (its grids' GLUE_TASK or its data's; the task's first TASK_METRICS metric on GLUE's dev set). ``measure``:
+1. deploys every model in each engine (fairseq; CTranslate2 float32/int8; ONNX Runtime fp32/int8), or says why not;
+2. times each deployment ``runs`` times in turn, in its own process, at batch ``batch`` (sentences/s) and at batch 1
+   (ms per sentence); the lowest seed stands for its cell; other engines' outputs are compared with fairseq's;
+3. scores every seed of every cell in every engine (fairseq: the records' scores);
+4. appends the run to results/store/ladders/NAME.jsonl and draws it (``plot``) into results/NAME.png;
 scripts/experiments/render.py renders the latest run with the records' training cost (block NAME, '_' as '-').
 """
 import argparse
@@ -64,9 +37,8 @@ from record import sha256_of  # noqa: E402
 ENGINES = {"fairseq": None, "ct2-float32": "float32", "ct2-int8": "int8", "onnx-fp32": "model.onnx",
            "onnx-int8": "model.int8.onnx"}
 TASK_ENGINES = {"translation": ["fairseq", "ct2-float32", "ct2-int8"], "glue": ["fairseq", "onnx-fp32", "onnx-int8"]}
-ATOL = 1e-4  # a regression head's score equal to fairseq's: within fc-export-onnx's --atol
-# the stages whose cost is making the model (not scoring it)
-SCORING_STAGES = ("measure", "cost")
+ATOL = 1e-4  # an output equal to fairseq's: a hypothesis or a class exactly, a regression head's score within --atol
+SCORING_STAGES = ("measure", "cost")  # the stages that score a model: the others' cost is making it
 
 
 class Ladder:
@@ -76,6 +48,7 @@ class Ladder:
         self.path, self.spec = path, spec
         self.name = spec.get("name") or os.path.splitext(os.path.basename(path))[0]
         self.store = store_lib.Store(store or os.path.join(ROOT, "results", "store"))
+        self.runs_file = os.path.join(self.store.root, "ladders", f"{self.name}.jsonl")
         self.grids = [Grid(rooted(g), store=self.store.root) for g in spec.get("grids", [])]
         if not self.grids and not ("teacher" in spec and "data" in spec):
             raise SystemExit(f"ladder {path}: no grids = [...], nor a teacher = and data = of its own")
@@ -84,30 +57,35 @@ class Ladder:
         if len(teachers) != 1 or len(datas) != 1:
             raise SystemExit(f"ladder {path}: its grids have other teachers or data ({teachers}, {datas})")
         (self.teacher,), (self.data,) = teachers, datas
-        self.glue_task = glue_task_of(path, spec, self.grids, self.data)
+        # the GLUE task it scores (None: translation): its own, its grids' GLUE_TASK, or its data's (prepare_glue.py's)
+        named = {c.variables["GLUE_TASK"] for g in self.grids for c in g.cells if "GLUE_TASK" in c.variables}
+        prepared = os.path.join(self.data, ".prepared.json")
+        if "glue_task" in spec:
+            named = {spec["glue_task"]}
+        elif not named and os.path.isfile(prepared):
+            with open(prepared) as f:
+                config = json.load(f)["config"]
+            named = {config["task"]} if "glue_dir" in config else set()
+        if len(named) > 1:
+            raise SystemExit(f"ladder {path}: its grids score other GLUE tasks ({sorted(named)})")
+        self.glue_task = next(iter(named), None)
         self.task = spec.get("task") or ("glue" if self.glue_task else "translation")
         if self.task not in TASK_ENGINES or (self.task == "glue") != bool(self.glue_task):
             raise SystemExit(f"ladder {path}: task = {self.task!r}: 'translation', or 'glue' with its GLUE task (its "
                              "grids' GLUE_TASK, its data's, or glue_task = \"MRPC\")")
         self.engines = spec.get("engines", TASK_ENGINES[self.task])
-        unknown = set(self.engines) - set(TASK_ENGINES[self.task])
-        if unknown:
+        if unknown := set(self.engines) - set(TASK_ENGINES[self.task]):
             raise SystemExit(f"ladder {path}: engines {sorted(unknown)}: a {self.task} ladder's are "
                              f"{', '.join(TASK_ENGINES[self.task])}")
         if self.grids and ({"teacher", "data"} & set(spec)):
             raise SystemExit(f"ladder {path}: a ladder with grids takes their teacher and data, not its own")
-        for extra in spec.get("extra", []):
-            for field in ("name", "path"):
-                if field not in extra:
-                    raise SystemExit(f"ladder {path}: an [[extra]] has no '{field}'")
+        missing = [field for extra in spec.get("extra", []) for field in ("name", "path") if field not in extra]
+        if missing:
+            raise SystemExit(f"ladder {path}: an [[extra]] has no '{missing[0]}'")
 
-    @property
-    def runs_file(self):
-        return os.path.join(self.store.root, "ladders", f"{self.name}.jsonl")
-
-    def models(self):
-        """[{name, grid, cell, seeds: {seed: record}}] for every cell with current records, then the extras; and the
-        cells without any."""
+    def models(self, flags=None):
+        """[{name, grid, cell, seeds: {seed: record}}] for every cell with current records, then the extras (the
+        ladder's, then those of ``--extra NAME=PATH`` flags); and the cells without any."""
         models, missing = [], []
         for grid in self.grids:
             for name in dict.fromkeys(c.name for c in grid.cells):
@@ -118,22 +96,14 @@ class Ladder:
                     missing.append(f"{grid.name}/{name}")
         for extra in self.spec.get("extra", []):
             models.append({"name": extra["name"], "path": rooted(extra["path"]), "about": extra.get("about", "")})
+        for value in flags or []:
+            name, _, path = value.partition("=")
+            if not name or not path:
+                raise SystemExit(f"ladder: --extra {value}: NAME=PATH, e.g. --extra mine=work/pet-my/kd/checkpoint_best.pt")
+            if not os.path.isfile(rooted(path)):
+                raise SystemExit(f"ladder: --extra {value}: no checkpoint {path}")
+            models.append({"name": name, "path": rooted(path), "about": f"--extra {value}"})
         return models, missing
-
-
-def glue_task_of(path, spec, grids, data):
-    """The GLUE task a ladder scores (None: translation): its own ``glue_task``, its grids' GLUE_TASK, or the task its
-    data was prepared for (preprocess/prepare_glue.py's .prepared.json)."""
-    named = {c.variables["GLUE_TASK"] for g in grids for c in g.cells if "GLUE_TASK" in c.variables}
-    if "glue_task" in spec:
-        named = {spec["glue_task"]}
-    elif not named and os.path.isfile(os.path.join(data, ".prepared.json")):
-        with open(os.path.join(data, ".prepared.json")) as f:
-            config = json.load(f)["config"]
-        named = {config["task"]} if "glue_dir" in config else set()
-    if len(named) > 1:
-        raise SystemExit(f"ladder {path}: its grids score other GLUE tasks ({sorted(named)})")
-    return next(iter(named), None)
 
 
 def deployed_checkpoint(model):
@@ -145,8 +115,7 @@ def deployed_checkpoint(model):
 
 
 def made_from(target, source):
-    """Whether ``target`` exists and was written after ``source`` (a deployment of an older checkpoint under the same
-    label is made again)."""
+    """Whether ``target`` exists and was written after ``source`` (else an older checkpoint's deployment is redone)."""
     return os.path.exists(target) and os.path.getmtime(target) >= os.path.getmtime(source)
 
 
@@ -197,22 +166,9 @@ def deploy_onnx(path, data, engine, work, label, exported=None):
     return os.path.join(out, ENGINES[engine]), None
 
 
-def measure_one(spec, engine, checkpoint=None):
-    """fc-measure's worker result for a deployment (``checkpoint``: the checkpoint an ONNX graph was exported from)."""
-    from user_dir.deploy import ct2_engine, export_onnx
-    from user_dir.tools import measure
-
-    if ENGINES[engine] is None:  # with the encoder's, the decoder's and the search's shares of a translation's time
-        return measure._run_worker(dict(spec, engine="fairseq", profile=True))
-    if engine.startswith("onnx-"):
-        return export_onnx.measure(dict(spec, checkpoint=checkpoint))
-    return ct2_engine.measure(dict(spec, compute_type=ENGINES[engine]))
-
-
 def scorer(ladder):
-    """(the subset scored, the ladder's metric, a function of a worker's result to its scores): sacreBLEU and BLEU
-    (tok) of the test set against its raw references (translation); the GLUE task's metrics of GLUE's dev set, the
-    task's first by default."""
+    """(the subset scored, the ladder's metric, a worker's result -> its scores): sacreBLEU and BLEU (tok) of the test
+    set against its raw references; for GLUE, the task's metrics of GLUE's dev set (the first by default)."""
     from user_dir.tools import measure
 
     if ladder.task == "glue":
@@ -232,37 +188,39 @@ def scorer(ladder):
         raise SystemExit(f"ladder: {text}: {'no' if not raw else 'more than one'} test.raw.<target> with the raw "
                          "references for sacreBLEU (a data-bin made by preprocess.prepare_multi30k or prepare_parallel "
                          "keeps them in text/); prepare the grids' data first (grid.py plan makes it)")
-    raw_reference = os.path.join(text, raw[0])
     return "test", ladder.spec.get("metric", "sacrebleu"), lambda out: measure.translation_scores(
-        out["outputs"], out["references"], out["ids"], out["target_lang"], raw_reference)
-
-
-def same_output(a, b):
-    """An output equal to fairseq's: a hypothesis or a class exactly, a regression head's score within ATOL."""
-    return abs(a - b) <= ATOL if isinstance(a, float) else a == b
+        out["outputs"], out["references"], out["ids"], out["target_lang"], os.path.join(text, raw[0]))
 
 
 def run_measure(ladder, args):
+    from user_dir.deploy import ct2_engine, export_onnx
     from user_dir.tools import measure
 
     spec = ladder.spec
-    engines = ladder.engines
-    runs = args.runs or spec.get("runs", 3)
-    threads = spec.get("threads", 1)
+    runs, threads, batch = args.runs or spec.get("runs", 3), spec.get("threads", 1), spec.get("batch", 64)
+    latency_sentences = spec.get("latency_sentences", 100)
     glue = ladder.task == "glue"
     subset, metric, score = scorer(ladder)
-    models, missing = ladder.models()
-    models += extras(args.extra)
+    models, missing = ladder.models(args.extra)
     if missing:
         print(f"ladder: no records yet for {', '.join(missing)} (measured without them)", file=sys.stderr)
     work = os.path.abspath(args.work or os.path.join(ROOT, "work", "ladders", ladder.name))
     os.makedirs(work, exist_ok=True)
-    teacher = {"name": "teacher", "path": ladder.teacher, "about": "the grids' teacher"}
     base = {"data": ladder.data, "subset": subset, "beam": 5, "lenpen": 1.0, "max_len_a": 0, "max_len_b": 200,
             "post_process": "subword_nmt", "classification_head": "sentence_classification_head" if glue else None,
             "threads": threads, "cpu": True, "fp16": False}
+
+    def timed(path, engine, checkpoint, batch_size, max_sentences):
+        """fc-measure's worker result for a deployment (``checkpoint``: the one an ONNX graph was exported from)."""
+        job = dict(base, path=path, batch_size=batch_size, max_sentences=max_sentences)
+        if ENGINES[engine] is None:  # with the encoder's, the decoder's and the search's shares of a translation's time
+            return measure._run_worker(dict(job, engine="fairseq", profile=True))
+        if engine.startswith("onnx-"):
+            return export_onnx.measure(dict(job, checkpoint=checkpoint))
+        return ct2_engine.measure(dict(job, compute_type=ENGINES[engine]))
+
     deployments, refused, described = [], [], []
-    for model in [teacher] + models:
+    for model in [{"name": "teacher", "path": ladder.teacher, "about": "the grids' teacher"}] + models:
         path, seed = deployed_checkpoint(model)
         if not os.path.exists(path):
             raise SystemExit(f"ladder: {model['name']}'s checkpoint {path} is not on this machine: measure where its "
@@ -272,31 +230,26 @@ def run_measure(ladder, args):
                           "sha256": sha256_of(path), "deployed_seed": seed, "about": model.get("about", ""),
                           "records": {str(s): r["key"] for s, r in model.get("seeds", {}).items()},
                           "export": exported})
-        for engine in engines:
+        for engine in ladder.engines:
             where, why = deploy(path, ladder.data, engine, work, f"{model['name']}-s{seed or 0}", exported)
             if why:
                 refused.append({"model": model["name"], "engine": engine, "reason": why})
                 print(f"ladder: {model['name']} in {engine}: {why}", file=sys.stderr)
             else:
-                deployments.append({"model": model, "engine": engine, "path": where, "checkpoint": path,
+                deployments.append({"model": model, "engine": engine, "path": where, "checkpoint": path, "seed": seed,
                                     "throughput": [], "latency": []})
     load_before = os.getloadavg()
     for r in range(runs):
         for d in deployments:
             print(f"[ladder] run {r + 1}/{runs}: {d['model']['name']} in {d['engine']}", file=sys.stderr, flush=True)
-            d["throughput"].append(measure_one(dict(base, path=d["path"], batch_size=spec.get("batch", 64),
-                                                    max_sentences=args.max_sentences), d["engine"], d["checkpoint"]))
-            d["latency"].append(measure_one(dict(base, path=d["path"], batch_size=1,
-                                                 max_sentences=spec.get("latency_sentences", 100)), d["engine"],
-                                            d["checkpoint"]))
+            d["throughput"].append(timed(d["path"], d["engine"], d["checkpoint"], batch, args.max_sentences))
+            d["latency"].append(timed(d["path"], d["engine"], d["checkpoint"], 1, latency_sentences))
     load_after = os.getloadavg()
     rows = []
-    fairseq_params = {}
     for d in deployments:
         model, first = d["model"], d["throughput"][0]
         quality = score(first)
-        seeds = {}
-        _, deployed_seed = deployed_checkpoint(model)
+        seeds, deployed_seed = {}, d["seed"]
         for seed, record in model.get("seeds", {}).items():
             if d["engine"] == "fairseq":
                 seeds[str(seed)] = record["metrics"][metric]
@@ -306,13 +259,9 @@ def run_measure(ladder, args):
                 checkpoint = rooted(record["checkpoint"])
                 where, why = deploy(checkpoint, ladder.data, d["engine"], work, f"{model['name']}-s{seed}")
                 if why is None:
-                    out = measure_one(dict(base, path=where, batch_size=spec.get("batch", 64),
-                                           max_sentences=args.max_sentences), d["engine"], checkpoint)
-                    seeds[str(seed)] = score(out)[metric]
+                    seeds[str(seed)] = score(timed(where, d["engine"], checkpoint, batch, args.max_sentences))[metric]
         if not seeds:  # the teacher and the extras: the deployed checkpoint's own score
             seeds[str(deployed_seed or 0)] = quality[metric]
-        if d["engine"] == "fairseq":
-            fairseq_params[model["name"]] = (first.get("params"), first.get("non_embedding_params"))
         sps = [x["sentences"] / x["seconds"] for x in d["throughput"]]
         ms = [1000 * x["seconds"] / x["sentences"] for x in d["latency"]]
         rows.append({"model": model["name"], "engine": d["engine"], "deployed_quality": quality[metric],
@@ -326,19 +275,20 @@ def run_measure(ladder, args):
                      "time_parts": {"batch": first.get("time_parts"), "one": d["latency"][0].get("time_parts")}})
     in_fairseq = {d["model"]["name"]: d["throughput"][0] for d in deployments if d["engine"] == "fairseq"}
     for row, d in zip(rows, deployments):  # an exported model has no parameter count of its own: its fairseq model's
-        row["params"], row["non_embedding_params"] = fairseq_params.get(row["model"], (None, None))
-        reference, first = in_fairseq.get(row["model"]), d["throughput"][0]
-        if d["engine"] != "fairseq" and reference is not None and reference["ids"] == first["ids"]:
+        reference, first = in_fairseq.get(row["model"], {}), d["throughput"][0]
+        row["params"], row["non_embedding_params"] = reference.get("params"), reference.get("non_embedding_params")
+        if d["engine"] != "fairseq" and reference and reference["ids"] == first["ids"]:
             pairs = list(zip(first["ids"], reference["outputs"], first["outputs"]))
-            row["identical_to_fairseq"] = sum(same_output(a, b) for _, a, b in pairs)
-            row["first_differences"] = [{"id": i, "fairseq": a, row["engine"]: b} for i, a, b in pairs
-                                        if not same_output(a, b)][:3]
+            same = [abs(a - b) <= ATOL if isinstance(a, float) else a == b for _, a, b in pairs]
+            row["identical_to_fairseq"] = sum(same)
+            row["first_differences"] = [{"id": i, "fairseq": a, row["engine"]: b}
+                                        for (i, a, b), s in zip(pairs, same) if not s][:3]
     entry = {"ladder": ladder.name, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
              "machine": measure.machine_description(), "cpu": measure.cpu_name(),
              "command": "python scripts/experiments/ladder.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
              "settings": {"task": ladder.task, "glue_task": ladder.glue_task, "subset": subset, "metric": metric,
-                          "batch": spec.get("batch", 64), "runs": runs, "threads": threads,
-                          "latency_sentences": spec.get("latency_sentences", 100), "beam": None if glue else 5,
+                          "batch": batch, "runs": runs, "threads": threads,
+                          "latency_sentences": latency_sentences, "beam": None if glue else 5,
                           "max_sentences": args.max_sentences},
              "load_average_before": load_before, "load_average_after": load_after,
              "teacher_sha256": sha256_of(ladder.teacher), "models": described, "rows": rows, "refused": refused}
@@ -351,19 +301,6 @@ def run_measure(ladder, args):
     print(f"ladder: {len(rows)} deployments measured, {len(refused)} refused -> "
           f"{os.path.relpath(ladder.runs_file, ROOT)}; the pages: python scripts/experiments/render.py")
     return entry
-
-
-def extras(values):
-    """[model] of ``--extra NAME=PATH`` flags."""
-    out = []
-    for value in values or []:
-        name, _, path = value.partition("=")
-        if not name or not path:
-            raise SystemExit(f"ladder: --extra {value}: NAME=PATH, e.g. --extra mine=work/pet-my/kd/checkpoint_best.pt")
-        if not os.path.isfile(rooted(path)):
-            raise SystemExit(f"ladder: --extra {value}: no checkpoint {path}")
-        out.append({"name": name, "path": rooted(path), "about": f"--extra {value}"})
-    return out
 
 
 def plot(ladder, command=None):
@@ -379,6 +316,7 @@ def plot(ladder, command=None):
     costs = [("speedup", f"speed-up, batch {e['settings']['batch']}", None),
              ("latency_speedup", "speed-up, batch 1", None), ("size_mb", "size MB", "log"),
              ("cost_h", "CPU h to make (records' training)", "log")]
+    goal = {"color": "red", "ls": "--", "lw": 0.8}
     panels = []
     for key, label, scale in costs:
         series = []
@@ -388,31 +326,16 @@ def plot(ladder, command=None):
                 series.append({"x": [r["lost"] for r in rows], "y": [r[key] for r in rows], "style": "o",
                                "label": engine, "notes": [r["model"] for r in rows], "note_offset": (4, 2),
                                "note_style": {"fontsize": 7}})
-        goal = [{"y": ladder.spec.get("goal_speedup", 5.0), "color": "red", "ls": "--", "lw": 0.8}] \
-            if key == "speedup" else []
-        panels.append({"series": series, "hlines": goal, "xlabel": lost, "ylabel": label, "yscale": scale, "grid": True,
-                       "legend": {"fontsize": 7} if series else None, "vlines": [{"x": ladder.spec.get("goal_loss", 0.5), "color": "red", "ls": "--", "lw": 0.8}],
+        panels.append({"series": series, "xlabel": lost, "ylabel": label, "yscale": scale, "grid": True,
+                       "hlines": [dict(goal, y=ladder.spec.get("goal_speedup", 5.0))] if key == "speedup" else [],
+                       "vlines": [dict(goal, x=ladder.spec.get("goal_loss", 0.5))],
+                       "legend": {"fontsize": 7} if series else None,
                        "title": None if series else "no records yet", "title_size": 8})
     project = os.path.join(ROOT, "results", "store")  # the project's ladders are drawn in results/, others beside their store
     png = os.path.join(ROOT, "results", f"{ladder.name}.png") if os.path.samefile(ladder.store.root, project) else \
         os.path.join(ladder.store.root, "ladders", f"{ladder.name}.png")
     return plot_panels(png, panels, command=command or e["command"], shape=(2, 2),
                        title=f"{ladder.spec.get('title', ladder.name)}: measured {e['date']}")
-
-
-def run_plan(ladder, args):
-    models, missing = ladder.models()
-    models += extras(args.extra)
-    task = f"glue ({ladder.glue_task})" if ladder.glue_task else ladder.task
-    print(f"ladder {ladder.name} ({os.path.relpath(ladder.path, ROOT)}): teacher "
-          f"{os.path.relpath(ladder.teacher, ROOT)}, {task}, engines {', '.join(ladder.engines)}")
-    for model in models:
-        path, seed = deployed_checkpoint(model)
-        where = "here" if os.path.exists(path) else "NOT on this machine"
-        seeds = f"seeds {', '.join(map(str, model['seeds']))}" if "seeds" in model else "one checkpoint"
-        print(f"  {model['name']:<16} {seeds:<16} deploys {os.path.relpath(path, ROOT)} ({where})")
-    for name in missing:
-        print(f"  {name:<16} no records in the store yet")
 
 
 def main(argv=None):
@@ -424,13 +347,22 @@ def main(argv=None):
     p.add_argument("--runs", type=int, default=None, help="timed runs (default: the ladder's)")
     p.add_argument("--extra", action="append", metavar="NAME=PATH",
                    help="a checkpoint of your own measured beside the ladder's models (repeatable)")
-    p.add_argument("--max-sentences", type=int, default=None,
-                   help="throughput and scores on the first N test (GLUE: dev) sentences only (a pipeline check: not "
-                        "a ladder)")
+    p.add_argument("--max-sentences", type=int, default=None, help="throughput and scores on the first N test (GLUE: "
+                   "dev) sentences only (a pipeline check: not a ladder)")
     args = p.parse_args(argv)
     ladder = Ladder(args.ladder, args.store)
     if args.action == "plan":
-        run_plan(ladder, args)
+        models, missing = ladder.models(args.extra)
+        task = f"glue ({ladder.glue_task})" if ladder.glue_task else ladder.task
+        print(f"ladder {ladder.name} ({os.path.relpath(ladder.path, ROOT)}): teacher "
+              f"{os.path.relpath(ladder.teacher, ROOT)}, {task}, engines {', '.join(ladder.engines)}")
+        for model in models:
+            path, _ = deployed_checkpoint(model)
+            where = "here" if os.path.exists(path) else "NOT on this machine"
+            seeds = f"seeds {', '.join(map(str, model['seeds']))}" if "seeds" in model else "one checkpoint"
+            print(f"  {model['name']:<16} {seeds:<16} deploys {os.path.relpath(path, ROOT)} ({where})")
+        for name in missing:
+            print(f"  {name:<16} no records in the store yet")
     elif args.action == "plot":
         print(plot(ladder) or "no plot (matplotlib is not installed)")
     else:
