@@ -333,3 +333,21 @@ def test_a_runs_score_line_in_each_form(tmp_path):
     out = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "experiments", "record.py"), "--score",
                           "run/result.json"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     assert out == record.score_line(word, "run") + "\n" and out.endswith(" -- run/measure.md\n")
+
+
+def test_scripts_hold_at_most_6000_lines_and_only_the_recipes_train():
+    """One implementation of each job: scripts/ (Python and shell) stays within 6,000 lines, and no file under it but
+    the recipes runs fairseq-train (the pattern is checked to find the recipes' own training stages)."""
+    import glob
+    import re
+
+    files = [p for p in glob.glob(os.path.join(REPO, "scripts", "**", "*"), recursive=True) if p.endswith((".py", ".sh"))]
+    lines = sum(sum(1 for _ in open(p, encoding="utf-8")) for p in files)
+    assert lines <= 6000, f"scripts/ holds {lines} lines"
+    trains = {".py": re.compile(r"""["'](fairseq-train|fairseq_cli\.train)["']"""),  # a command's word; not prose
+              ".sh": re.compile(r"^\s*(stage\s+\S+\s+)?fairseq-train\s|-m\s+fairseq_cli\.train\b", re.M)}
+    recipes = os.path.join(REPO, "scripts", "recipes") + os.sep
+    found = {os.path.relpath(p, REPO) for p in files
+             if trains[os.path.splitext(p)[1]].search(open(p, encoding="utf-8").read())}
+    assert {"scripts/recipes/competitors.sh", "scripts/recipes/pet.sh"} <= found
+    assert not {p for p in found if not os.path.join(REPO, p).startswith(recipes)}, found
