@@ -103,13 +103,14 @@ def test_a_cell_killed_then_stopped_at_a_device_budget_then_resumed_by_submitit_
     to the record and outputs of the uninterrupted run."""
     pytest.importorskip("submitit")
     store, work = str(tmp_path / "store"), str(tmp_path / "work")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    env = dict(os.environ, OMP_NUM_THREADS="1", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
+               HEARTBEAT_S="0.5")
     proc = subprocess.Popen([sys.executable, GRID, "run", reference["grid"], "--store", store, "--work", work],
                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.time() + 300
-    while time.time() < deadline:  # inside the cell: its warm-up finished, its KD stage started
-        if any(os.path.exists(os.path.join(work, d, "kd.log")) for d in os.listdir(work)) if os.path.isdir(work) else False:
+    while time.time() < deadline:  # inside the cell: its warm-up finished, its KD stage started and timed once
+        if os.path.isdir(work) and any(os.path.exists(os.path.join(work, d, "kd", "TIMES.beat")) for d in os.listdir(work)):
             break
         time.sleep(0.2)
     else:
@@ -135,6 +136,11 @@ def test_a_cell_killed_then_stopped_at_a_device_budget_then_resumed_by_submitit_
     assert "1 jobs submitted" in out
     resumed = only_record(here_store)
     assert next(c for c in resumed["commands"] if c["stage"] == "warmup")["attempts"] == 1  # not run again
+    # the attempt killed with kill -9 counts (its last heartbeat), beside the one that finished
+    with open(os.path.join(here_work, cell, "kd", "TIMES")) as f:
+        attempts = f.read().splitlines()
+    assert attempts[0].endswith(" killed") and float(attempts[0].split()[0]) > 0 and len(attempts) >= 2, attempts
+    assert next(c for c in resumed["commands"] if c["stage"] == "kd")["attempts"] >= len(attempts)  # + untimed runs
     same(resumed, reference["record"], here_store, reference["store"])
 
 
@@ -208,6 +214,32 @@ def test_a_stages_validation_curve_keeps_one_point_per_validation_across_resumed
     log.write_text(line.format(1, "valid", 5.9, 246).replace("| nll_loss 2.522 ", ""))  # a criterion without NLL
     assert record.validation_curve(str(log)) == [[1, 246, 5.9, None]]
     assert record.validation_curve(str(tmp_path / "none.log")) == []
+
+
+def test_a_stages_time_counts_the_runs_killed_before_they_could_record_it(tmp_path):
+    """record.stage_times: common.sh's line per attempt, and before them the fairseq-train runs the stage's log shows
+    that no line holds (killed where nothing could time them): each run's span of log timestamps, its CPU time at the
+    recorded attempts' CPU/wall ratio; a heartbeat's 'killed' line is an attempt like any other."""
+    import record
+
+    stage = tmp_path / "kd"
+    stage.mkdir()
+    (stage / "TIMES").write_text("30.0 12.0 killed\n100.0 50.0\n")
+
+    def run(start, end):
+        return (f"2026-11-29 0{start[0]}:{start[1]:02d}:00 | INFO | fairseq_cli.train | {{'_name': None}}\n"
+                "warning without a timestamp\n"
+                f"2026-11-29 0{end[0]}:{end[1]:02d}:00 | INFO | train_inner | epoch 001: 50 / 246 loss=5.1\n")
+
+    (tmp_path / "kd.log").write_text(run((1, 0), (1, 10)) + run((2, 0), (2, 20)) + run((3, 0), (3, 1))
+                                     + run((4, 0), (4, 2)))
+    # 4 runs in the log, 2 timed by common.sh (the heartbeat of the third, the finished fourth): the first two from
+    # the log, at 62 / 130 CPU seconds per wall second
+    ratio = 62.0 / 130.0
+    assert record.stage_times(str(stage)) == [(600.0, 600.0 * ratio, "log"), (1200.0, 1200.0 * ratio, "log"),
+                                              (30.0, 12.0), (100.0, 50.0)]
+    (tmp_path / "kd.log").unlink()
+    assert record.stage_times(str(stage)) == [(30.0, 12.0), (100.0, 50.0)]
 
 
 def test_bad_grids_are_refused_naming_the_field(tmp_path):

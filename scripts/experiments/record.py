@@ -78,12 +78,41 @@ def machine_of_record(cpu, device_flags=""):
 
 
 def stage_times(directory):
-    """[(wall, cpu), ...] of every finished attempt of a stage (common.sh appends a line per attempt)."""
+    """[(wall, cpu[, "log"]), ...] of every attempt of a stage: common.sh's line per attempt (a killed one's last heartbeat),
+    and before them the fairseq-train runs its log (DIR.log) shows that no line holds (killed before common.sh had a
+    heartbeat): each run's span of log timestamps, its CPU time at the recorded attempts' CPU/wall ratio (else 1)."""
     path = os.path.join(directory, "TIMES")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [tuple(float(x) for x in line.split()[:2]) for line in f if line.strip()]
+    times = []
+    if os.path.exists(path):
+        with open(path) as f:
+            times = [tuple(float(x) for x in line.split()[:2]) for line in f if line.strip()]
+    runs = log_runs(directory.rstrip(os.sep) + ".log")
+    if len(runs) > len(times):
+        ratio = sum(t[1] for t in times) / sum(t[0] for t in times) if times and sum(t[0] for t in times) else 1.0
+        times = [(span, span * ratio, "log") for span in runs[:len(runs) - len(times)]] + times
+    return times
+
+
+STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| ")
+
+
+def log_runs(log):
+    """Seconds from each fairseq-train run's start (its configuration line) to its last timestamped line, for every
+    run appended to the log."""
+    import datetime
+
+    spans = []
+    if os.path.exists(log):
+        with open(log, errors="replace") as f:
+            for line in f:
+                found = STAMP.match(line)
+                if found:
+                    t = datetime.datetime.strptime(found[1], "%Y-%m-%d %H:%M:%S").timestamp()
+                    if "| fairseq_cli.train | {'_name'" in line:
+                        spans.append([t, t])
+                    elif spans:
+                        spans[-1][1] = t
+    return [end - start for start, end in spans]
 
 
 VALID = re.compile(r"\| valid \| epoch (\d+) \| valid on 'valid' subset \| loss ([-0-9.e]+) "
@@ -156,6 +185,8 @@ def build(args):
         commands.append({"stage": name, "command": command,
                          "attempts": len(times), "wall_s": round(sum(t[0] for t in times), 1),
                          "cpu_s": round(sum(t[1] for t in times), 1)})
+        if any(len(t) > 2 for t in times):  # killed runs timed from the log, their CPU estimated (stage_times)
+            commands[-1]["attempts_from_log"] = sum(len(t) > 2 for t in times)
     training = {name: training_state(os.path.join(work, name)) for name in args.train_stages}
     with open(args.measure) as f:
         measured = json.load(f)

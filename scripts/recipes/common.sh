@@ -87,6 +87,8 @@ delete $dir (or choose another work folder) to run it again"
     echo "--- $name: done, skipped ($dir/DONE)"
     return 0
   fi
+  # an attempt killed (SIGKILL, a session's end) left its last heartbeat: its time is the stage's too
+  [ -f "$dir/TIMES.beat" ] && { sed 's/$/ killed/' "$dir/TIMES.beat" >> "$dir/TIMES"; rm -f "$dir/TIMES.beat"; }
   # a fairseq-train stage killed after its last checkpoint but before its marker: done, not trained on past its rule
   if [ -d "$dir" ] && [ "$1" = fairseq-train ] && "$PY" -m user_dir.tools.training_stopped "$@"; then
     placed "$line" > "$dir/DONE"; echo "--- $name: its checkpoint had met its stopping rule, marked done"; return 0
@@ -95,10 +97,11 @@ delete $dir (or choose another work folder) to run it again"
   echo "--- $name: $line"
   local started cpu_before
   started="$(date +%s.%N)"; children_cpu cpu_before
+  heartbeat "$dir" "$started" > /dev/null 2>&1 & local beat=$!
   if ! "$@" 2>&1 | tee -a "$WORK/$name.log"; then
-    attempt_time "$dir" "$started" "$cpu_before"; die "stage $name failed; its log: $WORK/$name.log"
+    stop_heartbeat "$dir" "$beat"; attempt_time "$dir" "$started" "$cpu_before"; die "stage $name failed; its log: $WORK/$name.log"
   fi
-  attempt_time "$dir" "$started" "$cpu_before"
+  stop_heartbeat "$dir" "$beat"; attempt_time "$dir" "$started" "$cpu_before"
   placed "$line" > "$dir/DONE"
 }
 
@@ -118,6 +121,19 @@ attempt_time() {
   local now cpu_now; now="$(date +%s.%N)"; children_cpu cpu_now
   awk -v a="$2" -v b="$now" -v c0="$3" -v c1="$cpu_now" 'BEGIN { printf "%.1f %.1f\n", b - a, c1 - c0 }' >> "$1/TIMES"
 }
+
+# heartbeat DIR START: every HEARTBEAT_S [30] seconds, DIR/TIMES.beat holds the running attempt's wall seconds
+# and the CPU seconds of this shell's live descendants (ps), so that an attempt killed where no trap runs still counts
+heartbeat() {
+  command -v ps > /dev/null || return 0
+  while sleep "${HEARTBEAT_S:-30}"; do
+    ps -eo pid=,ppid=,times= | awk -v root=$$ -v a="$2" -v now="$(date +%s.%N)" '
+      { parent[$1] = $2; cpu[$1] = $3 }
+      END { for (p in parent) { q = p; while (q in parent && q != root) q = parent[q]; if (q == root && p != root) t += cpu[p] }
+            printf "%.1f %.1f\n", now - a, t }' > "$1/TIMES.beat.tmp" && mv "$1/TIMES.beat.tmp" "$1/TIMES.beat"
+  done
+}
+stop_heartbeat() { kill "$2" 2>/dev/null || true; wait "$2" 2>/dev/null || true; rm -f "$1/TIMES.beat"{,.tmp}; }
 
 flags_of() {
   local -n _flags="$1"; shift
