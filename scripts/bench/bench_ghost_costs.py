@@ -7,12 +7,10 @@ time at every m), paired in one run on a CPU or a GPU; writes work/results/ghost
     python scripts/bench/bench_ghost_costs.py --shapes work/ghost-shapes --device cuda --dtype float16 \\
         --time-batch 128 --out results/ghost_costs_gpu                                   # a GPU machine
 
-user_dir.ghost.tools.prune cuts both from the task's teacher (``--glue-work``'s TASK/checkpoints/checkpoint_best.pt,
-glue_teachers.sh's) at every ``--widths`` m, GhostBERT's ghost modules after O and FFN2 (the paper's). Time depends on
-shapes, not weights: ``--shapes`` builds the cuts with initial weights from ``--save-shapes``' configurations,
-dictionaries and dev set (under 1 MB) on a machine without the teacher. GhostBERT runs eager and compiled
-(``--ghost-compile``, checked against eager), forward by forward in turn with pruned only, the order rotating each
-round; a round's ratio is GhostBERT's time over pruned-only's.
+Both are cut from the task's teacher (glue_teachers.sh's) at every ``--widths`` m, ghost modules after O and FFN2.
+Time depends on shapes, not weights: ``--shapes`` builds the cuts with initial weights from ``--save-shapes``' files
+(under 1 MB) where the teacher is not. GhostBERT runs eager and compiled, forward by forward in turn with pruned only;
+a round's ratio is GhostBERT's time over pruned-only's.
 """
 import argparse
 import copy

@@ -1,6 +1,5 @@
-"""GLUE pieces the benchmark scripts share (bench_serving.py, bench_ghost_costs.py,
-glue_report.py): a task's teacher, data and flags from scripts/recipes/glue_teachers.sh's work folder, and the
-record of what chose its learning rate. Imported as a module.
+"""GLUE pieces the benchmark scripts share: a task's teacher, data and flags from glue_teachers.sh's work folder,
+and the record of what chose its learning rate.
 """
 import json
 import os
@@ -22,9 +21,8 @@ def check_report_subset(data, task):
 
 
 def selection_record(data):
-    """How the prepared GLUE data ``data`` keeps choosing apart from reporting, from its .prepared.json:
-    ``source`` "train" (its 'valid' is a held-out slice of train: prepare_glue --select-fraction) or "dev" (its
-    'valid' is the dev set, --select-fraction 0); a part's settings keep it (see :func:`chosen_on`)."""
+    """How the prepared GLUE data keeps choosing apart from reporting (its .prepared.json): ``source`` "train" (its
+    'valid' is a held-out slice of train) or "dev" (--select-fraction 0)."""
     with open(os.path.join(data, ".prepared.json")) as f:
         config = json.load(f)["config"]
     fraction = config.get("select_fraction") or 0
@@ -39,8 +37,7 @@ def chosen_on(settings):
 
 
 def first_glue_setup(glue_work, task):
-    """:func:`glue_setup` of ``task`` from the first folder of ``glue_work`` (comma-separated) that holds its
-    teacher (TASK/checkpoints/checkpoint_best.pt), with "glue_work" set to that folder; None where none does."""
+    """:func:`glue_setup` of ``task`` from the first folder of ``glue_work`` (comma-separated) with its teacher."""
     import argparse
 
     for folder in (f for f in glue_work.split(",") if f):

@@ -1,9 +1,7 @@
 #!/usr/bin/env python
-"""A grid's validation curves, from the store: each current record's last training stage's per-epoch validation
-(record.validation_curve), placed after its earlier stages' updates (PET's KD stage after its warm-up, whose own
-validation is on another task and is not drawn). Whether a comparison at one budget would come out the same at
-another, and whether the epoch cap binds. Writes a Markdown table (the value at each update count any student
-validated at) and a PNG beside it.
+"""A grid's validation curves from the store: each record's last training stage after its earlier stages' updates
+(PET's warm-up validates another task: not drawn), as a Markdown table and a PNG beside it. Whether a comparison at
+one budget would come out the same at another, and whether the epoch cap binds.
 
     python scripts/bench/learning_curves.py grids/pet.toml --seeds 1 --out results/pet_curves.md
 """

@@ -1,7 +1,6 @@
 #!/usr/bin/env python
-"""The report of one ``scripts/recipes/pet.sh`` run: teacher vs PET from its measurement, the
-paper's numbers beside them, and the KD stage's validation NLL per epoch (read from its log, so a
-reader sees whether the student had converged). recipes/pet.sh calls it last:
+"""The report of one ``scripts/recipes/pet.sh`` run (its last step): teacher vs PET, the paper's numbers beside them,
+and the KD stage's validation NLL per epoch (whether the student had converged).
 
     python scripts/bench/pet_report.py WORK_DIR --command "bash scripts/recipes/pet.sh WORK_DIR" --out WORK_DIR/pet.md
 """

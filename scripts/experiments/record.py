@@ -6,15 +6,10 @@
         --teacher T.pt --data DATA-BIN --device-flags "--cpu" --var SEED=1 --var ENC_DIM=128 ...
     python scripts/experiments/record.py --score WORK/result.json      the run's score line (the recipes' last line)
 
-The record holds: the recipe and its variables; every stage's exact command (its DONE file, as scripts/recipes/common.sh
-writes it) with the wall and CPU seconds of each attempt (its TIMES file); the sha256 of the teacher checkpoint and a
-fingerprint of the data (its dictionaries and the index of every subset); the scored checkpoint; the metrics of the
-student's row in fc-measure's JSON on the report split; its per-example outputs (fc-measure --outputs-dir); for each
-training stage its updates, completed epochs, the epoch of its best checkpoint, its best validation value and its
-validation curve (every per-epoch validation in its log WORK/STAGE.log: epoch, updates, loss, NLL); the total
-wall and CPU time; the device and the machine; the primary metric of its score line (:func:`score_line`: the line
-every recipe prints last, and the method pages show). The grid runner (scripts/experiments/grid.py) files it in the
-store.
+It holds the recipe's variables; each stage's command (its DONE file) and the wall and CPU seconds of its attempts
+(:func:`stage_times`); the teacher's sha256 and the data's fingerprint; the scored checkpoint, its metrics on the report
+split and per-example outputs (fc-measure); each training stage's updates, epochs, best epoch, best validation value and
+validation curve; the machine; the primary metric of its score line (:func:`score_line`). grid.py files it in the store.
 """
 import argparse
 import functools
@@ -31,8 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def sha256_of(path):
-    """The SHA-256 of a file (a link followed), read once per process while its size and modification time stay the
-    same (the benchmark drivers hash the same checkpoints many times)."""
+    """The SHA-256 of a file (a link followed), read once per process while its size and modification time stay."""
     real = os.path.realpath(path)
     stat = os.stat(real)
     return _file_digest(real, stat.st_size, stat.st_mtime_ns)
@@ -97,8 +91,7 @@ STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| ")
 
 
 def log_runs(log):
-    """Seconds from each fairseq-train run's start (its configuration line) to its last timestamped line, for every
-    run appended to the log."""
+    """Seconds from each fairseq-train run's configuration line to its last timestamped line, per run in the log."""
     import datetime
 
     spans = []
@@ -120,8 +113,7 @@ VALID = re.compile(r"\| valid \| epoch (\d+) \| valid on 'valid' subset \| loss 
 
 
 def validation_curve(log):
-    """``[[epoch, updates, validation loss, validation NLL or None], ...]`` from a fairseq-train log, one per validation
-    point (a resumed run appends to the log and may repeat a point: the last one counts)."""
+    """``[[epoch, updates, loss, NLL or None], ...]``: a fairseq-train log's validations (a repeated one: its last)."""
     if not os.path.exists(log):
         return []
     points = {}
@@ -135,8 +127,7 @@ def validation_curve(log):
 
 
 def training_state(directory):
-    """Updates, completed epochs, best checkpoint's epoch, best validation value and validation curve of one
-    fairseq-train stage (its save directory; its log is beside it, as common.sh's stage writes it)."""
+    """Updates, epochs, best epoch, best validation value and validation curve of a fairseq-train stage's directory."""
     import torch
 
     last = os.path.join(directory, "checkpoint_last.pt")

@@ -3,12 +3,11 @@
     records.jsonl          one JSON line per finished cell: its key (scripts/experiments/grid.py), grid, cell, seed and
                            the recipe's WORK/result.json (scripts/experiments/record.py)
     outputs/KEY.txt.gz     the cell's per-example outputs (hypotheses or predictions), one line per example
-    outputs/KEY.ROW.txt.gz the outputs of another row of the same measurement the record names in 'also' (e.g. the
-                           backbone a Variator plugin is compared with)
-    references/SHA.txt.gz  the references they are scored against, by the sha256 of their text (record: references)
+    outputs/KEY.ROW.txt.gz those of another row of its measurement ('also': e.g. the backbone beside a Variator plugin)
+    references/SHA.txt.gz  the references they are scored against, by the sha256 of their text
 
-Lines are only ever appended (under a file lock, so parallel jobs, local or on Slurm, can file at once); a key filed
-twice keeps its first record. Whatever a reader sees is rendered from here (scripts/experiments/render.py).
+Lines are only appended, under a file lock (parallel jobs, local or on Slurm, file at once); a key filed twice keeps
+its first record. Whatever a reader sees is rendered from here (scripts/experiments/render.py).
 """
 import fcntl
 import gzip
