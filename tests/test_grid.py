@@ -227,7 +227,8 @@ def test_a_stages_time_counts_the_runs_killed_before_they_could_record_it(tmp_pa
     (stage / "TIMES").write_text("30.0 12.0 killed\n100.0 50.0\n")
 
     def run(start, end):
-        return (f"2026-11-29 0{start[0]}:{start[1]:02d}:00 | INFO | fairseq_cli.train | {{'_name': None}}\n"
+        return (f"2026-11-29 0{start[0]}:{start[1]:02d}:00 | INFO | fairseq.tasks | start-up, before the configuration\n"
+                f"2026-11-29 0{start[0]}:{start[1]:02d}:00 | INFO | fairseq_cli.train | {{'_name': None}}\n"
                 "warning without a timestamp\n"
                 f"2026-11-29 0{end[0]}:{end[1]:02d}:00 | INFO | train_inner | epoch 001: 50 / 246 loss=5.1\n")
 

@@ -91,25 +91,22 @@ STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| ")
 
 
 def log_runs(log):
-    """Seconds from each fairseq-train run's configuration line to its last timestamped line, per run in the log."""
+    """Seconds from each fairseq-train run's configuration line to its last timestamped line, per run in the log (the
+    next run's start-up lines, within 30 s before its configuration line, are not the previous run's)."""
     import datetime
 
-    spans = []
+    stamps, starts = [], []
     if os.path.exists(log):
         with open(log, errors="replace") as f:
             for line in f:
                 found = STAMP.match(line)
                 if found:
-                    t = datetime.datetime.strptime(found[1], "%Y-%m-%d %H:%M:%S").timestamp()
+                    stamps.append(datetime.datetime.strptime(found[1], "%Y-%m-%d %H:%M:%S").timestamp())
                     if "| fairseq_cli.train | {'_name'" in line:
-                        spans.append([t, t])
-                    elif spans:
-                        spans[-1][1] = t
-    return [end - start for start, end in spans]
-
-
-VALID = re.compile(r"\| valid \| epoch (\d+) \| valid on 'valid' subset \| loss ([-0-9.e]+) "
-                   r"(?:\| nll_loss ([-0-9.e]+) )?.*?\| num_updates (\d+)")
+                        starts.append(stamps[-1])
+    ends = starts[1:] + [float("inf")]
+    return [max([t for t in stamps if start <= t < (end - 30 if end != float("inf") else end)], default=start) - start
+            for start, end in zip(starts, ends)]
 
 
 def validation_curve(log):
