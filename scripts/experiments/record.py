@@ -109,6 +109,10 @@ def log_runs(log):
             for start, end in zip(starts, ends)]
 
 
+VALID = re.compile(r"\| valid \| epoch (\d+) \| valid on 'valid' subset \| loss ([-0-9.e]+) "
+                   r"(?:\| nll_loss ([-0-9.e]+) )?.*?\| num_updates (\d+)")
+
+
 def validation_curve(log):
     """``[[epoch, updates, loss, NLL or None], ...]``: a fairseq-train log's validations (a repeated one: its last)."""
     if not os.path.exists(log):
