@@ -136,14 +136,14 @@ def test_the_recommendation_names_the_fastest_and_smallest_within_each_bound_and
     assert ("- At <= 0.5 sacreBLEU lost: fastest b in fairseq (4.50x the fairseq teacher's sentences/s, +0.20 lost); "
             "smallest b in fairseq (5.0 MB, +0.20 lost).") in text
     assert "- At <= 1 sacreBLEU lost: fastest a in ct2-int8 (6.00x" in text and "smallest a in ct2-int8 (2.0 MB" in text
-    assert "not met; nearest b in fairseq, 4.50x at +0.20 lost." in text
+    assert "not met; nearest b in fairseq, 4.50x at +0.20 lost (1 seed(s))." in text
     assert "- Where the time goes, b in fairseq: not measured." in text  # (these rows carry no time_parts)
     rows[3]["time_parts"] = {"batch": {"encoder": 0.1, "decoder": 0.6, "search": 0.3},
                              "one": {"encoder": 0.05, "decoder": 0.75, "search": 0.2}}
     assert ("- Where the time goes, b in fairseq: at batch 64: encoder 10%, decoder 60%, search 30%; at batch 1: "
             "encoder 5%, decoder 75%, search 20%.") in rendered(tmp_path, entry(rows))
     rows[3]["sentences_per_s"] = 55.0
-    assert "met by b in fairseq, 5.50x at +0.20 lost." in rendered(tmp_path, entry(rows))
+    assert "met by b in fairseq, 5.50x at +0.20 lost (1 seed(s))." in rendered(tmp_path, entry(rows))
 
 
 def test_a_run_measured_before_newer_records_says_measure_again(tmp_path):

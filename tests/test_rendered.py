@@ -227,4 +227,4 @@ def test_the_stopping_table_says_whether_patience_or_the_cap_ended_each_student(
     text = render.stopping_table(store, path, window=10)
     assert "| pet | 1 | 12 | 12 | 3.900 | the 12-epoch cap | 1.000 |" in text  # epoch 2's 4.9 minus 3.9
     assert "| patient-kd | 1 | 8 | 5 | 4.400 | patience (3 epochs without a lower loss) | - |" in text
-    assert "| can |" not in text and "The epoch cap ended 1 of 2 students" in text
+    assert "| can |" not in text and "The epoch cap ended 1 of 2 students, patience 1." in text

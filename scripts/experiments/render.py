@@ -336,7 +336,7 @@ def ladder_table(store, path, summary=False):
     met = nearest is not None and nearest["speedup"] >= goal
     lines.append(f"- Goal ({goal:g}x the fairseq teacher's sentences/s at <= {goal_loss:g} {name} lost): " + (
         f"{'met by' if met else 'not met; nearest'} {nearest['model']} in {nearest['engine']}, "
-        f"{nearest['speedup']:.2f}x at {nearest['lost']:+.2f} lost." if nearest
+        f"{nearest['speedup']:.2f}x at {nearest['lost']:+.2f} lost ({len(nearest['quality_seeds'])} seed(s))." if nearest
         else f"not met; no student is within {goal_loss:g} lost."))
     if not met:
         for model in [] if glue else ["teacher"] + ([nearest["model"]] if nearest else []):
@@ -553,7 +553,7 @@ def stopping_table(store, grid_path, window=10):
     if not rows:
         return (f"No student of {os.path.relpath(grid_path, ROOT)} has finished yet (`python scripts/experiments/"
                 f"grid.py plan {os.path.relpath(grid_path, ROOT)}`).\n")
-    return "\n".join(lines) + (f"\n\nThe epoch cap ended {capped} of {rows} students; patience ended the others. The "
+    return "\n".join(lines) + (f"\n\nThe epoch cap ended {capped} of {rows} students, patience {rows - capped}. The "
                                 f"fall is the validation loss {window} epochs before the stop minus the best.\n")
 
 
