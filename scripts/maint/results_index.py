@@ -5,10 +5,8 @@ its first heading, the command that made it and its status, its raw numbers (JSO
     python scripts/maint/results_index.py                 # writes results/README.md
     python scripts/maint/results_index.py --check         # exit 1 if results/README.md misses a file or is stale
 
-Read from the files themselves: a table's first heading and its 'Command' / 'Commands' / 'Made by' line (or the
-code block after it), a JSON's ``command``. A JSON or PNG belongs to the table whose name it starts with. Status:
-**superseded** for results/archive/ (kept as written; the scripts that made them are deleted), **current**
-otherwise. Only which method a name belongs to is kept here (``METHODS``).
+Read from the files: a table's first heading and 'Command' / 'Made by' line, a JSON's ``command``; a JSON or PNG
+belongs to the table its name starts with. Status: **superseded** in results/archive/, else **current**.
 """
 import argparse
 import json
