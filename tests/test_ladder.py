@@ -144,6 +144,10 @@ def test_the_recommendation_names_the_fastest_and_smallest_within_each_bound_and
             "encoder 5%, decoder 75%, search 20%.") in rendered(tmp_path, entry(rows))
     rows[3]["sentences_per_s"] = 55.0
     assert "met by b in fairseq, 5.50x at +0.20 lost (1 seed(s))." in rendered(tmp_path, entry(rows))
+    # the round trip: an engine's hypotheses identical to the same model's in fairseq, string for string
+    rows[1].update(identical_to_fairseq=927, sentences=1000)
+    text = rendered(tmp_path, entry(rows))
+    assert "| hypotheses = fairseq's |" in text and "| teacher | ct2-int8 | 40.10 (1 seed) | -0.10 | 927/1,000 |" in text
 
 
 def test_a_run_measured_before_newer_records_says_measure_again(tmp_path):

@@ -305,12 +305,12 @@ def ladder_table(store, path, summary=False):
                 f"scripts/experiments/ladder.py measure {shown}`.\n")
     settings = e["settings"]
     name, glue = METRIC_NAMES[settings["metric"]], settings.get("task") == "glue"
-    lines = head(f"model | engine | {name} (mean over seeds) | lost vs teacher | " + "predictions = fairseq's | " * glue
-                 + f"non-emb. params | size MB | sent/s, batch {settings['batch']} | speed-up | ms/sentence, batch 1 "
-                 "| speed-up (batch 1) | CPU h to make (mean over seeds)")
+    lines = head(f"model | engine | {name} (mean over seeds) | lost vs teacher | {'predictions' if glue else 'hypotheses'}"
+                 f" = fairseq's | non-emb. params | size MB | sent/s, batch {settings['batch']} | speed-up | ms/sentence, "
+                 "batch 1 | speed-up (batch 1) | CPU h to make (mean over seeds)")
     for row in e["rows"]:
         n, values = row.get("identical_to_fairseq"), list(row["quality_seeds"].values())
-        same = ("" if not glue else " | -" if n is None else f" | {n:,}/{row['sentences']:,}")  # GLUE: as in fairseq
+        same = " | -" if n is None else f" | {n:,}/{row['sentences']:,}"  # outputs as in fairseq (the round trip)
         params = "-" if row["non_embedding_params"] is None else f"{row['non_embedding_params']:,}"
         cost = "-" if row["cost_h"] is None else f"{row['cost_h']:.2f}" + (
             f" ({', '.join(row['cost_gpus'])})" if row["cost_gpus"] else "")
@@ -359,7 +359,7 @@ def ladder_table(store, path, summary=False):
               "dev example's ids from the raw text); predictions = fairseq's: the examples whose predicted class (a "
               "regression head: score, within 1e-4) is the same model's in fairseq" if glue else
               f"{name} on the test set (beam {settings['beam']}): fairseq rows are the records' scores, other "
-              "engines decode each seed's checkpoint")
+              "engines decode each seed's checkpoint; hypotheses = fairseq's: the lowest seed's, string for string")
     sizes = "ONNX Runtime: model.onnx, model.int8.onnx" if glue else "CTranslate2: model.bin"
     check = (f" A pipeline check on {settings['max_sentences']} sentences: not a ladder."
              if settings.get("max_sentences") else "")
