@@ -104,9 +104,8 @@ def log_runs(log):
                     stamps.append(datetime.datetime.strptime(found[1], "%Y-%m-%d %H:%M:%S").timestamp())
                     if "| fairseq_cli.train | {'_name'" in line:
                         starts.append(stamps[-1])
-    ends = starts[1:] + [float("inf")]
-    return [max([t for t in stamps if start <= t < (end - 30 if end != float("inf") else end)], default=start) - start
-            for start, end in zip(starts, ends)]
+    ends = starts[1:] + [float("inf")]  # inf - 30 is inf: the last run keeps every later line
+    return [max((t for t in stamps if start <= t < end - 30), default=start) - start for start, end in zip(starts, ends)]
 
 
 VALID = re.compile(r"\| valid \| epoch (\d+) \| valid on 'valid' subset \| loss ([-0-9.e]+) "
