@@ -16,5 +16,6 @@ bash scripts/setup_env.sh
 # One thread per worker and per subprocess it starts (unless OMP_NUM_THREADS is set): two workers are two cores busy;
 # two threads each oversubscribe them (measured on 2 cores: the whole suite 25:56 -> 19:02).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+eval "$(grep '^export MALLOC_' scripts/recipes/common.sh)"  # the recipes' malloc thresholds (common.sh says why)
 "${VENV:-$ROOT/.venv}/bin/python" -m pytest -q -rs --durations=30 -n "${TEST_WORKERS:-2}" --dist loadfile \
   --no-loadscope-reorder tests "$@"

@@ -55,10 +55,9 @@ def data_fingerprint(data):
 
 
 def machine_of_record(cpu, device_flags=""):
-    """The machine the run was measured on: ``cpu`` as fc-measure's --json names it (this script imports no fairseq,
-    so that filing a record takes a second, not an import of the plug-in)."""
+    """The machine the run was measured on: ``cpu`` as fc-measure's --json names it (no import of the plug-in)."""
     described = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-                 "threads": os.environ.get("OMP_NUM_THREADS")}
+                 "threads": os.environ.get("OMP_NUM_THREADS"), "malloc": os.environ.get("MALLOC_MMAP_THRESHOLD_")}
     try:
         import torch
 
