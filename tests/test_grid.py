@@ -177,24 +177,26 @@ def test_a_record_of_other_data_is_stale(reference, tmp_path):
 
 
 def test_a_cell_another_process_runs_is_left_to_it(reference, tmp_path):
-    """Two runs of one grid share the cells left between them: a cell whose work folder names a live process is
-    neither rerun nor resumed beside it (two trainings would write one checkpoint), and the run says where it runs;
-    once that process is gone, the cell is the next run's to resume."""
+    """Two runs of one grid share the cells left between them: a cell whose work folder's marker another process holds
+    locked is neither rerun nor resumed beside it (two trainings would write one checkpoint), and the run says where it
+    runs; once that process is gone, however it died, the cell is the next run's to resume."""
     import grid as grid_lib
 
     store, work = str(tmp_path / "store"), str(tmp_path / "work")
     (cell,) = grid_lib.Grid(reference["grid"], work, store).cells
     os.makedirs(cell.work)
-    with open(os.path.join(cell.work, ".running"), "w") as f:
-        f.write(f"{os.getpid()}\n")  # this test's process: alive
+    marker = os.path.join(cell.work, ".running")
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys; f = open(sys.argv[1], 'a'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print(1, flush=True); sys.stdin.read()", marker],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "1\n"  # the lock is taken
     out = ok(grid("run", reference["grid"], "--store", store, "--work", work))
     assert "0 of 1 cells to run (local); running in another process: pet-s1" in out
     assert grid_lib.run_cell(reference["grid"], work, store, "pet-s1", log=lambda line: None) is None
     assert os.listdir(cell.work) == [".running"] and not os.path.exists(os.path.join(store, "records.jsonl"))
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    with open(os.path.join(cell.work, ".running"), "w") as f:
-        f.write(f"{dead.pid}\n")
+    holder.kill()  # SIGKILL: no clean-up of its own; the kernel frees the lock, the marker stays
+    holder.wait()
+    assert os.path.exists(marker)
     plan = ok(grid("plan", reference["grid"], "--store", store, "--work", work))
     assert next(line for line in plan.splitlines() if line.startswith("pet-s1")).split()[1] == "started"
 

@@ -110,9 +110,8 @@ class Grid:
         self.store = store_lib.Store(store or os.path.join(ROOT, "results", "store"))
         self.cells = []
         for entry in spec.get("cell", []):
-            for field in ("name", "recipe"):
-                if field not in entry:
-                    raise SystemExit(f"grid {path}: a [[cell]] has no '{field}'")
+            if missing := [f"'{field}'" for field in ("name", "recipe") if field not in entry]:
+                raise SystemExit(f"grid {path}: a [[cell]] has no {' or '.join(missing)}")
             if not os.path.exists(os.path.join(RECIPES, entry["recipe"])):
                 raise SystemExit(f"grid {path}: cell {entry['name']}: no recipe scripts/recipes/{entry['recipe']}")
             variables = dict(spec.get("variables", {}), **entry.get("variables", {}))
@@ -135,9 +134,7 @@ class Grid:
             if unknown := names - {c.name for c in cells}:
                 raise SystemExit(f"--only {only}: no cell {', '.join(sorted(unknown))} in {self.path}")
             cells = [c for c in cells if c.name in names]
-        if seeds:
-            cells = [c for c in cells if c.seed in {int(s) for s in seeds.split(",")}]
-        return cells
+        return [c for c in cells if not seeds or c.seed in {int(s) for s in seeds.split(",")}]
 
     def prepare_data(self):
         """Make the grid's inputs that are missing: DATA by inputs.prepare, then each [[prepare]] entry's
@@ -187,12 +184,13 @@ class Grid:
 
 
 def alive(marker):
+    """Whether a grid process runs the cell: it holds MARKER's lock, which the kernel frees when it dies."""
     try:
         with open(marker) as f:
-            os.kill(int(f.read().split()[0]), 0)
-        return True
-    except (OSError, ValueError, IndexError):
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: no process holds it
         return False
+    except OSError as error:  # held, or no marker
+        return isinstance(error, BlockingIOError)
 
 
 # a cell's budget: each stage's epochs (updates of an epoch of the grid's data: rates.toml's [data]) or updates
@@ -327,13 +325,15 @@ def run_cell(grid_path, work_root, store_root, label, threads=None, device_flags
     existing = grid.store.get(cell.key)
     if existing is not None:
         return existing
-    marker = os.path.join(cell.work, ".running")
-    if alive(marker):  # another grid process runs it (two runs of one grid share the cells left between them)
-        log(f"grid: {cell.label} is running in another process; skipped")
-        return None
     os.makedirs(cell.work, exist_ok=True)
-    with open(marker, "w") as f:
-        f.write(f"{os.getpid()}\n")
+    marker = open(os.path.join(cell.work, ".running"), "a")  # locked while the cell runs: taking it is atomic
+    try:
+        fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # another grid process runs it (two runs of one grid share the cells left between them)
+        log(f"grid: {cell.label} is running in another process; skipped")
+        return marker.close()
+    marker.truncate(0)
+    print(os.getpid(), file=marker, flush=True)  # for a reader without the lock (ps, a shell's kill -0)
     logfile = os.path.join(cell.work, "grid.log")
     started = time.time()
     log(f"grid: {cell.label} started ({os.path.relpath(cell.work, ROOT)})")
@@ -347,8 +347,8 @@ def run_cell(grid_path, work_root, store_root, label, threads=None, device_flags
             raise RuntimeError(f"cell {cell.label} failed (exit {proc.returncode}); its log {logfile}:\n{tail}")
         record = grid.file(cell)
     finally:
-        if os.path.exists(marker):
-            os.remove(marker)
+        os.remove(marker.name)
+        marker.close()
     log(f"grid: {cell.label} done in {(time.time() - started) / 60:.1f} min: "
         + ", ".join(f"{k} {v:.2f}" for k, v in record["metrics"].items()))
     if commit:
