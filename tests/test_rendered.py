@@ -153,7 +153,13 @@ def test_the_teacher_cache_table_divides_the_training_stages_cpu_time_by_its_upd
     assert "| 1 | 200 | 2.500 | 1.000 | 0.750 | 2.50x | 2.00x |" in text
     # the teacher: (2.5 - 1) / 2.5 of an online update; the KD loss: (1 - 0.75) / 1 of a cached one
     assert "the teacher's forward, which the cache removes, is 60% of an online update" in text
-    assert "is 25% of a cached one" in text
+    assert "is 25% of a cached one" in text and "malloc mmap threshold its default" in text
+    # measured again (the recipes' allocator setting, more updates): each seed's and cell's newest record counts
+    store._append({"key": "online-2", "grid": "teacher_cache", "cell": "online", "seed": 1, "date": "d2",
+                   "commands": [{"stage": "train", "cpu_s": 300.0, "wall_s": 300.0}],
+                   "training": {"train": {"updates": 300}}, "machine": {"cpu": "test", "malloc": "4294967296"}})
+    text = render.teacher_cache_table(store)
+    assert "| 1 | 300 | 1.000 | 1.000 | 0.750 | 1.00x | 0.77x |" in text and "threshold 4294967296" in text
 
 
 def test_a_quickstart_block_is_its_cells_score_line_from_its_latest_record_of_the_grids_teacher_and_data(tmp_path):

@@ -210,8 +210,7 @@ def cost_text(claim, records):
     """The cost half of a claim that makes one (claims.toml's 'cost': the paper's saving), from A's records."""
     if not claim.get("cost"):
         return ""
-    costs = [r["cost"] for r in records if r.get("cost")]
-    if not costs:
+    if not (costs := [r["cost"] for r in records if r.get("cost")]):
         return "; cost: not recorded"
     saved, speed, extra = (statistics.mean(c[k] for c in costs)
                            for k in ("encoder_flops_saved_percent", "speedup", "extra_params_percent"))
@@ -494,7 +493,7 @@ def quickstart_score(store, cell):
 def teacher_cache_table(store):
     """What the teacher-output cache saves a word-KD update: grids/teacher_cache.toml's CPU s per update."""
     by_seed = {}
-    for record in store.find(grid="teacher_cache"):
+    for record in store.find(grid="teacher_cache"):  # each seed's and cell's newest record (filing order) counts
         by_seed.setdefault(record["seed"], {})[record["cell"]] = record
     pairs = {seed: cells for seed, cells in sorted(by_seed.items()) if {"online", "cached"} <= set(cells)}
     if not pairs:
@@ -520,7 +519,8 @@ def teacher_cache_table(store):
     first = next(iter(pairs.values()))["online"]
     lines += ["", f"The cache makes a word-KD update {statistics.mean(ratios):.2f}x cheaper in CPU time (the mean over "
               f"{len(ratios)} seed(s)); the training stage's CPU and wall seconds per update, its start-up and final "
-              f"validation included. {device_text([first])}; {first['date']}."]
+              f"validation included. {device_text([first])}, glibc's malloc mmap threshold "
+              f"{first['machine'].get('malloc') or 'its default'} (scripts/recipes/common.sh); {first['date']}."]
     if shares:
         teacher, loss = (statistics.mean(s) for s in zip(*shares))
         lines += ["", f"Where the time goes: the teacher's forward, which the cache removes, is {teacher:.0%} of an "
