@@ -43,7 +43,7 @@ def file_records(store, data, scores):
                                {"stage": "measure", "cpu_s": 99999.0}],
                   "teacher": {"path": TEACHER, "sha256": sha256_of(TEACHER)},
                   "data": {"path": data, "fingerprint": data_fingerprint(data)}, "checkpoint": PET,
-                  "metrics": {"sacrebleu": score, "bleu_tok": score}, "machine": {"cpu": "test"}, "outputs": None}
+                  "metrics": {"sacrebleu": score, "bleu_tok": score}, "machine": {"cpu": "test", "malloc": "4294967296"}, "outputs": None}
         store.add(f"key-{seed}", "g", "pet", seed, result, str(store.root))
 
 
@@ -180,6 +180,8 @@ def test_the_plot_draws_the_latest_run_beside_its_store(tmp_path):
     ladder = Ladder(str(tmp_path / "ladder.toml"), str(tmp_path / "store"))
     run = render.ladder_run(ladder.store, ladder)
     assert [r["cost_h"] for r in run["rows"]] == [None, 2.0]
+    assert [r["cost_malloc"] for r in run["rows"]] == [True, False]  # a seed made on a CPU with glibc's default
+    assert "| 2.00* |" in render.ladder_table(ladder.store, str(tmp_path / "ladder.toml"))  # malloc threshold
     png = plot(ladder)
     assert png == str(tmp_path / "store" / "ladders" / "lad.png")
     assert b"ladder.py measure lad.toml" in open(png, "rb").read()
@@ -267,7 +269,7 @@ def test_a_glue_ladder_deploys_in_onnx_runtime_compares_predictions_and_renders(
             "commands": [{"stage": "distill", "cpu_s": 3600.0}, {"stage": "measure", "cpu_s": 999.0}],
             "teacher": {"path": m["teacher"], "sha256": sha256_of(m["teacher"])},
             "data": {"path": m["data"], "fingerprint": data_fingerprint(m["data"])}, "checkpoint": m["ghost"],
-            "metrics": {"f1": score, "accuracy": score - 5}, "machine": {"cpu": "test"}, "outputs": None},
+            "metrics": {"f1": score, "accuracy": score - 5}, "machine": {"cpu": "test", "malloc": "4294967296"}, "outputs": None},
             str(store.root))
     proc = subprocess.run([sys.executable, LADDER, "measure", ladder, "--store", store.root, "--work",
                            str(tmp_path / "work"), "--max-sentences", "24", "--extra", f"conv={m['conv1d']}"],

@@ -213,19 +213,16 @@ def build(args):
                          "has no such score")
     primary_metric = args.primary_metric or ("bleu_tok" if "bleu_tok" in row else None)
     record = {
-        "recipe": args.recipe, "name": args.name, "variables": variables,
-        "commands": commands,
+        "recipe": args.recipe, "name": args.name, "variables": variables, "commands": commands,
         "teacher": {"path": relative(args.teacher), "sha256": sha256_of(args.teacher)},
         "data": {"path": relative(args.data), "fingerprint": data_fingerprint(args.data)},
-        "checkpoint": relative(args.checkpoint),
-        "split": args.split,
+        "checkpoint": relative(args.checkpoint), "split": args.split,
         "metrics": {k: row[k] for k in metric_keys if k in row}, "primary_metric": primary_metric,
         "params": {"total": row.get("params"), "non_embedding": row.get("non_embedding_params")},
         "sentences": row.get("sentences"), "sentences_per_s": row.get("sentences_per_s"),
         "outputs": os.path.relpath(os.path.abspath(args.outputs), work) if args.outputs else None,
         "references": os.path.abspath(args.references) if args.references else None,
-        "also": also, "cost": cost,
-        "training": training,
+        "also": also, "cost": cost, "training": training,
         "updates": sum((t or {}).get("updates", 0) for t in training.values()),
         "epochs": sum((t or {}).get("epochs", 0) for t in training.values()),
         "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),

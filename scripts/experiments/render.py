@@ -287,6 +287,7 @@ def ladder_run(store, ladder):
         row["cost_h"] = statistics.mean(sum(c["cpu_s"] for c in r["commands"] if c["stage"] not in SCORING_STAGES)
                                         for r in records) / 3600 if records else None
         row["cost_gpus"] = sorted({r["machine"].get("gpu") for r in records} - {None})
+        row["cost_malloc"] = all(r["machine"].get("malloc") or r["machine"].get("gpu") for r in records)
     return e
 
 
@@ -311,7 +312,7 @@ def ladder_table(store, path, summary=False):
         n, values = row.get("identical_to_fairseq"), list(row["quality_seeds"].values())
         same = " | -" if n is None else f" | {n:,}/{row['sentences']:,}"  # outputs as in fairseq (the round trip)
         params = "-" if row["non_embedding_params"] is None else f"{row['non_embedding_params']:,}"
-        cost = "-" if row["cost_h"] is None else f"{row['cost_h']:.2f}" + (
+        cost = "-" if row["cost_h"] is None else f"{row['cost_h']:.2f}{'' if row['cost_malloc'] else '*'}" + (
             f" ({', '.join(row['cost_gpus'])})" if row["cost_gpus"] else "")
         lines.append(f"| {row['model']} | {row['engine']} | {mean_text(values)} ({len(values)} "
                      f"seed{'s' if len(values) > 1 else ''}) | {row['lost']:+.2f}{same} | {params} "
@@ -366,7 +367,9 @@ def ladder_table(store, path, summary=False):
               f"median of {settings['runs']} runs with the rows measured in turn, {settings['threads']} thread(s) per "
               "row, ratios against the fairseq teacher in the same run. Size: the weights as stored (fairseq: the "
               f"state dict; {sizes}). CPU h to make: the records' training and compression stages (scoring excluded; a "
-              f"grid's shared preparation, e.g. its teacher-output cache, excluded).{check}",
+              f"grid's shared preparation, e.g. its teacher-output cache, excluded; *: a seed made on a CPU before the "
+              "recipes raised glibc's malloc threshold, which made its KD stages slower: scripts/recipes/common.sh)."
+              f"{check}",
               "", f"Measured {e['date']} on {e['machine']} (load average {e['load_average_before'][0]:.2f} before, "
               f"{e['load_average_after'][0]:.2f} after) by `{e['command']}`."]
     return "\n".join(lines) + "\n"
