@@ -74,7 +74,7 @@ def backbone_store(tmp_path):
                                        "sentences_per_s": 80.0}}, "sentences_per_s": 100.0,
                   "cost": {"encoder_flops_saved_percent": 40.0 + seed, "extra_params_percent": 1.0, "speedup": 1.5,
                            "length": 128}, "training": {"plugin": {"epochs": 20}}, "cpu_s": 3600.0,
-                  "machine": {"cpu": "test"}}
+                  "machine": {"cpu": "test", "malloc": "4294967296"}}
         store.add(f"k{seed}", "glue", "v", seed, result, str(work))
     return store, labels, accuracy
 
@@ -153,13 +153,13 @@ def test_the_teacher_cache_table_divides_the_training_stages_cpu_time_by_its_upd
     assert "| 1 | 200 | 2.500 | 1.000 | 0.750 | 2.50x | 2.00x |" in text
     # the teacher: (2.5 - 1) / 2.5 of an online update; the KD loss: (1 - 0.75) / 1 of a cached one
     assert "the teacher's forward, which the cache removes, is 60% of an online update" in text
-    assert "is 25% of a cached one" in text and "malloc mmap threshold its default" in text
+    assert "is 25% of a cached one" in text and "1 of 1 with glibc's default malloc threshold" in text
     # measured again (the recipes' allocator setting, more updates): each seed's and cell's newest record counts
     store._append({"key": "online-2", "grid": "teacher_cache", "cell": "online", "seed": 1, "date": "d2",
                    "commands": [{"stage": "train", "cpu_s": 300.0, "wall_s": 300.0}],
                    "training": {"train": {"updates": 300}}, "machine": {"cpu": "test", "malloc": "4294967296"}})
     text = render.teacher_cache_table(store)
-    assert "| 1 | 300 | 1.000 | 1.000 | 0.750 | 1.00x | 0.77x |" in text and "threshold 4294967296" in text
+    assert "| 1 | 300 | 1.000 | 1.000 | 0.750 | 1.00x | 0.77x |" in text and "1 thread a run); d2" in text
 
 
 def test_a_quickstart_block_is_its_cells_score_line_from_its_latest_record_of_the_grids_teacher_and_data(tmp_path):
@@ -182,8 +182,8 @@ def test_a_quickstart_block_is_its_cells_score_line_from_its_latest_record_of_th
         store._append({"key": key * 64, "grid": "quickstart", "cell": cell, "seed": 1, "recipe": recipe,
                        "name": cell, "date": "2026-11-29 07:00", "metrics": {"bleu_tok": bleu},
                        "params": {"non_embedding": 2771712}, "sentences": 1000, "updates": 300, "cpu_s": 900.0,
-                       "machine": {"cpu": "test"}, "also": {"teacher": {"metrics": {"bleu_tok": 36.29},
-                                                                        "params": {"non_embedding": 5529600}}},
+                       "machine": {"cpu": "test", "malloc": "4294967296"},
+                       "also": {"teacher": {"metrics": {"bleu_tok": 36.29}, "params": {"non_embedding": 5529600}}},
                        **current, **fields})
 
     record("a", "apc", "apc.sh", 35.0)

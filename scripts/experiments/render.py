@@ -98,7 +98,10 @@ def rule_text(record):
 
 def device_text(records):
     gpus = {r["machine"].get("gpu") for r in records if r["machine"].get("gpu")}
-    return ", ".join(sorted(gpus)) if gpus else f"CPU ({records[0]['machine']['cpu']}, 1 thread a run)"
+    slow = sum(not r["machine"].get("malloc") for r in records)  # made before common.sh raised glibc's threshold
+    return ", ".join(sorted(gpus)) if gpus else (f"CPU ({records[0]['machine']['cpu']}, 1 thread a run" + (
+        f"; {slow} of {len(records)} with glibc's default malloc threshold: slower on large outputs, see common.sh"
+        if slow else "") + ")")
 
 
 def evaluate(store, claims):
@@ -522,8 +525,7 @@ def teacher_cache_table(store):
     first = next(iter(pairs.values()))["online"]
     lines += ["", f"The cache makes a word-KD update {statistics.mean(ratios):.2f}x cheaper in CPU time (the mean over "
               f"{len(ratios)} seed(s)); the training stage's CPU and wall seconds per update, its start-up and final "
-              f"validation included. {device_text([first])}, glibc's malloc mmap threshold "
-              f"{first['machine'].get('malloc') or 'its default'} (scripts/recipes/common.sh); {first['date']}."]
+              f"validation included. {device_text([first])}; {first['date']}."]
     if shares:
         teacher, loss = (statistics.mean(s) for s in zip(*shares))
         lines += ["", f"Where the time goes: the teacher's forward, which the cache removes, is {teacher:.0%} of an "

@@ -96,9 +96,7 @@ def shrink(state: dict, dtype: torch.dtype, plugin: bool) -> dict:
     if isinstance(cfg.get("criterion"), dict) and "teacher_path" in cfg["criterion"]:
         cfg["criterion"]["teacher_path"] = None
     return {
-        "args": None,
-        "cfg": cfg,
-        "model": cast_shared(state["model"], dtype),
+        "args": None, "cfg": cfg, "model": cast_shared(state["model"], dtype),
         "optimizer_history": [{"criterion_name": history.get("criterion_name", "CrossEntropyCriterion"),
                                "optimizer_name": history.get("optimizer_name", "FairseqAdam"),
                                "lr_scheduler_state": {}, "num_updates": int(history.get("num_updates", 0))}],
