@@ -83,6 +83,8 @@ def test_a_local_run_files_a_complete_record(reference):
     assert [point[:2] for point in record["training"]["kd"]["validation"]] == [[1, 3]]  # its one validation, at the end
     assert record["teacher"]["sha256"] and record["data"]["fingerprint"]
     assert set(record["metrics"]) == {"bleu_tok", "sacrebleu"}
+    # the recipe's glibc malloc threshold (scripts/recipes/common.sh, unless the caller set one) reaches the record
+    assert record["machine"]["malloc"] == os.environ.get("MALLOC_MMAP_THRESHOLD_", "4294967296")
     assert len(store_lib.Store(reference["store"]).outputs(record)) == 20  # SMOKE scores 20 test sentences
     # a second run finds the cell done and runs nothing
     again = ok(grid("run", reference["grid"], "--store", reference["store"], "--work", reference["work"]))

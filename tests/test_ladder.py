@@ -43,7 +43,8 @@ def file_records(store, data, scores):
                                {"stage": "measure", "cpu_s": 99999.0}],
                   "teacher": {"path": TEACHER, "sha256": sha256_of(TEACHER)},
                   "data": {"path": data, "fingerprint": data_fingerprint(data)}, "checkpoint": PET,
-                  "metrics": {"sacrebleu": score, "bleu_tok": score}, "machine": {"cpu": "test", "malloc": "4294967296"}, "outputs": None}
+                  "metrics": {"sacrebleu": score, "bleu_tok": score}, "outputs": None,
+                  "machine": {"cpu": "test", "malloc": "4294967296"}}
         store.add(f"key-{seed}", "g", "pet", seed, result, str(store.root))
 
 
@@ -269,7 +270,8 @@ def test_a_glue_ladder_deploys_in_onnx_runtime_compares_predictions_and_renders(
             "commands": [{"stage": "distill", "cpu_s": 3600.0}, {"stage": "measure", "cpu_s": 999.0}],
             "teacher": {"path": m["teacher"], "sha256": sha256_of(m["teacher"])},
             "data": {"path": m["data"], "fingerprint": data_fingerprint(m["data"])}, "checkpoint": m["ghost"],
-            "metrics": {"f1": score, "accuracy": score - 5}, "machine": {"cpu": "test", "malloc": "4294967296"}, "outputs": None},
+            "metrics": {"f1": score, "accuracy": score - 5}, "outputs": None,
+            "machine": {"cpu": "test", "malloc": "4294967296"}},
             str(store.root))
     proc = subprocess.run([sys.executable, LADDER, "measure", ladder, "--store", store.root, "--work",
                            str(tmp_path / "work"), "--max-sentences", "24", "--extra", f"conv={m['conv1d']}"],
