@@ -203,6 +203,32 @@ def test_a_cell_another_process_runs_is_left_to_it(reference, tmp_path):
     assert next(line for line in plan.splitlines() if line.startswith("pet-s1")).split()[1] == "started"
 
 
+def test_a_file_system_without_locks_runs_the_cell_unguarded_and_says_so(reference, tmp_path, monkeypatch):
+    """flock refused (e.g. Lustre mounted without it): the cell still runs, the log says it is not guarded, and its
+    marker goes when it ends (here a recipe failing at once)."""
+    import errno
+
+    import grid as grid_lib
+
+    def no_locks(*args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(grid_lib.fcntl, "flock", no_locks)
+    real_run = subprocess.run  # the recipe's dry run (the cell's key) runs; the recipe itself fails at once
+
+    def recipe_fails(command, **kwargs):
+        dry = kwargs.get("env", {}).get("DRY_RUN") == "1"
+        return real_run(command, **kwargs) if dry else subprocess.CompletedProcess(command, 3)
+
+    monkeypatch.setattr(grid_lib.subprocess, "run", recipe_fails)
+    store, work, said = str(tmp_path / "store"), str(tmp_path / "work"), []
+    with pytest.raises(RuntimeError, match="exit 3"):
+        grid_lib.run_cell(reference["grid"], work, store, "pet-s1", log=said.append)
+    assert "No locks available" in said[0] and "not guarded against another run" in said[0]
+    (cell,) = grid_lib.Grid(reference["grid"], work, store).cells
+    assert os.listdir(cell.work) == ["grid.log"]
+
+
 def test_a_stages_validation_curve_keeps_one_point_per_validation_across_resumed_runs(tmp_path):
     """record.validation_curve: each per-epoch validation of a fairseq-train log; a resumed run appends to the log and
     validates again where the interrupted one had (the last line counts); other subsets' lines are not the curve."""

@@ -60,9 +60,8 @@ class Cell:
             env["DEVICE_FLAGS"] = device_flags
         if threads:
             env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-        env["PYTHON"] = env.get("PYTHON", sys.executable)
-        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-        return env
+        return dict(env, PYTHON=env.get("PYTHON", sys.executable),
+                    PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""))
 
     def command(self, work):
         return ["bash", os.path.join(RECIPES, self.recipe), work]
@@ -332,6 +331,8 @@ def run_cell(grid_path, work_root, store_root, label, threads=None, device_flags
     except BlockingIOError:  # another grid process runs it (two runs of one grid share the cells left between them)
         log(f"grid: {cell.label} is running in another process; skipped")
         return marker.close()
+    except OSError as error:  # a file system without locks (e.g. Lustre mounted without flock): no guard, said
+        log(f"grid: {cell.label}: {error} locking {marker.name}; run, but not guarded against another run of it")
     marker.truncate(0)
     print(os.getpid(), file=marker, flush=True)  # for a reader without the lock (ps, a shell's kill -0)
     logfile = os.path.join(cell.work, "grid.log")
