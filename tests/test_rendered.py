@@ -1,6 +1,7 @@
 """Every rendered block of the pages (README.md, results/*.md, the method pages) is current: what
 scripts/experiments/render.py makes from the store (results/store) and the claims (grids/claims.toml) now. This replaces
 the hand-kept checks of copied numbers for every block rendered so far."""
+import json
 import os
 import subprocess
 import sys
@@ -108,6 +109,29 @@ def test_a_claim_against_the_backbone_row_of_its_own_records_is_tested_and_carri
     summary = render.claims_summary(store, [claim])
     assert summary.startswith(f"- a plugin loses under 2 points (the paper's claim): accuracy {diff:+.2f} [")
     assert f"{verdict} at 4140 updates, 3 seeds; cost: 42.0%" in summary
+
+
+def test_a_waiting_row_states_what_its_seeds_can_detect_and_whether_the_test_examples_bound_it(tmp_path, monkeypatch):
+    """Before its cells land, a row prints the difference its seeds can detect from the earlier table's spread
+    (significance.detectable_difference: the larger of the interval's part and the seeds' part), and says when the
+    test examples' interval is the larger, which no number of seeds lowers."""
+    import render
+    import store as store_lib
+
+    table = tmp_path / "prior.json"
+    store = store_lib.Store(str(tmp_path / "store"))
+    rows = []
+    for width, spread in ((3.92, 0.1), (0.392, 2.0)):  # interval se 1 (part 2.80); seeds' spread 2 (part 2.93)
+        table.write_text(json.dumps({"comparisons": [{"label": "x", "high": width / 2, "low": -width / 2,
+                                                      "per_seed_std": spread}]}))
+        claim = claim_of(test="greater", threshold=0.0, prior={"table": str(table), "comparison": "x", "budget": "b"})
+        monkeypatch.setattr(render, "load_claims", lambda path=None: [claim])
+        render._EVALUATED.clear()
+        rows.append(render.claims_table(store, [claim]).splitlines()[2])
+    assert "| waiting: A 0/3 seeds, B 0/3 seeds in the store |" in rows[0]
+    assert f"| about 2.80 before running (3 seeds; the spread of {table}, b; the test examples bound it, not the " \
+           "seeds) |" in rows[0], rows[0]
+    assert f"| about 2.93 before running (3 seeds; the spread of {table}, b) |" in rows[1], rows[1]
 
 
 def test_a_retention_claim_is_a_ratio_interval_with_the_constant_answers_ratio_beside_it(tmp_path, monkeypatch):

@@ -70,15 +70,13 @@ def main(argv=None):
         "|---|---|---|" + ("---|" if full else ""),
         *[f"| {label} | " + " | ".join(cell(r) for r in [t, s] + ([full] if full else [])) + " |"
           for label, cell in [
-              ("BLEU (tok)", lambda r: f"{r['bleu_tok']:.2f}"),
-              ("sacreBLEU", lambda r: f"{r['sacrebleu']:.2f}"),
+              ("BLEU (tok)", lambda r: f"{r['bleu_tok']:.2f}"), ("sacreBLEU", lambda r: f"{r['sacrebleu']:.2f}"),
               ("non-embedding parameters", lambda r: f"{r['non_embedding_params']:,}" + (
                   "" if r is t else f" ({r['compression_rate']:.2f}%)")),
               ("sentences/s", lambda r: f"{r['sentences_per_s']:.1f}" + ("" if r is t else f" ({r['speedup']:.2f}x)"))]],
         "",
         "Time per stage on this machine (wall clock):", "",
-        "| stage | minutes |", "|---|---|",
-        *[f"| {title} | {sec / 60:.1f} |" for title, sec in timeline],
+        "| stage | minutes |", "|---|---|", *[f"| {title} | {sec / 60:.1f} |" for title, sec in timeline],
         f"| total | {total / 60:.1f} |", "",
         f"Machine: {machine_description()}. Threads: "
         + (f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}" if os.environ.get("OMP_NUM_THREADS")

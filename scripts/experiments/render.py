@@ -126,7 +126,7 @@ def evaluate(store, claims):
                 table = table[part]
             (p,) = [c for c in table["comparisons"] if c["label"] == prior["comparison"]]
             row["prior_detectable"] = detectable_difference((p["high"] - p["low"]) / 3.92, p["per_seed_std"],
-                                                            claim.get("seeds", 3))["detectable"]
+                                                            claim.get("seeds", 3))
         if len(pairs) < claim.get("seeds", 3):
             continue
         row["records"] = recs = ([pairs[s][0] for s in pairs], [pairs[s][1] for s in pairs])
@@ -181,8 +181,10 @@ def claims_table(store, claims):
             else f"A - B > {c.get('threshold', 0.0):g}")
         if "result" not in row:
             seeds = c.get("seeds", 3)
-            detect = (f"about {row['prior_detectable']:.2f} before running ({seeds} seeds; the spread of "
-                      f"{c['prior']['table']}, {c['prior']['budget']})") if "prior_detectable" in row else "-"
+            d = row.get("prior_detectable") or {}  # bound by the test examples' interval: more seeds would not help
+            bound = "; the test examples bound it, not the seeds" if d and d["interval_part"] >= d["seeds_part"] else ""
+            detect = (f"about {d['detectable']:.2f} before running ({seeds} seeds; the spread of "
+                      f"{c['prior']['table']}, {c['prior']['budget']}{bound})") if d else "-"
             lines.append(f"{start} | grids/{c['grid']}.toml's | waiting: A {len(row['a_seeds'])}/{seeds} seeds, B "
                          f"{len(row['b_seeds'])}/{seeds} seeds in the store | - | - | - | - | - | - | {detect} | - | - "
                          "| not yet tested |")
