@@ -27,8 +27,7 @@ import tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-sys.path.insert(0, ROOT)
+sys.path[:0] = [ROOT, HERE]
 import store as store_lib  # noqa: E402
 from grid import Grid, rooted  # noqa: E402
 from record import sha256_of  # noqa: E402

@@ -19,8 +19,7 @@ import tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-sys.path.insert(0, ROOT)
+sys.path[:0] = [ROOT, HERE]
 import store as store_lib  # noqa: E402
 from grid import Grid  # noqa: E402
 from ladder import SCORING_STAGES, Ladder  # noqa: E402
@@ -96,9 +95,13 @@ def rule_text(record):
     return ", ".join(fixed) or "-"
 
 
+def default_malloc(record):  # made on a CPU before scripts/recipes/common.sh raised glibc's malloc threshold
+    return not (record["machine"].get("malloc") or record["machine"].get("gpu"))
+
+
 def device_text(records):
     gpus = {r["machine"].get("gpu") for r in records if r["machine"].get("gpu")}
-    slow = sum(not r["machine"].get("malloc") for r in records)  # made before common.sh raised glibc's threshold
+    slow = sum(map(default_malloc, records))
     return ", ".join(sorted(gpus)) if gpus else (f"CPU ({records[0]['machine']['cpu']}, 1 thread a run" + (
         f"; {slow} of {len(records)} with glibc's default malloc threshold: slower on large outputs, see common.sh"
         if slow else "") + ")")
@@ -292,7 +295,7 @@ def ladder_run(store, ladder):
         row["cost_h"] = statistics.mean(sum(c["cpu_s"] for c in r["commands"] if c["stage"] not in SCORING_STAGES)
                                         for r in records) / 3600 if records else None
         row["cost_gpus"] = sorted({r["machine"].get("gpu") for r in records} - {None})
-        row["cost_malloc"] = all(r["machine"].get("malloc") or r["machine"].get("gpu") for r in records)
+        row["cost_malloc"] = not any(map(default_malloc, records))
     return e
 
 
@@ -580,9 +583,7 @@ BLOCKS = {
     "claims-variator-summary": claims_where(claims_summary, "method", "Variator"),
     **{block: (lambda store, kind=kind: pet_shipped(kind))
        for block, kind in (("pet-shipped", "sentence"), ("pet-shipped-score", "score"), ("pet-results", "table"))},
-    "demo-run": lambda store: demo_run(),
-    "deploy-table": deploy_table,
-    "teacher-cache": teacher_cache_table,
+    "demo-run": lambda store: demo_run(), "deploy-table": deploy_table, "teacher-cache": teacher_cache_table,
     "pet-stopping": lambda store: stopping_table(store, os.path.join(GRIDS, "pet.toml")),
     "deploy-glue-table": deploy_glue_table,
     "glue-teachers": lambda store: glue_teachers_table(),
