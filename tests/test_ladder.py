@@ -109,10 +109,10 @@ def entry(rows, models=None):
             "date": "d", "machine": "m", "command": "c", "load_average_before": [0.0], "load_average_after": [0.0]}
 
 
-def rendered(tmp_path, e, records=()):
+def rendered(tmp_path, e, records=(), spec=""):
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
-    ladder = ladder_files(tmp_path, str(data))
+    ladder = ladder_files(tmp_path, str(data), ladder=f'name = "lad"\nlosses = [0.5, 1.0]\n{spec}')
     store = store_lib.Store(str(tmp_path / "store"))
     for record in records:
         store._append(record)
@@ -149,6 +149,34 @@ def test_the_recommendation_names_the_fastest_and_smallest_within_each_bound_and
     rows[1].update(identical_to_fairseq=927, sentences=1000)
     text = rendered(tmp_path, entry(rows))
     assert "| hypotheses = fairseq's |" in text and "| teacher | ct2-int8 | 40.10 (1 seed) | -0.10 | 927/1,000 |" in text
+
+
+def test_the_goal_is_asked_again_against_the_teacher_trained_by_the_students_rule(tmp_path):
+    def row(model, quality, speed, engine="fairseq"):
+        return {"model": model, "engine": engine, "deployed_quality": quality, "quality_seeds": {"1": quality},
+                "sentences_per_s": speed}
+    # students above a short-trained teacher (40.0); the control, its recipe trained as long as they are, scores 42.0
+    rows = [row("teacher", 40.0, 10.0), row("teacher-rule", 42.0, 10.0), row("teacher-rule", 42.1, 30.0, "ct2-int8"),
+            row("a", 41.7, 60.0), row("b", 41.0, 80.0)]
+    models = [{"name": "teacher", "records": {}, "trained": {"epochs": 8, "updates": 1951}}] + [
+        {"name": n, "records": {}} for n in ("teacher-rule", "a", "b")]
+    spec = 'control = "teacher-rule"\ncontrol_grid = "grids/x.toml"\n'
+    text = rendered(tmp_path, entry(rows, models), spec=spec)
+    assert "Goal (5x the fairseq teacher's sentences/s at <= 0.5 sacreBLEU lost): met by b in fairseq, 8.00x" in text
+    # against the control: b loses 1.00, a 0.30 at 6x; the control's own int8 row is no student
+    assert ("- The teacher trained 8 epochs (its recipe's), the students until validation stopped improving or their "
+            "epoch cap: a student above it says the teacher stopped short. Against teacher-rule, the teacher's recipe "
+            "trained by the students' rule (grids/x.toml): 42.00 (1 seed(s)); the fastest student within 0.5 of it is a "
+            "in fairseq, 6.00x at +0.30 lost: the goal met.") in text
+    rows[3] = row("a", 41.0, 60.0)
+    assert "42.00 (1 seed(s)); no student is within 0.5 of it: the goal not met." in rendered(
+        tmp_path, entry(rows, models), spec=spec)
+    rows[3] = row("a", 41.7, 40.0)
+    assert "a in fairseq, 4.00x at +0.30 lost: the goal not met." in rendered(tmp_path, entry(rows, models), spec=spec)
+    # before the control's records: said, and the teacher's budget where the run did not record it
+    text = rendered(tmp_path, entry(rows[:1] + rows[3:]), spec=spec)
+    assert "- The teacher trained a fixed budget (its recipe's)" in text and "(grids/x.toml): not measured yet." in text
+    assert "Against" not in rendered(tmp_path, entry(rows))  # a ladder without a control
 
 
 def test_a_run_measured_before_newer_records_says_measure_again(tmp_path):

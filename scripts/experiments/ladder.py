@@ -113,6 +113,15 @@ def deployed_checkpoint(model):
     return rooted(model["seeds"][seed]["checkpoint"]), seed
 
 
+def trained(path):
+    """{epochs, updates} a fairseq checkpoint was trained for (its own training state), or {} where it keeps none."""
+    import torch
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    epoch = ((state.get("extra_state") or {}).get("train_iterator") or {}).get("epoch")
+    updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates")
+    return {k: v for k, v in (("epochs", epoch), ("updates", updates)) if v is not None}
+
+
 def made_from(target, source):
     """Whether ``target`` exists and was written after ``source`` (else an older checkpoint's deployment is redone)."""
     return os.path.exists(target) and os.path.getmtime(target) >= os.path.getmtime(source)
@@ -228,7 +237,7 @@ def run_measure(ladder, args):
         described.append({"name": model["name"], "grid": model.get("grid"), "checkpoint": os.path.relpath(path, ROOT),
                           "sha256": sha256_of(path), "deployed_seed": seed, "about": model.get("about", ""),
                           "records": {str(s): r["key"] for s, r in model.get("seeds", {}).items()},
-                          "export": exported})
+                          "export": exported, "trained": trained(path)})
         for engine in ladder.engines:
             where, why = deploy(path, ladder.data, engine, work, f"{model['name']}-s{seed or 0}", exported)
             if why:

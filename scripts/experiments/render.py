@@ -339,7 +339,8 @@ def ladder_table(store, path, summary=False):
                      f"smallest {smallest['model']} in {smallest['engine']} ({smallest['size_mb']:.1f} MB, "
                      f"{smallest['lost']:+.2f} lost).")
     goal, goal_loss = spec.get("goal_speedup", 5.0), spec.get("goal_loss", 0.5)
-    near = [r for r in e["rows"] if r["model"] != "teacher" and r["lost"] <= goal_loss]
+    control = spec.get("control")  # the teacher's recipe trained by the students' rule: the goal asked against it too
+    near = [r for r in e["rows"] if r["model"] not in ("teacher", control) and r["lost"] <= goal_loss]
     nearest = max(near, key=lambda r: r["speedup"]) if near else None  # the fastest student within the goal's loss
     met = nearest is not None and nearest["speedup"] >= goal
     lines.append(f"- Goal ({goal:g}x the fairseq teacher's sentences/s at <= {goal_loss:g} {name} lost): " + (
@@ -354,6 +355,20 @@ def ladder_table(store, path, summary=False):
                       for p in ("batch", "one") if parts.get("batch")]
             lines.append(f"- Where the time goes, {model} in fairseq: " + (
                 f"at batch {settings['batch']}: {shares[0]}; at batch 1: {shares[1]}." if shares else "not measured."))
+    if control:
+        base = next((r for r in e["rows"] if r["model"] == control and r["engine"] == "fairseq"), None)
+        epochs = next(m for m in e["models"] if m["name"] == "teacher").get("trained", {}).get("epochs")
+        best = max((r for r in e["rows"] if r["model"] not in ("teacher", control) and base["quality"] - r["quality"]
+                    <= goal_loss), key=lambda r: r["speedup"], default=None) if base else None
+        lines.append(f"- The teacher trained {f'{epochs} epochs' if epochs else 'a fixed budget'} (its recipe's), the "
+                     "students until validation stopped improving or their epoch cap: a student above it says the "
+                     f"teacher stopped short. Against {control}, the teacher's recipe trained by the students' rule "
+                     f"({spec['control_grid']}): " + ("not measured yet." if base is None else (
+                         f"{base['quality']:.2f} ({len(base['quality_seeds'])} seed(s)); " + (
+                             f"the fastest student within {goal_loss:g} of it is {best['model']} in {best['engine']}, "
+                             f"{best['speedup']:.2f}x at {base['quality'] - best['quality']:+.2f} lost: the goal "
+                             f"{'met' if best['speedup'] >= goal else 'not met'}." if best else
+                             f"no student is within {goal_loss:g} of it: the goal not met."))))
     lines += [f"- Not deployed: {r['model']} in {r['engine']}: {r['reason']}" for r in e["refused"]]
     if summary:
         return "\n".join(lines[first_advice:]) + (f"\n- Measured {e['date']}: [{shown}'s table]"

