@@ -292,7 +292,8 @@ def test_a_record_at_a_fixed_budget_does_not_estimate_a_cell_stopped_by_patience
     path = tmp_path / "budget.toml"
     path.write_text('name = "budget"\nseeds = [1]\n[inputs]\nDATA = "work/data/multi30k.de-en"\n'
                     '[[cell]]\nname = "patience"\nrecipe = "competitors.sh"\nvariables = { KIND = "word" }\n'
-                    '[[cell]]\nname = "fixed"\nrecipe = "competitors.sh"\nvariables = { KIND = "word", UPDATES = "200" }\n')
+                    '[[cell]]\nname = "fixed"\nrecipe = "competitors.sh"\nvariables = { KIND = "word", UPDATES = "200" }\n'
+                    '[[cell]]\nname = "big"\nrecipe = "competitors.sh"\nvariables = { STUDENT_FLAGS = "--arch x" }\n')
     store = tmp_path / "store"
     store.mkdir()
     timing = {"recipe": "competitors.sh", "grid": "timing", "cell": "online", "wall_s": 216.0, "updates": 200,
@@ -301,11 +302,13 @@ def test_a_record_at_a_fixed_budget_does_not_estimate_a_cell_stopped_by_patience
               "commands": [{"stage": "train", "wall_s": 160.0}, {"stage": "measure", "wall_s": 56.0}]}
     (store / "records.jsonl").write_text(json.dumps(timing) + "\n")
     grid = grid_lib.Grid(str(path), str(tmp_path / "work"), str(store))
-    patience, fixed = grid.cells
+    patience, fixed, big = grid.cells
     # 60 epochs of Multi30k (grids/rates.toml: 246 updates each) at the record's training rate (200 updates in 160 s),
     # not the 216 s of its 200 updates
     assert grid_lib.estimate(grid, patience, "cpu") == (60 * 246 / (200 / 160), True)
     assert grid_lib.estimate(grid, fixed, "cpu") == (216.0, False)
+    # another architecture (STUDENT_FLAGS): neither the record's rate nor grids/rates.toml's PET-size ones: unmeasured
+    assert grid_lib.estimate(grid, big, "cpu") == (None, False)
 
 
 def test_a_cell_without_a_gpu_rate_gets_its_cpu_estimate_scaled_by_the_measured_gpu_to_cpu_ratio(tmp_path, capsys):

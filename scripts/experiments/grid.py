@@ -232,7 +232,7 @@ def training_rate(records):
 def estimate(grid, cell, device):
     """(seconds, bound) for CELL on DEVICE ('cpu' or 'gpu'): the mean wall of the store's records of the cell (else of
     its recipe and variables); else its updates (its records' elsewhere, else its budget) at the training rate of the
-    store's records of its recipe and data (else grids/rates.toml's). (None, False) when nothing was measured."""
+    store's records of its recipe, data and STUDENT_FLAGS (else grids/rates.toml's). (None, False): nothing measured."""
     records = [r for r in grid.store.records() if r["machine"].get("device", "cpu") == device]
     variables = {k: v for k, v in cell.variables.items() if k != "SEED"}
     same_cell = [r for r in records if r.get("cell") == cell.name and r.get("grid") == grid.name]
@@ -248,12 +248,12 @@ def estimate(grid, cell, device):
     with open(RATES, "rb") as f:
         rates = tomllib.load(f)
     data = os.path.basename(grid.inputs.get("DATA", ""))
-    rate = training_rate([r for r in records if r["recipe"] == cell.recipe and
-                          os.path.basename(r["data"].get("path") or "") == data])
+    rate = training_rate([r for r in records if (r["recipe"], os.path.basename(r["data"].get("path") or ""),
+                          r["variables"].get("STUDENT_FLAGS", "")) == (cell.recipe, data, variables.get("STUDENT_FLAGS", ""))])
     if rate is None:
         rate = next((r.get("updates_per_s") or r["examples_per_s"] / int(variables.get("BATCH", 32))
                      for r in rates.get("rate", []) if r["device"] == device and
-                     all((cell.recipe if k == "recipe" else data if k == "data" else variables.get(k)) == v
+                     all((cell.recipe if k == "recipe" else data if k == "data" else variables.get(k, "")) == v
                          for k, v in r["match"].items())), None)
     if rate is None:
         return None, False
