@@ -164,7 +164,7 @@ def test_the_goal_is_asked_again_against_the_teacher_trained_by_the_students_rul
     text = rendered(tmp_path, entry(rows, models), spec=spec)
     assert "Goal (5x the fairseq teacher's sentences/s at <= 0.5 sacreBLEU lost): met by b in fairseq, 8.00x" in text
     # against the control: b loses 1.00, a 0.30 at 6x; the control's own int8 row is no student
-    assert ("- The teacher trained 8 epochs (its recipe's), the students until validation stopped improving or their "
+    assert ("- The teacher trained 1,951 updates (its recipe's), the students until validation stopped improving or their "
             "epoch cap: a student above it says the teacher stopped short. Against teacher-rule, the teacher's recipe "
             "trained by the students' rule (grids/x.toml): 42.00 (1 seed(s)); the fastest student within 0.5 of it is a "
             "in fairseq, 6.00x at +0.30 lost: the goal met.") in text

@@ -114,7 +114,7 @@ def deployed_checkpoint(model):
 
 
 def trained(path):
-    """{epochs, updates} a fairseq checkpoint was trained for (its own training state), or {} where it keeps none."""
+    """{epochs, updates}: a fairseq checkpoint's iterator epoch (the next one at an epoch's end) and updates, or {}."""
     import torch
     state = torch.load(path, map_location="cpu", weights_only=False)
     epoch = ((state.get("extra_state") or {}).get("train_iterator") or {}).get("epoch")

@@ -357,10 +357,10 @@ def ladder_table(store, path, summary=False):
                 f"at batch {settings['batch']}: {shares[0]}; at batch 1: {shares[1]}." if shares else "not measured."))
     if control:
         base = next((r for r in e["rows"] if r["model"] == control and r["engine"] == "fairseq"), None)
-        epochs = next(m for m in e["models"] if m["name"] == "teacher").get("trained", {}).get("epochs")
+        updates = next(m for m in e["models"] if m["name"] == "teacher").get("trained", {}).get("updates")
         best = max((r for r in e["rows"] if r["model"] not in ("teacher", control) and base["quality"] - r["quality"]
                     <= goal_loss), key=lambda r: r["speedup"], default=None) if base else None
-        lines.append(f"- The teacher trained {f'{epochs} epochs' if epochs else 'a fixed budget'} (its recipe's), the "
+        lines.append(f"- The teacher trained {f'{updates:,} updates' if updates else 'a fixed budget'} (its recipe's), the "
                      "students until validation stopped improving or their epoch cap: a student above it says the "
                      f"teacher stopped short. Against {control}, the teacher's recipe trained by the students' rule "
                      f"({spec['control_grid']}): " + ("not measured yet." if base is None else (
