@@ -112,7 +112,9 @@ def entry(rows, models=None):
 def rendered(tmp_path, e, records=(), spec=""):
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
-    ladder = ladder_files(tmp_path, str(data), ladder=f'name = "lad"\nlosses = [0.5, 1.0]\n{spec}')
+    control = '[[cell]]\nname = "teacher-rule"\nrecipe = "competitors.sh"\n'  # a control's cell (ladder_mt's)
+    ladder = ladder_files(tmp_path, str(data), cells=PET_CELLS + control,
+                          ladder=f'name = "lad"\nlosses = [0.5, 1.0]\n{spec}')
     store = store_lib.Store(str(tmp_path / "store"))
     for record in records:
         store._append(record)
@@ -160,13 +162,14 @@ def test_the_goal_is_asked_again_against_the_teacher_trained_by_the_students_rul
             row("a", 41.7, 60.0), row("b", 41.0, 80.0)]
     models = [{"name": "teacher", "records": {}, "trained": {"epochs": 8, "updates": 1951}}] + [
         {"name": n, "records": {}} for n in ("teacher-rule", "a", "b")]
-    spec = 'control = "teacher-rule"\ncontrol_grid = "grids/x.toml"\n'
+    spec = 'control = "teacher-rule"\n'
     text = rendered(tmp_path, entry(rows, models), spec=spec)
+    grid = os.path.relpath(tmp_path / "grid.toml", REPO)  # the ladder's grid that holds the control's cell
     assert "Goal (5x the fairseq teacher's sentences/s at <= 0.5 sacreBLEU lost): met by b in fairseq, 8.00x" in text
     # against the control: b loses 1.00, a 0.30 at 6x; the control's own int8 row is no student
     assert ("- The teacher trained 1,951 updates (its recipe's), the students until validation stopped improving or their "
             "epoch cap: a student above it says the teacher stopped short. Against teacher-rule, the teacher's recipe "
-            "trained by the students' rule (grids/x.toml): 42.00 (1 seed(s)); the fastest student within 0.5 of it is a "
+            f"trained by the students' rule ({grid}): 42.00 (1 seed(s)); the fastest student within 0.5 of it is a "
             "in fairseq, 6.00x at +0.30 lost: the goal met.") in text
     rows[3] = row("a", 41.0, 60.0)
     assert "42.00 (1 seed(s)); no student is within 0.5 of it: the goal not met." in rendered(
@@ -175,8 +178,11 @@ def test_the_goal_is_asked_again_against_the_teacher_trained_by_the_students_rul
     assert "a in fairseq, 4.00x at +0.30 lost: the goal not met." in rendered(tmp_path, entry(rows, models), spec=spec)
     # before the control's records: said, and the teacher's budget where the run did not record it
     text = rendered(tmp_path, entry(rows[:1] + rows[3:]), spec=spec)
-    assert "- The teacher trained a fixed budget (its recipe's)" in text and "(grids/x.toml): not measured yet." in text
+    assert "- The teacher trained a fixed budget (its recipe's)" in text and f"({grid}): not measured yet." in text
     assert "Against" not in rendered(tmp_path, entry(rows))  # a ladder without a control
+    # a control that names no cell of the ladder's grids is refused, naming the field
+    with pytest.raises(SystemExit, match="control = 'teacher-rul' names no cell of its grids"):
+        rendered(tmp_path, entry(rows, models), spec='control = "teacher-rul"\n')
 
 
 def test_a_run_measured_before_newer_records_says_measure_again(tmp_path):

@@ -78,6 +78,11 @@ class Ladder:
                              f"{', '.join(TASK_ENGINES[self.task])}")
         if self.grids and ({"teacher", "data"} & set(spec)):
             raise SystemExit(f"ladder {path}: a ladder with grids takes their teacher and data, not its own")
+        self.control = spec.get("control")  # a cell of its grids: a teacher the goal is asked against too (render.py)
+        where = [os.path.relpath(g.path, ROOT) for g in self.grids if self.control in {c.name for c in g.cells}]
+        if self.control and not where:
+            raise SystemExit(f"ladder {path}: control = {self.control!r} names no cell of its grids")
+        self.control_grid = where[0] if where else None
         missing = [field for extra in spec.get("extra", []) for field in ("name", "path") if field not in extra]
         if missing:
             raise SystemExit(f"ladder {path}: an [[extra]] has no '{missing[0]}'")

@@ -339,7 +339,7 @@ def ladder_table(store, path, summary=False):
                      f"smallest {smallest['model']} in {smallest['engine']} ({smallest['size_mb']:.1f} MB, "
                      f"{smallest['lost']:+.2f} lost).")
     goal, goal_loss = spec.get("goal_speedup", 5.0), spec.get("goal_loss", 0.5)
-    control = spec.get("control")  # the teacher's recipe trained by the students' rule: the goal asked against it too
+    control = ladder.control  # the teacher's recipe trained by the students' rule: the goal asked against it too
     near = [r for r in e["rows"] if r["model"] not in ("teacher", control) and r["lost"] <= goal_loss]
     nearest = max(near, key=lambda r: r["speedup"]) if near else None  # the fastest student within the goal's loss
     met = nearest is not None and nearest["speedup"] >= goal
@@ -363,7 +363,7 @@ def ladder_table(store, path, summary=False):
         lines.append(f"- The teacher trained {f'{updates:,} updates' if updates else 'a fixed budget'} (its recipe's), the "
                      "students until validation stopped improving or their epoch cap: a student above it says the "
                      f"teacher stopped short. Against {control}, the teacher's recipe trained by the students' rule "
-                     f"({spec['control_grid']}): " + ("not measured yet." if base is None else (
+                     f"({ladder.control_grid}): " + ("not measured yet." if base is None else (
                          f"{base['quality']:.2f} ({len(base['quality_seeds'])} seed(s)); " + (
                              f"the fastest student within {goal_loss:g} of it is {best['model']} in {best['engine']}, "
                              f"{best['speedup']:.2f}x at {base['quality'] - best['quality']:+.2f} lost: the goal "

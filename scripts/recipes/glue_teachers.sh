@@ -47,12 +47,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-# show CMD... (a dry run's line: arguments quoted where the shell needs it, the $(fc-flags ...) and $(updates ...)
-# placeholders of what a dry run cannot know left as they are), shared with the recipes
 # shellcheck source=recipes/common.sh
 source "$ROOT/scripts/recipes/common.sh"
-# the command line that reproduces this invocation (the variables set on it, before defaults fill them),
-# recorded with each run and quoted in the report
+# the command line that reproduces this invocation (the variables set on it), recorded with each run
 COMMAND="bash scripts/recipes/glue_teachers.sh"
 for VAR in HF_MODEL LRS TASKS EPOCHS POOLING SEGMENTS CPU_BUDGET GPU; do
   [ -n "${!VAR:-}" ] && [ "${!VAR}" != 0 ] && COMMAND="$VAR=\"${!VAR}\" $COMMAND"
@@ -121,8 +118,7 @@ for TASK in $TASKS; do
   [ "$POOLING" != cls ] && RUN_SUFFIX="$RUN_SUFFIX-$POOLING"
   RUN_SUFFIX="$RUN_SUFFIX$SEG_SUFFIX"
   DATA="$WORK/data-bin/$TASK.wordpiece"; ROWS=(); [ "$SMOKE" = 1 ] && ROWS=(--train-rows 64)
-  # every example cut to the model's POSITIONS at preparation, as BERT does: a pair longest first (both
-  # sentences and the final [SEP] kept), so fairseq-train runs without --shorten-method
+  # every example cut to POSITIONS at preparation, as BERT does (a pair longest first), so no --shorten-method;
   # binarised once (a rerun must not rewrite files that a running training reads); delete DATA to redo
   if [ -f "$DATA/label/valid.bin" ] && [ "$SMOKE" != 1 ] && [ "$DRY_RUN" = 0 ]; then
     PREPARED=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['config'].get('max_length'))" \
@@ -146,8 +142,7 @@ for TASK in $TASKS; do
   SAVE="$WORK/$TASK/lr$LR$RUN_SUFFIX"; [ "$DRY_RUN" = 1 ] || mkdir -p "$SAVE"
   if [ ! -f "$SAVE/DONE" ] || [ "$SMOKE" = 1 ]; then
     [ "$DRY_RUN" = 1 ] || echo "$COMMAND" > "$SAVE/command.txt"
-    # a fresh run starts from the imported encoder; an interrupted one resumes from its last checkpoint
-    # (saved every 500 updates and at each epoch's end) with its optimizer, lr schedule and data position
+    # a fresh run starts from the imported encoder; an interrupted one resumes from checkpoint_last.pt (its state)
     START=(--restore-file "$MODEL/model.pt" --reset-optimizer --reset-dataloader --reset-meters)
     [ -f "$SAVE/checkpoints/checkpoint_last.pt" ] && [ "$SMOKE" != 1 ] && \
       START=(--restore-file "$SAVE/checkpoints/checkpoint_last.pt")
