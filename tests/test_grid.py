@@ -417,3 +417,47 @@ def test_scripts_hold_at_most_6000_lines_and_only_the_recipes_train():
              if trains[os.path.splitext(p)[1]].search(open(p, encoding="utf-8").read())}
     assert {"scripts/recipes/competitors.sh", "scripts/recipes/pet.sh"} <= found
     assert not {p for p in found if not os.path.join(REPO, p).startswith(recipes)}, found
+
+
+def test_plan_reads_no_key_before_the_grids_data_exists(tmp_path, capsys):
+    """A key reads the data (a recipe passes the raw references only where the preparer kept them): before the grid's
+    preparation makes DATA, plan shows no key and calls a cell the store holds 'to do', not 'stale'."""
+    import grid as grid_lib
+
+    path = tmp_path / "fresh.toml"
+    path.write_text(f'name = "fresh"\nseeds = [1]\n[inputs]\nDATA = "{tmp_path}/not-made"\n'
+                    '[[cell]]\nname = "word"\nrecipe = "competitors.sh"\nvariables = { KIND = "word" }\n')
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "records.jsonl").write_text(json.dumps({"key": "x" * 64, "grid": "fresh", "cell": "word", "seed": 1,
+                                                                "recipe": "other.sh", "machine": {"device": "gpu"},
+                                                                "wall_s": 60.0, "updates": 100}) + "\n")
+    grid = grid_lib.Grid(str(path), str(tmp_path / "work"), str(store))
+    grid_lib.plan(grid, grid.cells)
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("word-s1"))
+    assert line.split()[1:3] == ["to", "do"] and "-" * 10 in line, line
+
+
+def test_a_trained_teacher_is_known_by_its_weights_and_a_shipped_one_by_its_file(tmp_path):
+    """Two trainings to the same weights write different bytes (fairseq's checkpoint keeps its run's timers): a
+    checkpoint with optimizer state is identified by its weights, so a GLUE teacher made again on a new machine keeps
+    the store's records current; another weight is another teacher; a shipped file (no optimizer state) by its bytes."""
+    import torch
+
+    from record import sha256_of
+
+    def teacher_sha256(path):
+        return sha256_of(path, teacher=True)
+
+    def save(name, weight, timer, optimizer=True):
+        path = str(tmp_path / name)
+        torch.save({"model": {"w": torch.tensor([[1.0, weight]]), "b": torch.zeros(2, dtype=torch.float16)},
+                    "last_optimizer_state": {"state": {0: torch.ones(2)}} if optimizer else None,
+                    "extra_state": {"metrics": {"wall": timer}}}, path)
+        return path
+
+    first, again, other = save("a.pt", 2.0, 10.5), save("b.pt", 2.0, 99.0), save("c.pt", 2.5, 10.5)
+    assert sha256_of(first) != sha256_of(again) and teacher_sha256(first) == teacher_sha256(again)
+    assert teacher_sha256(other) != teacher_sha256(first)
+    shipped = save("d.pt", 2.0, 10.5, optimizer=False)
+    assert teacher_sha256(shipped) == sha256_of(shipped) != teacher_sha256(first)

@@ -258,3 +258,23 @@ def test_the_stopping_table_says_whether_patience_or_the_cap_ended_each_student(
     assert "| pet | 1 | 12 | 12 | 3.900 | the 12-epoch cap | 1.000 |" in text  # epoch 2's 4.9 minus 3.9
     assert "| patient-kd | 1 | 8 | 5 | 4.400 | patience (3 epochs without a lower loss) | - |" in text
     assert "| can |" not in text and "The epoch cap ended 1 of 2 students, patience 1." in text
+
+
+def test_a_claim_pairs_only_records_of_its_newest_teacher(tmp_path, monkeypatch):
+    """A teacher made again with other weights (a GLUE teacher prepared on a new machine) starts the claim's row afresh:
+    the records of the older teacher are neither paired with the new one's nor counted as its seeds."""
+    import render
+
+    store, _, _ = backbone_store(tmp_path)
+    (first,) = store.find(cell="v", seed=1)
+    result = {k: v for k, v in first.items() if k not in ("key", "grid", "cell", "seed", "date")}
+    work = tmp_path / "w1"  # the same files again, filed as another teacher's
+    result.update(teacher={"sha256": "t2"}, outputs="outputs/variator-k4.txt",
+                  references=str(work / "outputs" / "references.txt"),
+                  also={"teacher": dict(first["also"]["teacher"], outputs="outputs/teacher.txt")})
+    store.add("k-new", "glue", "v", 1, result, str(work))
+    claim = claim_of(test="greater", threshold=-2.0)
+    monkeypatch.setattr(render, "load_claims", lambda path=None: [claim])
+    render._EVALUATED.clear()
+    (row,) = render.claims_table(store, [claim]).splitlines()[2:]
+    assert "| waiting: A 1/3 seeds, B 1/3 seeds in the store |" in row, row

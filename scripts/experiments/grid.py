@@ -124,7 +124,7 @@ class Grid:
         if not os.path.exists(self.teacher):
             raise SystemExit(f"grid {self.path}: the teacher {self.teacher} is not made yet: run the grid's "
                              "preparation first (plan and run make it)")
-        return sha256_of(self.teacher)
+        return sha256_of(self.teacher, teacher=True)
 
     def select(self, only=None, seeds=None):
         cells = self.cells
@@ -151,8 +151,7 @@ class Grid:
                            env=dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]))
 
     def data_fingerprint(self):
-        data = self.inputs.get("DATA")
-        return data_fingerprint(data) if data and os.path.exists(data) else None
+        return data_fingerprint(data) if (data := self.inputs.get("DATA")) and os.path.exists(data) else None
 
     def work_of(self, label, key):
         """The work folder of the cell LABEL (name-sSEED) whose key is KEY."""
@@ -282,8 +281,8 @@ def hours(estimated, scaled=False):
 
 def plan(grid, cells):
     counts = {}
-    ready = os.path.exists(grid.teacher)  # a teacher the grid's preparation makes: no key before it exists
-    teacher = f"{grid.teacher_sha[:12]}" if ready else "made by the grid's preparation when it runs"
+    ready = all(map(os.path.exists, (grid.teacher, grid.inputs.get("DATA") or ROOT)))  # a key reads both (raw refs)
+    teacher = grid.teacher_sha[:12] if os.path.exists(grid.teacher) else "made by the grid's preparation when it runs"
     lines = [f"grid {grid.name} ({os.path.relpath(grid.path, ROOT)}): {len(cells)} cells; teacher "
              f"{os.path.relpath(grid.teacher, ROOT)} ({teacher}); store {os.path.relpath(grid.store.root, ROOT)}",
              f"{'cell':<28} {'state':<8} {'CPU core':>11} {'GPU':>11}  key         work"]

@@ -25,16 +25,25 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def sha256_of(path):
-    """The SHA-256 of a file (a link followed), read once per process while its size and modification time stay."""
-    real = os.path.realpath(path)
-    stat = os.stat(real)
-    return _file_digest(real, stat.st_size, stat.st_mtime_ns)
+def sha256_of(path, teacher=False):
+    """The SHA-256 of a file (a link followed), read once per process while its size and modification time stay.
+    teacher=True: a checkpoint a training wrote (it keeps its optimizer's state: a GLUE teacher a grid's preparation
+    makes) also holds its run's timers, so two trainings to the same weights differ: the SHA-256 of its weights then."""
+    stat = os.stat(real := os.path.realpath(path))
+    return _file_digest(real, stat.st_size, stat.st_mtime_ns, teacher)
 
 
 @functools.lru_cache(maxsize=None)
-def _file_digest(path, size, mtime_ns):  # size and mtime in the key: a file rewritten in place is read again
+def _file_digest(path, size, mtime_ns, teacher):  # size and mtime in the key: a file rewritten in place is read again
     digest = hashlib.sha256()
+    if teacher:
+        import torch
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        if state.get("last_optimizer_state"):
+            for name, tensor in sorted(state["model"].items()):  # each name, dtype, shape and value
+                digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+                digest.update(tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+            return digest.hexdigest()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 24), b""):
             digest.update(block)
@@ -214,7 +223,7 @@ def build(args):
     primary_metric = args.primary_metric or ("bleu_tok" if "bleu_tok" in row else None)
     record = {
         "recipe": args.recipe, "name": args.name, "variables": variables, "commands": commands,
-        "teacher": {"path": relative(args.teacher), "sha256": sha256_of(args.teacher)},
+        "teacher": {"path": relative(args.teacher), "sha256": sha256_of(args.teacher, teacher=True)},
         "data": {"path": relative(args.data), "fingerprint": data_fingerprint(args.data)},
         "checkpoint": relative(args.checkpoint), "split": args.split,
         "metrics": {k: row[k] for k in metric_keys if k in row}, "primary_metric": primary_metric,

@@ -112,14 +112,15 @@ def evaluate(store, claims):
     from user_dir.common.glue_metrics import METRIC_FUNCTIONS
     from user_dir.common.significance import claim_verdict, cluster_test, detectable_difference, holm, retention
 
-    def latest(claim, name):  # {seed: the latest record of the side's cell (with the side's row)}
+    def latest(claim, name, teacher):  # {seed: the latest record of the side's cell (with the side's row)} of TEACHER
         cell, row = side(name)
         return {r["seed"]: r for r in store.find(grid=claim["grid"], cell=cell)
-                if row is None or row in (r.get("also") or {})}
+                if (row is None or row in (r.get("also") or {})) and r["teacher"]["sha256"] == teacher}
 
     rows = []
-    for claim in claims:
-        a, b = latest(claim, claim["a"]), latest(claim, claim["b"])
+    for claim in claims:  # the teacher of the claim's newest record: a teacher made again (other weights) starts afresh
+        newest = [r for r in store.find(grid=claim["grid"]) if r["cell"] in {side(claim[k])[0] for k in "ab"}][-1:]
+        a, b = (latest(claim, claim[k], newest and newest[0]["teacher"]["sha256"]) for k in "ab")
         pairs = {s: (a[s], b[s]) for s in sorted(set(a) & set(b))}
         rows.append(row := {"claim": claim, "a_seeds": sorted(a), "b_seeds": sorted(b), "pairs": pairs})
         if prior := claim.get("prior"):

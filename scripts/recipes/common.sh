@@ -1,27 +1,22 @@
 # What every recipe in scripts/recipes/ shares; sourced, never run. Defines:
-#   begin DEFAULT_WORK "$@"      --help, WORK, TEACHER and DATA made absolute (see below)
+#   begin DEFAULT_WORK "$@"      --help (the recipe's header comment); WORK (the first argument, else work/DEFAULT_WORK),
+#                                TEACHER (default the shipped Multi30k DE->EN teacher, checked) and DATA made absolute
 #   stage NAME CMD...      run CMD once: its log is WORK/NAME.log, WORK/NAME/DONE marks it finished (holding the
 #                          command); a finished stage is skipped, one finished with another command is refused
 #   flags_of VAR [--task] PATH   fc-flags of PATH (user_dir/tools/checkpoint_flags.py) into the array VAR
 #   updates_for VAR DATA EPOCHS BATCH   EPOCHS passes over DATA's training examples in updates of BATCH
-#   interval VAR UPDATES N       the validation interval of N validations in UPDATES updates
+#   interval VAR UPDATES N       every how many updates N validations fall (a dry run's $(updates ...) stays symbolic)
 #   shipped_translation_data     DATA for the shipped teacher: the embedded Multi30k with its BPE codes and dictionary
 #   glue_or_translation          MODE=glue (GLUE_TASK set: TASK_FLAGS from the teacher's own task, fc-flags --task, its
-#                                METRIC choosing checkpoints and PRIMARY_METRIC of the score line) or translation (DATA
-#                                by shipped_translation_data when not given)
-#   print_score                  the run's score line from WORK/result.json (write_result's), as
-#                                scripts/experiments/record.py --score writes it (the student against the teacher)
+#                                METRIC choosing checkpoints) or translation (DATA by shipped_translation_data if unset)
+#   print_score                  the run's score line from WORK/result.json (record.py --score: student and teacher)
 #   language_pair                SRC and TGT read off DATA's file names unless given
-#   student_training             STUDENT_TRAINING: the optimiser, schedule, batch, dropout and stopping rule every
-#                                translation student shares (pet.sh, competitors.sh): one rule for every method
+#   student_training             STUDENT_TRAINING: every translation student's one training rule (see there)
 #   write_result NAME CHECKPOINT STAGES... -- TRAIN_STAGES...   WORK/result.json (scripts/experiments/record.py) from
-#                                WORK/measure.json and WORK/outputs/NAME.txt (fc-measure --outputs-dir), with the
-#                                variables named in RECORD_VARS, the rows named in RECORD_ALSO (their scores and
-#                                outputs beside the student's), RECORD_COST's cost JSON and PRIMARY_METRIC (GLUE: the
-#                                score line's; translation: BLEU (tok)); the references:
-#                                RAW_REFERENCE's file (sacreBLEU's), else WORK/outputs/references.txt (GLUE: the labels)
-#   bert_teachers                (the GPU reproductions) TEACHERS: a folder of GLUE teachers as scripts/recipes/glue_teachers.sh
-#                                leaves them, fine-tuned here from HF_MODEL unless given
+#                                WORK/measure.json and WORK/outputs/NAME.txt, with RECORD_VARS' variables, RECORD_ALSO's
+#                                rows (scores and outputs beside the student's), RECORD_COST's cost JSON, PRIMARY_METRIC;
+#                                references: RAW_REFERENCE's (sacreBLEU's), else WORK/outputs/references.txt
+#   bert_teachers                (GPU reproductions) TEACHERS: GLUE teachers from glue_teachers.sh, made from HF_MODEL
 # Switches every recipe takes: SMOKE=1 (a tiny budget: an end-to-end check, numbers meaningless), DRY_RUN=1
 # (print the commands, run nothing; flags of checkpoints not yet written print as $(fc-flags PATH)),
 # DEVICE_FLAGS (default --cpu; e.g. --fp16 on a GPU), PYTHON (default python).
@@ -51,8 +46,6 @@ say() { printf '\n=== %s: %s\n' "$RECIPE" "$*"; }
 # started from another folder, name the same files
 absolute() { case "$1" in /*) printf '%s' "$1" ;; *) printf '%s' "$PWD/$1" ;; esac; }
 
-# begin DEFAULT_WORK "$@": the recipe's header comment (its documentation) on -h / --help; WORK, the first
-# argument or work/DEFAULT_WORK, made absolute; TEACHER, default the shipped Multi30k DE->EN teacher, checked
 begin() {
   local default="$1"; shift
   case "${1:-}" in -h|--help) sed -n '2,/^[^#]/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
@@ -157,7 +150,6 @@ print(len(data_utils.load_indexed_dataset(sys.argv[1], None)))" "$data/input0/tr
   _updates=$(( (examples + batch - 1) / batch * epochs ))
 }
 
-# interval VAR UPDATES N: every how many updates N validations fall (a dry run's $(updates ...) stays symbolic)
 interval() {
   local -n _every="$1"
   if [[ "$2" =~ ^[0-9]+$ ]]; then _every=$(( $2 / $3 )); [ "$_every" -ge 1 ] || _every=1

@@ -24,10 +24,9 @@
 # linear decay, Adam (0.9, 0.98), eps 1e-6, weight decay 0.1, dropout 0.1. GPU=1: 512 positions, fp16.
 # Learning rates: a grid, {2e-5, 5e-5, 1e-4} (BERT's range, widened upwards: small models want larger rates than
 # BERT-base's 2e-5), but for QNLI, MNLI and QQP, which a CPU cannot train three times: 5e-5, the largest of BERT's
-# grid, chosen on no data of ours. (Earlier defaults, one rate per task, had been picked on dev; results/glue.md still
-# shows runs of those.) Every rate trains in WORK/TASK/lrLR; the teacher (WORK/TASK/checkpoints, a link) is the
-# finished run with the best held-out ('valid') metric: the papers' grid search, which chose on dev, here on a slice
-# of train, so that dev reports only. CPU_BUDGET=1 (what results/glue.md ran, for CPU time): SST-2 stops after 1,500
+# grid, chosen on no data of ours. Every rate trains in WORK/TASK/lrLR; the teacher (WORK/TASK/checkpoints, a link)
+# is the finished run with the best held-out ('valid') metric: the papers' grid search, which chose on dev, here on a
+# slice of train, so that dev reports only. CPU_BUDGET=1 (what results/glue.md ran, for CPU time): SST-2 stops after 1,500
 # of its 2,105 updates, RTE runs 5 epochs instead of 10. A finished run (its DONE file) is not retrained; an
 # interrupted one resumes from its checkpoint_last.pt. The report (scripts/bench/glue_report.py) reads each run's
 # settings from its checkpoints and the command that trained it from its command.txt.
