@@ -41,7 +41,7 @@ def file_records(store, data, scores):
         result = {"recipe": "pet.sh", "name": "pet", "variables": {"SEED": str(seed)},
                   "commands": [{"stage": "warmup", "cpu_s": 1800.0 * seed}, {"stage": "kd", "cpu_s": 3600.0},
                                {"stage": "measure", "cpu_s": 99999.0}],
-                  "teacher": {"path": TEACHER, "sha256": sha256_of(TEACHER)},
+                  "teacher": {"path": TEACHER, "sha256": sha256_of(TEACHER, teacher=True)},
                   "data": {"path": data, "fingerprint": data_fingerprint(data)}, "checkpoint": PET,
                   "metrics": {"sacrebleu": score, "bleu_tok": score}, "outputs": None,
                   "machine": {"cpu": "test", "malloc": "4294967296"}}
@@ -302,7 +302,7 @@ def test_a_glue_ladder_deploys_in_onnx_runtime_compares_predictions_and_renders(
         store.add(f"key-{seed}", "g", "ghost", seed, {
             "recipe": "ghostbert.sh", "name": "ghost", "variables": {"SEED": str(seed)},
             "commands": [{"stage": "distill", "cpu_s": 3600.0}, {"stage": "measure", "cpu_s": 999.0}],
-            "teacher": {"path": m["teacher"], "sha256": sha256_of(m["teacher"])},
+            "teacher": {"path": m["teacher"], "sha256": sha256_of(m["teacher"], teacher=True)},
             "data": {"path": m["data"], "fingerprint": data_fingerprint(m["data"])}, "checkpoint": m["ghost"],
             "metrics": {"f1": score, "accuracy": score - 5}, "outputs": None,
             "machine": {"cpu": "test", "malloc": "4294967296"}},
