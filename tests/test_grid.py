@@ -429,9 +429,9 @@ def test_plan_reads_no_key_before_the_grids_data_exists(tmp_path, capsys):
                     '[[cell]]\nname = "word"\nrecipe = "competitors.sh"\nvariables = { KIND = "word" }\n')
     store = tmp_path / "store"
     store.mkdir()
-    (store / "records.jsonl").write_text(json.dumps({"key": "x" * 64, "grid": "fresh", "cell": "word", "seed": 1,
-                                                                "recipe": "other.sh", "machine": {"device": "gpu"},
-                                                                "wall_s": 60.0, "updates": 100}) + "\n")
+    record = {"key": "x" * 64, "grid": "fresh", "cell": "word", "seed": 1, "recipe": "other.sh",
+              "machine": {"device": "gpu"}, "wall_s": 60.0, "updates": 100}
+    (store / "records.jsonl").write_text(json.dumps(record) + "\n")
     grid = grid_lib.Grid(str(path), str(tmp_path / "work"), str(store))
     grid_lib.plan(grid, grid.cells)
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("word-s1"))

@@ -304,7 +304,7 @@ def run_measure(ladder, args):
                           "latency_sentences": latency_sentences, "beam": None if glue else 5,
                           "max_sentences": args.max_sentences},
              "load_average_before": load_before, "load_average_after": load_after,
-             "teacher_sha256": sha256_of(ladder.teacher), "models": described, "rows": rows, "refused": refused}
+             "teacher_sha256": sha256_of(ladder.teacher, teacher=True), "models": described, "rows": rows, "refused": refused}
     os.makedirs(os.path.dirname(ladder.runs_file), exist_ok=True)
     with open(ladder.runs_file, "a") as f:
         f.write(json.dumps(entry, sort_keys=True) + "\n")

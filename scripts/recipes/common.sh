@@ -1,6 +1,6 @@
 # What every recipe in scripts/recipes/ shares; sourced, never run. Defines:
-#   begin DEFAULT_WORK "$@"      --help (the recipe's header comment); WORK (the first argument, else work/DEFAULT_WORK),
-#                                TEACHER (default the shipped Multi30k DE->EN teacher, checked) and DATA made absolute
+#   begin DEFAULT_WORK "$@"      --help (the recipe's header); WORK (the first argument, else work/DEFAULT_WORK),
+#                                TEACHER (default the shipped Multi30k teacher, checked) and DATA made absolute
 #   stage NAME CMD...      run CMD once: its log is WORK/NAME.log, WORK/NAME/DONE marks it finished (holding the
 #                          command); a finished stage is skipped, one finished with another command is refused
 #   flags_of VAR [--task] PATH   fc-flags of PATH (user_dir/tools/checkpoint_flags.py) into the array VAR
@@ -14,7 +14,7 @@
 #   student_training             STUDENT_TRAINING: every translation student's one training rule (see there)
 #   write_result NAME CHECKPOINT STAGES... -- TRAIN_STAGES...   WORK/result.json (scripts/experiments/record.py) from
 #                                WORK/measure.json and WORK/outputs/NAME.txt, with RECORD_VARS' variables, RECORD_ALSO's
-#                                rows (scores and outputs beside the student's), RECORD_COST's cost JSON, PRIMARY_METRIC;
+#                                rows (scores and outputs beside the student's), RECORD_COST's cost, PRIMARY_METRIC;
 #                                references: RAW_REFERENCE's (sacreBLEU's), else WORK/outputs/references.txt
 #   bert_teachers                (GPU reproductions) TEACHERS: GLUE teachers from glue_teachers.sh, made from HF_MODEL
 # Switches every recipe takes: SMOKE=1 (a tiny budget: an end-to-end check, numbers meaningless), DRY_RUN=1

@@ -26,8 +26,8 @@
 # BERT-base's 2e-5), but for QNLI, MNLI and QQP, which a CPU cannot train three times: 5e-5, the largest of BERT's
 # grid, chosen on no data of ours. Every rate trains in WORK/TASK/lrLR; the teacher (WORK/TASK/checkpoints, a link)
 # is the finished run with the best held-out ('valid') metric: the papers' grid search, which chose on dev, here on a
-# slice of train, so that dev reports only. CPU_BUDGET=1 (what results/glue.md ran, for CPU time): SST-2 stops after 1,500
-# of its 2,105 updates, RTE runs 5 epochs instead of 10. A finished run (its DONE file) is not retrained; an
+# slice of train, so that dev reports only. CPU_BUDGET=1 (what results/glue.md ran, for CPU time): SST-2 stops after
+# 1,500 of its 2,105 updates, RTE runs 5 epochs instead of 10. A finished run (its DONE file) is not retrained; an
 # interrupted one resumes from its checkpoint_last.pt. The report (scripts/bench/glue_report.py) reads each run's
 # settings from its checkpoints and the command that trained it from its command.txt.
 # Every task's recipe (classes, the metric that picks the checkpoint, batch, CPU and GPU epochs, learning-rate grid)
