@@ -191,11 +191,27 @@ def test_a_run_measured_before_newer_records_says_measure_again(tmp_path):
             {"model": "pet", "engine": "fairseq", "deployed_quality": 39.0, "quality_seeds": {"1": 39.0},
              "sentences_per_s": 20.0}]
     models = [{"name": "teacher", "records": {}}, {"name": "pet", "records": {"1": "k1"}}]
-    record = {"key": "k1", "grid": "g", "cell": "pet", "seed": 1, "commands": [], "machine": {}}
+    record = {"key": "k1", "grid": "g", "cell": "pet", "seed": 1, "commands": [], "machine": {},
+              "teacher": {"sha256": "t"}}
     text = rendered(tmp_path, entry(rows, models), [record])
     assert "Measured before" not in text
     text = rendered(tmp_path, entry(rows, models), [record, dict(record, key="k2", seed=2)])
     assert "- Measured before the store's latest records of pet: measure again." in text
+    text = rendered(tmp_path, entry(rows, models), [record, dict(record, key="k3", teacher={"sha256": "t2"})])
+    assert "- Measured before the store's latest records of pet: measure again." in text  # a teacher made again
+
+
+def test_a_ladder_not_measured_counts_the_seeds_of_its_grids_newest_teacher(tmp_path):
+    """Before its first run, the ladder lists its cells with records: the seeds of the teacher of the grid's newest
+    record, as the claims count them (a GLUE teacher prepared again with other weights starts afresh)."""
+    path = ladder_files(tmp_path, str(tmp_path / "data"))
+    store = store_lib.Store(str(tmp_path / "store"))
+    old = {"grid": "g", "cell": "pet", "commands": [], "machine": {}, "teacher": {"sha256": "t1"}}
+    for key, seed, teacher in (("a", 1, "t1"), ("b", 2, "t1"), ("c", 1, "t2"), ("d", 1, "t1")):
+        store._append(dict(old, key=key, seed=seed, teacher={"sha256": teacher}))
+    assert "records in the store: pet (2 seeds); without: word-kd." in render.ladder_table(store, path)
+    store._append(dict(old, key="e", cell="word-kd", seed=2, teacher={"sha256": "t2"}))
+    assert "records in the store: pet (1 seeds), word-kd (1 seeds); without: none." in render.ladder_table(store, path)
 
 
 def test_the_plot_draws_the_latest_run_beside_its_store(tmp_path):
@@ -209,7 +225,7 @@ def test_the_plot_draws_the_latest_run_beside_its_store(tmp_path):
             {"model": "pet", "engine": "ct2-int8", "deployed_quality": 39.0, "quality_seeds": {"1": 39.0},
              "sentences_per_s": 20.0}]
     models = [{"name": "teacher", "records": {}}, {"name": "pet", "records": {"1": "k1"}}]
-    record = {"key": "k1", "grid": "g", "cell": "pet", "seed": 1, "machine": {},
+    record = {"key": "k1", "grid": "g", "cell": "pet", "seed": 1, "machine": {}, "teacher": {"sha256": "t"},
               "commands": [{"stage": "kd", "cpu_s": 7200.0}, {"stage": "measure", "cpu_s": 999.0}]}
     rendered(tmp_path, dict(entry(rows, models), command="ladder.py measure lad.toml"), [record])
     ladder = Ladder(str(tmp_path / "ladder.toml"), str(tmp_path / "store"))

@@ -13,8 +13,7 @@ WORK`` in work/grid/CELL-sSEED-KEY (run again, it resumes); its WORK/result.json
 key: the sha256 of the commands the recipe prints (DRY_RUN=1) and of the teacher; a cell whose key is filed is done.
 ``plan``: each cell's state and estimated time on a CPU core and a GPU from measured rates. Executors: ``local``,
 ``slurm`` (a submitit array), ``device`` (cells until ``--budget`` s, work folders packed into ``--pack``, which
-``unpack`` carries back in). ``--commit`` commits each cell's record (git).
-"""
+``unpack`` carries back in). ``--commit`` commits each cell's record (git)."""
 import argparse
 import concurrent.futures
 import fcntl

@@ -304,7 +304,9 @@ def ladder_table(store, path, summary=False):
     """A ladder's latest run and its advice per quality bound (``summary``: the advice alone, for the README)."""
     ladder = Ladder(path, store.root)
     spec, shown, e = ladder.spec, os.path.relpath(path, ROOT), ladder_run(store, ladder)
-    cells = {name: {r["seed"]: r for r in store.find(grid=grid.name, cell=name)}  # grid cell -> {seed: latest record}
+    newest = {g.name: store.find(grid=g.name)[-1:] for g in ladder.grids}  # a grid's records of its newest's teacher
+    cells = {name: {str(r["seed"]): r["key"] for r in store.find(grid=grid.name, cell=name)  # cell -> {seed: the key of
+                    if r["teacher"]["sha256"] == newest[grid.name][0]["teacher"]["sha256"]}  # its latest record}
              for grid in ladder.grids for name in dict.fromkeys(c.name for c in grid.cells)}
     without = [name for name, seeds in cells.items() if not seeds]
     if e is None:
@@ -375,7 +377,7 @@ def ladder_table(store, path, summary=False):
         return "\n".join(lines[first_advice:]) + (f"\n- Measured {e['date']}: [{shown}'s table]"
                                                   f"(results/{ladder.name}.md).\n")
     described = {m["name"]: m for m in e["models"]}
-    stale = [m for m, d in described.items() if m in cells and set(map(int, d["records"])) != set(cells[m])]
+    stale = [m for m, d in described.items() if m in cells and d["records"] != cells[m]]  # filed since: seed or teacher
     lines += [f"- Measured before the store's latest records of {', '.join(stale)}: measure again."] if stale else []
     lines += [f"- Cells without records yet (not on the ladder): {', '.join(without)}."] if without else []
     scored = (f"{name} on {settings['glue_task']}'s dev set (GLUE's, in points): fairseq rows are the records' "

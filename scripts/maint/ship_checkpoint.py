@@ -27,8 +27,7 @@ trained it (``common.user_dir`` and the KD criterion's ``teacher_path`` are clea
 ``--slice-json`` also scores the input and the copy with stock ``fairseq-generate`` (no ``--user-dir``) on
 the first ``--slice-lines`` sentences of Multi30k's test_2016_flickr, prepared with the copy's own BPE
 codes and dictionary (``DIR/code``, ``DIR/dict.*.txt``), and writes both BLEU scores: the number the
-test suite holds the shipped file to (tests/test_demo.py).
-"""
+test suite holds the shipped file to (tests/test_demo.py)."""
 import argparse
 import hashlib
 import json
