@@ -421,7 +421,8 @@ def test_scripts_hold_at_most_6000_lines_and_only_the_recipes_train():
 
 def test_plan_reads_no_key_before_the_grids_data_exists(tmp_path, capsys):
     """A key reads the data (a recipe passes the raw references only where the preparer kept them): before the grid's
-    preparation makes DATA, plan shows no key and calls a cell the store holds 'to do', not 'stale'."""
+    preparation makes DATA, plan shows no key and calls a cell the store holds 'filed' (a record of its teacher: not
+    counted in the time left) or 'to do' (another teacher's), never 'stale'."""
     import grid as grid_lib
 
     path = tmp_path / "fresh.toml"
@@ -430,12 +431,20 @@ def test_plan_reads_no_key_before_the_grids_data_exists(tmp_path, capsys):
     store = tmp_path / "store"
     store.mkdir()
     record = {"key": "x" * 64, "grid": "fresh", "cell": "word", "seed": 1, "recipe": "other.sh",
-              "machine": {"device": "gpu"}, "wall_s": 60.0, "updates": 100}
+              "machine": {"device": "gpu"}, "wall_s": 60.0, "updates": 100, "teacher": {"sha256": "another"}}
     (store / "records.jsonl").write_text(json.dumps(record) + "\n")
     grid = grid_lib.Grid(str(path), str(tmp_path / "work"), str(store))
     grid_lib.plan(grid, grid.cells)
-    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("word-s1"))
+    out = capsys.readouterr().out.splitlines()
+    line = next(line for line in out if line.startswith("word-s1"))
     assert line.split()[1:3] == ["to", "do"] and "-" * 10 in line, line
+    assert out[-1].startswith("states: 1 to do; left to run: ") and not any(line.startswith("(filed") for line in out)
+    (store / "records.jsonl").write_text(json.dumps(dict(record, teacher={"sha256": grid.teacher_sha})) + "\n")
+    grid_lib.plan(grid_lib.Grid(str(path), str(tmp_path / "work"), str(store)), grid.cells)
+    out = capsys.readouterr().out.splitlines()
+    assert next(line for line in out if line.startswith("word-s1")).split()[1] == "filed"
+    assert out[-1] == "states: 1 filed; left to run: CPU 0.0 h, GPU 0.0 h", out[-1]  # none left, none unmeasured
+    assert any(line.startswith("(filed: the store holds a record of the cell and seed with this") for line in out)
 
 
 def test_a_trained_teacher_is_known_by_its_weights_and_a_shipped_one_by_its_file(tmp_path):

@@ -8,8 +8,7 @@ A script imports it as a module (``python scripts/bench/x.py`` puts scripts/benc
 
 Outputs go under ``work/`` by default (:func:`default_out`), ``results/`` only when ``--out results/...`` is
 given, so a user's run never overwrites the committed tables. Training is the recipes' (scripts/recipes/), run
-over grids by scripts/experiments/grid.py; nothing here trains a method.
-"""
+over grids by scripts/experiments/grid.py; nothing here trains a method."""
 import gzip
 import json
 import os

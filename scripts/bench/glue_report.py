@@ -7,8 +7,7 @@ the published score), the majority-class baseline, the published dev score and t
         --command "bash scripts/recipes/glue_teachers.sh"
 
 Writes the Markdown (``--out``) and its numbers in the JSON beside it (``glue.md`` -> ``glue.json``), whose rows of the
-tasks not measured now are kept, so a partial rerun (``TASKS=RTE``) drops no task.
-"""
+tasks not measured now are kept, so a partial rerun (``TASKS=RTE``) drops no task."""
 import argparse
 import collections
 import glob

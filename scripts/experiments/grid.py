@@ -288,14 +288,16 @@ def plan(grid, cells):
     totals, unknown, scaled = {"cpu": 0.0, "gpu": 0.0}, {"cpu": 0, "gpu": 0}, 0
     ratio, measured_on = gpu_over_cpu()
     for cell in cells:
-        state = grid.state(cell) if ready else "to do"
+        filed = os.path.exists(grid.teacher) and any(r["teacher"]["sha256"] == grid.teacher_sha for r in
+                                                     grid.store.find(grid=grid.name, cell=cell.name, seed=cell.seed))
+        state = grid.state(cell) if ready else "filed" if filed else "to do"  # filed: of this teacher, data not made
         counts[state] = counts.get(state, 0) + 1
         est = {d: estimate(grid, cell, d) for d in ("cpu", "gpu")}
         scale = est["gpu"][0] is None and est["cpu"][0] is not None and ratio is not None
         if scale:
             est["gpu"] = (est["cpu"][0] / ratio, est["cpu"][1])
             scaled += state != "done"
-        if state != "done":
+        if state not in ("done", "filed"):
             for d, (seconds, _) in est.items():
                 unknown[d] += seconds is None
                 totals[d] += seconds or 0
@@ -306,6 +308,9 @@ def plan(grid, cells):
                      + (f" ({scaled} cells scaled)" if d == "gpu" and scaled else "") for d in ("cpu", "gpu"))
     lines.append("(<= : a bound at the epoch cap of a cell stopped by patience; rates from the store's records, else "
                  "grids/rates.toml's measured ones)")
+    if "filed" in counts:
+        lines.append("(filed: the store holds a record of the cell and seed with this teacher; its key, and so whether "
+                     "it is current, is known once the grid's preparation has made the data: grid.py run makes it)")
     if scaled:
         lines.append(f"(~ : no GPU rate measured for the cell's recipe: its CPU estimate / {ratio:.1f}, the smallest "
                      f"GPU/CPU rate ratio grids/rates.toml measured ({', '.join(f'{k} {v}' for k, v in measured_on.items())}"

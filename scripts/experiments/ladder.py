@@ -14,8 +14,7 @@ A ladder (grids/ladder_*.toml) names grids (their cells with records are its mod
    (ms per sentence); the lowest seed stands for its cell; other engines' outputs are compared with fairseq's;
 3. scores every seed of every cell in every engine (fairseq: the records' scores);
 4. appends the run to results/store/ladders/NAME.jsonl and draws it (``plot``) into results/NAME.png;
-scripts/experiments/render.py renders the latest run with the records' training cost (block NAME, '_' as '-').
-"""
+scripts/experiments/render.py renders the latest run with the records' training cost (block NAME, '_' as '-')."""
 import argparse
 import json
 import os

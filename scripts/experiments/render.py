@@ -5,8 +5,7 @@
     python scripts/experiments/render.py --check    # exit 1 naming each block that is not current (the tests run it)
 
 A block is the text between ``<!-- rendered: NAME -->`` and ``<!-- /rendered -->`` in PAGES; NAME is one of BLOCKS, a
-function of the store (results/store), results/*.json and grids/claims.toml. Nobody types a result into a page.
-"""
+function of the store (results/store), results/*.json and grids/claims.toml. Nobody types a result into a page."""
 import argparse
 import glob
 import json

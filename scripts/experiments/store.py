@@ -7,8 +7,7 @@
     references/SHA.txt.gz  the references they are scored against, by the sha256 of their text
 
 Lines are only appended, under a file lock (parallel jobs, local or on Slurm, file at once); a key filed twice keeps
-its first record. Whatever a reader sees is rendered from here (scripts/experiments/render.py).
-"""
+its first record. Whatever a reader sees is rendered from here (scripts/experiments/render.py)."""
 import fcntl
 import gzip
 import hashlib
