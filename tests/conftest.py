@@ -13,6 +13,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
 import benchlib  # noqa: E402  (what the benchmark scripts share: how they run a command)
+from preprocess.textio import read_lines  # noqa: E402  (benchlib put the checkout on sys.path)
 
 USER_DIR = os.path.join(REPO, "user_dir")
 SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(REPO), "shared"))
@@ -69,7 +70,7 @@ def multi30k_references(dest):
     ``dest``."""
     if not os.path.isfile(dest):
         source = os.path.join(MULTI30K_TEXT, "test_2016_flickr.en.gz")
-        write_lines(dest, [line.lower() for line in benchlib.read_lines(source)])
+        write_lines(dest, [line.lower() for line in read_lines(source)])
     return dest
 
 

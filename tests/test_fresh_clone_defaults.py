@@ -104,8 +104,9 @@ def test_what_does_not_ship_stops_at_once_naming_the_path_and_the_switch(no_shar
 def test_the_data_bin_built_on_demand_is_the_shipped_teachers(tmp_path):
     """conftest.multi30k_data_bin, the one builder of the test teacher's data-bin: the embedded Multi30k with the
     shipped codes and dictionary, byte for byte the data-bin the test teacher uses (conftest), built once."""
-    import benchlib
     import conftest
+
+    from preprocess.textio import read_lines
 
     dest = str(tmp_path / "data-bin")
     assert conftest.multi30k_data_bin(dest) == dest
@@ -115,6 +116,6 @@ def test_the_data_bin_built_on_demand_is_the_shipped_teachers(tmp_path):
     conftest.multi30k_data_bin(dest)
     assert os.stat(os.path.join(dest, "DONE")).st_mtime == stamp  # not rebuilt
     references = conftest.multi30k_references(str(tmp_path / "refs.txt"))  # from the embedded copy
-    assert benchlib.read_lines(references) == benchlib.read_lines(os.path.join(dest, "text", "test.raw.en"))
+    assert read_lines(references) == read_lines(os.path.join(dest, "text", "test.raw.en"))
 
 

@@ -108,7 +108,7 @@ def test_a_claim_against_the_backbone_row_of_its_own_records_is_tested_and_carri
     assert verdict in {"reproduced", "not reproduced", "inconclusive"}
     summary = render.claims_summary(store, [claim])
     assert summary.startswith(f"- a plugin loses under 2 points (the paper's claim): accuracy {diff:+.2f} [")
-    assert f"{verdict} at 4140 updates, 3 seeds; cost: 42.0%" in summary
+    assert f"{verdict} at 4140 updates, 3 seeds; it detects " in summary and "; cost: 42.0%" in summary
 
 
 def test_a_waiting_row_states_what_its_seeds_can_detect_and_whether_the_test_examples_bound_it(tmp_path, monkeypatch):
@@ -132,6 +132,35 @@ def test_a_waiting_row_states_what_its_seeds_can_detect_and_whether_the_test_exa
     assert f"| about 2.80 before running (3 seeds; the spread of {table}, b; the test examples bound it, not the " \
            "seeds) |" in rows[0], rows[0]
     assert f"| about 2.93 before running (3 seeds; the spread of {table}, b) |" in rows[1], rows[1]
+
+
+def test_a_row_says_whether_it_can_detect_the_papers_own_difference_and_a_prior_may_be_a_measured_claim(
+        tmp_path, monkeypatch):
+    """claims.toml's 'effect' (the paper's A - B): its distance from the test's bound (a parity row: the margin's room
+    left) against the row's detectable difference, before running and after; a waiting row's prior may name a claim
+    measured here, whose cells' spread then sizes it."""
+    import render
+    from user_dir.common.significance import detectable_difference
+
+    store, _, _ = backbone_store(tmp_path)
+    measured = claim_of(id="m", test="greater", threshold=-2.0, effect=1.5)  # 3.5 from the bound
+    claims = [measured, claim_of(id="w", b="other", test="greater", threshold=0.0, effect=0.25, prior={"claim": "m"}),
+              claim_of(id="q", b="other", test="parity", margin=2.0, margin_source="ours", effect=0.5,
+                       prior={"claim": "m"})]
+    monkeypatch.setattr(render, "load_claims", lambda path=None: claims)
+    render._EVALUATED.clear()
+    done, waiting, parity = render.claims_table(store, claims).splitlines()[2:]
+    r = render.evaluated(store, claims)[0]["result"]
+    d = detectable_difference((r["high"] - r["low"]) / 3.92, r["per_seed_std"], 3)
+    assert d["detectable"] < 3.5 and d["interval_part"] > d["seeds_part"], d  # the examples bound it, within reach
+    assert (f"| {d['detectable']:.2f} (the paper's A - B, +1.50, is 3.50 from the test's bound: within what this row "
+            "can detect; the test examples bound it, not the seeds) |") in done, done
+    assert (f"| about {d['detectable']:.2f} before running (3 seeds; the spread of claim m's cells as measured; the "
+            "paper's A - B, +0.25, is 0.25 from the test's bound: below what this row can detect; the test examples "
+            "bound it, not the seeds) |") in waiting, waiting
+    assert "the paper's A - B, +0.50, is 1.50 from the test's bound: below" in parity, parity  # margin 2 - |0.5|
+    assert (f"3 seeds; it detects {d['detectable']:.2f}; the paper's A - B, +1.50, is 3.50 from the test's bound: "
+            "within") in render.claims_summary(store, [measured])
 
 
 def test_a_retention_claim_is_a_ratio_interval_with_the_constant_answers_ratio_beside_it(tmp_path, monkeypatch):

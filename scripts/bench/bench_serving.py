@@ -25,9 +25,11 @@ import subprocess
 import sys
 import time
 
-from benchlib import (ROOT, command_line, environment, invocation, logger, machine, plot_panels, read_lines, rel,
-                      sha256_of, write_json, write_text)
+from benchlib import (ROOT, command_line, environment, invocation, logger, machine, plot_panels, rel, sha256_of,
+                      write_json, write_text)
 from glue_bench import REPORT_SUBSET, check_report_subset
+
+from preprocess.textio import read_lines
 
 log = logger("bench_serving")
 # the burst's trace: idle, burst, idle (seconds; rates in multiples of the backbone's throughput), TEXTS dev sentences
@@ -365,7 +367,8 @@ def burst(args, server_flags, argv):
         _, preds, labels, _ = predict(data, checkpoint, REPORT_SUBSET, variator_plugins=",".join(files),
                                       variator_ratio=k)
         offline[str(k)] = 100 * sum(int(a) == int(b) for a, b in zip(preds, labels)) / len(labels)
-    names = dict(line.split("\t", 1) for line in read_lines(os.path.join(data, "label", "names.txt")) if line.strip())
+    names = dict(line.split("\t", 1) for line in read_lines(os.path.join(data, "label", "names.txt"), allow_empty=True)
+                 if line.strip())
     gold = gold if set(gold) <= set(names.values()) else [names[g] for g in gold]
 
     def server(policy, target_ms, max_queue, key, overhead_ms=0.0):

@@ -9,7 +9,6 @@ A script imports it as a module (``python scripts/bench/x.py`` puts scripts/benc
 Outputs go under ``work/`` by default (:func:`default_out`), ``results/`` only when ``--out results/...`` is
 given, so a user's run never overwrites the committed tables. Training is the recipes' (scripts/recipes/), run
 over grids by scripts/experiments/grid.py; nothing here trains a method."""
-import gzip
 import json
 import os
 import platform
@@ -81,18 +80,6 @@ def default_out(name):
     return os.path.join(WORK, "results", name)
 
 
-def seeds_text(seeds):
-    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds)
-
-
-# ---- per-example outputs --------------------------------------------------------------------------------
-def read_lines(path):
-    """Lines of a text file (``.gz`` read as gzip), without their newlines."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
-
-
 # ---- the report: provenance, Markdown, JSON, PNG ---------------------------------------------------------
 def machine():
     """CPU model, cores, torch and Python (user_dir.tools.measure's description) and the 1-minute load."""
@@ -109,7 +96,7 @@ def provenance(script, argv, threads, seeds):
 
 
 def provenance_text(p):
-    seeds = f"; {seeds_text(p['seeds'])}" if p["seeds"] else ""
+    seeds = f"; seed{'s' if len(p['seeds']) > 1 else ''} {', '.join(map(str, p['seeds']))}" if p["seeds"] else ""
     return f"Made by `{p['command']}` on {p['date']}; {p['machine']}; {p['threads']} thread(s) per run{seeds}."
 
 

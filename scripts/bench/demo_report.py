@@ -1,8 +1,7 @@
 #!/usr/bin/env python
-"""The report of one ``scripts/demo.sh`` run (``REPORT=results/demo.md bash scripts/demo.sh``): the
-teacher-vs-PET table its measurement printed, the typed sentences' translations, how long each stage
-took on this machine and the machine's load, so the README's expected BLEU and minutes come from a file
-a rerun remakes.
+"""The report of one ``scripts/demo.sh`` run (``REPORT=results/demo.md bash scripts/demo.sh``): the teacher-vs-PET table
+its measurement printed, the typed sentences' translations, how long each stage took on this machine and the machine's
+load, so the README's expected BLEU and minutes come from a file a rerun remakes.
 
     python scripts/bench/demo_report.py work/demo --out results/demo.md --command "bash scripts/demo.sh" \\
         --sentences work/demo/sentences.de --load-before "0.1 0.2 0.3"

@@ -116,20 +116,22 @@ def evaluate(store, claims):
         return {r["seed"]: r for r in store.find(grid=claim["grid"], cell=cell)
                 if (row is None or row in (r.get("also") or {})) and r["teacher"]["sha256"] == teacher}
 
+    def sized(c, seeds):  # the difference SEEDS paired seeds detect at comparison c's spread (its interval, seeds')
+        return detectable_difference((c["high"] - c["low"]) / 3.92, c["per_seed_std"], seeds)
+
     rows = []
     for claim in claims:  # the teacher of the claim's newest record: a teacher made again (other weights) starts afresh
         newest = [r for r in store.find(grid=claim["grid"]) if r["cell"] in {side(claim[k])[0] for k in "ab"}][-1:]
         a, b = (latest(claim, claim[k], newest and newest[0]["teacher"]["sha256"]) for k in "ab")
         pairs = {s: (a[s], b[s]) for s in sorted(set(a) & set(b))}
         rows.append(row := {"claim": claim, "a_seeds": sorted(a), "b_seeds": sorted(b), "pairs": pairs})
-        if prior := claim.get("prior"):
+        if (prior := claim.get("prior")) and "table" in prior:
             with open(os.path.join(ROOT, prior["table"])) as f:
                 table = json.load(f)
             for part in prior.get("path", []):  # where the table keeps its comparisons (e.g. glue, MRPC)
                 table = table[part]
             (p,) = [c for c in table["comparisons"] if c["label"] == prior["comparison"]]
-            row["prior_detectable"] = detectable_difference((p["high"] - p["low"]) / 3.92, p["per_seed_std"],
-                                                            claim.get("seeds", 3))
+            row["prior"] = dict(sized(p, claim.get("seeds", 3)), source=f"{prior['table']}, {prior['budget']}")
         if len(pairs) < claim.get("seeds", 3):
             continue
         row["records"] = recs = ([pairs[s][0] for s in pairs], [pairs[s][1] for s in pairs])
@@ -149,8 +151,12 @@ def evaluate(store, claims):
                                               threshold=claim.get("threshold") or None)
         # the claim's own p: TOST's for parity, the bootstrap's against a drop bound, else the sign-flip p
         result["claim_p"] = result["tost_p" if parity else "threshold_p" if claim.get("threshold") else "p"]
-        row["detectable"] = detectable_difference((result["high"] - result["low"]) / 3.92,
-                                                  result["per_seed_std"], result["seeds"])["detectable"]
+        row["detectable"] = sized(result, result["seeds"])
+    measured = {r["claim"]["id"]: r["result"] for r in rows if "detectable" in r}
+    for row in rows:  # a prior naming a claim measured here (its cells at full budget, the same metric and examples)
+        if (r := measured.get((row["claim"].get("prior") or {}).get("claim"))) and "result" not in row:
+            row["prior"] = dict(sized(r, row["claim"].get("seeds", 3)),
+                                source=f"claim {row['claim']['prior']['claim']}'s cells as measured")
     tested = [r for r in rows if "result" in r and r["claim"]["test"] != "ratio"]
     for row, p in zip(tested, holm([r["result"]["claim_p"] for r in tested])):
         row["holm_p"], c = p, row["claim"]
@@ -183,11 +189,9 @@ def claims_table(store, claims):
             else f"A / B > {c['ratio']:g} (retention: a two-sided 95% interval, no p)" if c["test"] == "ratio"
             else f"A - B > {c.get('threshold', 0.0):g}")
         if "result" not in row:
-            seeds = c.get("seeds", 3)
-            d = row.get("prior_detectable") or {}  # bound by the test examples' interval: more seeds would not help
-            bound = "; the test examples bound it, not the seeds" if d and d["interval_part"] >= d["seeds_part"] else ""
-            detect = (f"about {d['detectable']:.2f} before running ({seeds} seeds; the spread of "
-                      f"{c['prior']['table']}, {c['prior']['budget']}{bound})") if d else "-"
+            seeds, d = c.get("seeds", 3), row.get("prior")
+            detect = (f"about {d['detectable']:.2f} before running ({seeds} seeds; the spread of {d['source']}"
+                      f"{reach(c, d)})") if d else "-"
             lines.append(f"{start} | grids/{c['grid']}.toml's | waiting: A {len(row['a_seeds'])}/{seeds} seeds, B "
                          f"{len(row['b_seeds'])}/{seeds} seeds in the store | - | - | - | - | - | - | {detect} | - | - "
                          "| not yet tested |")
@@ -202,9 +206,10 @@ def claims_table(store, claims):
                       f"| {', '.join(f'{x:.3f}' for x in r['per_seed'])} | - | - | -")
             tail = f"; a constant answer (the most frequent label) keeps {row['constant_ratio']:.3f}"
         else:
+            why = reach(c, row["detectable"])[2:]  # the paper's difference within reach or not; what bounds it
             result = (f"{r['diff']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] | "
                       f"{', '.join(f'{d:+.2f}' for d in r['per_seed'])} | {r['p']:.3g} | {row['holm_p']:.3g} "
-                      f"| {row['detectable']:.2f}")
+                      f"| {row['detectable']['detectable']:.2f}{f' ({why})' if why else ''}")
             tail = cost_text(c, recs_a)
         lines.append(f"{start} | {rule_text(recs_a[0])} | {r['seeds']} | {c['a']}: "
                      f"{per_seed_scores(recs_a, c['metric'], c['a'])} | {c['b']}: "
@@ -212,6 +217,16 @@ def claims_table(store, claims):
                      f"| {cpu_hours:.1f} on {device_text(recs_a + recs_b)} | {row['verdict']} "
                      f"at this stopping rule{tail} |")
     return "\n".join(lines) + "\n"
+
+
+def reach(claim, d):
+    """Whether the paper's A - B ('effect') is as far from the test's bound as the row detects (``d``); what bounds d."""
+    bound = "; the test examples bound it, not the seeds" if d["interval_part"] >= d["seeds_part"] else ""
+    if (e := claim.get("effect")) is None:
+        return bound
+    room = claim["margin"] - abs(e) if claim["test"] == "parity" else abs(e - claim.get("threshold", 0.0))
+    return (f"; the paper's A - B, {e:+.2f}, is {room:.2f} from the test's bound: "
+            f"{'within' if room >= d['detectable'] else 'below'} what this row can detect{bound}")
 
 
 def cost_text(claim, records):
@@ -244,7 +259,8 @@ def claims_summary(store, claims):
         score = (f"kept {r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}] (a constant answer: "
                  f"{row['constant_ratio']:.3f})" if ratio else f"{r['diff']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}]")
         out.append(f"{start}{METRIC_NAMES[c['metric']]} {score}, {row['verdict']} at {rule_text(recs_a[0])}, "
-                   f"{r['seeds']} seeds{'' if ratio else cost_text(c, recs_a)}")
+                   f"{r['seeds']} seeds" + ("" if ratio else f"; it detects {row['detectable']['detectable']:.2f}"
+                                            f"{reach(c, row['detectable'])}{cost_text(c, recs_a)}"))
     return "\n".join(out) + "\n"
 
 
@@ -592,18 +608,15 @@ def claims_where(render, field, *values):
 BLOCKS = {
     "pet-sizes": lambda store: sizes_table(os.path.join(GRIDS, "pet.toml"), "pet"),
     "claims-pet": claims_where(claims_table, "method", "PET"),
-    "claims-pet-summary": claims_where(claims_summary, "method", "PET"),
     "claims-glue": claims_where(claims_table, "grid", "glue", "glue_sst2"),
     "claims-mt": claims_where(claims_table, "grid", "claims_mt"),
-    "claims-ghostbert-summary": claims_where(claims_summary, "method", "GhostBERT"),
-    "claims-apc-summary": claims_where(claims_summary, "method", "APC"),
-    "claims-variator-summary": claims_where(claims_summary, "method", "Variator"),
+    **{f"claims-{m.lower()}-summary": claims_where(claims_summary, "method", m) for m in ("PET", "GhostBERT", "APC",
+                                                                                        "Variator")},
     **{block: (lambda store, kind=kind: pet_shipped(kind))
        for block, kind in (("pet-shipped", "sentence"), ("pet-shipped-score", "score"), ("pet-results", "table"))},
     "demo-run": lambda store: demo_run(), "deploy-table": deploy_table, "teacher-cache": teacher_cache_table,
     "pet-stopping": lambda store: stopping_table(store, os.path.join(GRIDS, "pet.toml")),
-    "deploy-glue-table": deploy_glue_table,
-    "glue-teachers": lambda store: glue_teachers_table(),
+    "deploy-glue-table": deploy_glue_table, "glue-teachers": lambda store: glue_teachers_table(),
     **{f"quickstart-{m}": (lambda store, m=m: quickstart_score(store, m)) for m in ("apc", "ghostbert", "variator")},
     **{f"ladder-{k}{s}": (lambda store, k=k, s=s: ladder_table(store, os.path.join(GRIDS, f"ladder_{k}.toml"),
                                                                summary=bool(s)))

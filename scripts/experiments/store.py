@@ -99,8 +99,7 @@ class Store:
         files = [(row, os.path.join(work, path)) for row, path in files if path]
         for _, path in files:
             if not os.path.exists(path):
-                raise FileNotFoundError(f"{work}/result.json names outputs {os.path.relpath(path, work)}, which are "
-                                        "missing")
+                raise FileNotFoundError(f"{work}/result.json names missing outputs {os.path.relpath(path, work)}")
         return self._append(record, files)
 
     def merge(self, other):

@@ -1,33 +1,31 @@
 """Make a small, shippable copy of a fairseq translation checkpoint that stock fairseq loads as it is.
 
-What is kept: the model's state dict (floating tensors in ``--dtype``, float16 by default: half the
-bytes; fairseq's ``load_state_dict`` copies them into the float32 model it builds, so they are cast
-back to float32 at load), and ``cfg`` (the architecture and task settings fairseq needs to rebuild
-the model). What is dropped: the optimizer state, the meters and the training-iterator state.
+What is kept: the model's state dict (floating tensors in ``--dtype``, float16 by default: half the bytes; fairseq's
+``load_state_dict`` copies them into the float32 model it builds, so they are cast back to float32 at load), and ``cfg``
+(the architecture and task settings fairseq needs to rebuild the model). What is dropped: the optimizer state, the
+meters and the training-iterator state.
 
-Two details let ``fairseq-generate --path`` / ``fairseq-interactive --path`` open the copy with
-torch >= 2.6's default ``weights_only=True`` loading, without ``--user-dir`` and without any
-environment switch:
-* old-style checkpoints keep the model's settings in ``cfg["model"]`` as an ``argparse.Namespace``
-  (a pickled global torch refuses); it is written as a plain dict, which fairseq's
-  ``build_model`` accepts the same way (``_name`` names the architecture);
-* fairseq's ``checkpoint_utils._upgrade_state_dict`` reads ``optimizer_history[-1]`` and
-  ``extra_state``: both are kept as one-line records of plain values (no optimizer state).
+Two details let ``fairseq-generate --path`` / ``fairseq-interactive --path`` open the copy with torch >= 2.6's default
+``weights_only=True`` loading, without ``--user-dir`` and without any environment switch:
+* old-style checkpoints keep the model's settings in ``cfg["model"]`` as an ``argparse.Namespace`` (a pickled global
+  torch refuses); it is written as a plain dict, which fairseq's ``build_model`` accepts the same way (``_name`` names
+  the architecture);
+* fairseq's ``checkpoint_utils._upgrade_state_dict`` reads ``optimizer_history[-1]`` and ``extra_state``: both are kept
+  as one-line records of plain values (no optimizer state).
 
     python scripts/maint/ship_checkpoint.py ../shared/teachers/multi30k.de-en/teacher.pt \\
         checkpoints/multi30k.de-en/teacher.pt --dtype float16 --slice-json checkpoints/multi30k.de-en/slice_bleu.json
 
-A plug-in model (a PET student, ``--arch pet_transformer_iwslt``) is shipped the same way, except
-that its ``cfg["model"]`` stays the ``argparse.Namespace`` fairseq wrote: fairseq rebuilds a legacy
-model's extra options (PET's ``--layer-pairing`` ...) only from a Namespace (``TransformerConfig.
-from_namespace`` drops unknown keys of a dict), and the ``--user-dir user_dir`` such a model needs anyway
-allow-lists Namespace for torch's weights-only loading. The copy names no path of the machine that
-trained it (``common.user_dir`` and the KD criterion's ``teacher_path`` are cleared).
+A plug-in model (a PET student, ``--arch pet_transformer_iwslt``) is shipped the same way, except that its
+``cfg["model"]`` stays the ``argparse.Namespace`` fairseq wrote: fairseq rebuilds a legacy model's extra options (PET's
+``--layer-pairing`` ...) only from a Namespace (``TransformerConfig.from_namespace`` drops unknown keys of a dict), and
+the ``--user-dir user_dir`` such a model needs anyway allow-lists Namespace for torch's weights-only loading. The copy
+names no path of the machine that trained it (``common.user_dir`` and the KD criterion's ``teacher_path`` are cleared).
 
-``--slice-json`` also scores the input and the copy with stock ``fairseq-generate`` (no ``--user-dir``) on
-the first ``--slice-lines`` sentences of Multi30k's test_2016_flickr, prepared with the copy's own BPE
-codes and dictionary (``DIR/code``, ``DIR/dict.*.txt``), and writes both BLEU scores: the number the
-test suite holds the shipped file to (tests/test_demo.py)."""
+``--slice-json`` also scores the input and the copy with stock ``fairseq-generate`` (no ``--user-dir``) on the first
+``--slice-lines`` sentences of Multi30k's test_2016_flickr, prepared with the copy's own BPE codes and dictionary
+(``DIR/code``, ``DIR/dict.*.txt``), and writes both BLEU scores: the number the test suite holds the shipped file to
+(tests/test_demo.py)."""
 import argparse
 import hashlib
 import json
