@@ -319,9 +319,9 @@ def ladder_table(store, path, summary=False):
     """A ladder's latest run and its advice per quality bound (``summary``: the advice alone, for the README)."""
     ladder = Ladder(path, store.root)
     spec, shown, e = ladder.spec, os.path.relpath(path, ROOT), ladder_run(store, ladder)
-    newest = {g.name: store.find(grid=g.name)[-1:] for g in ladder.grids}  # a grid's records of its newest's teacher
-    cells = {name: {str(r["seed"]): r["key"] for r in store.find(grid=grid.name, cell=name)  # cell -> {seed: the key of
-                    if r["teacher"]["sha256"] == newest[grid.name][0]["teacher"]["sha256"]}  # its latest record}
+    newest = {g.name: store.find(grid=g.name)[-1:] for g in ladder.grids}  # as the claims: its newest record's teacher
+    cells = {name: {str(r["seed"]): r["key"] for r in store.find(grid=grid.name, cell=name)  # cell -> {seed: the key
+                    if r["teacher"]["sha256"] == newest[grid.name][0]["teacher"]["sha256"]}  # of its latest record}
              for grid in ladder.grids for name in dict.fromkeys(c.name for c in grid.cells)}
     without = [name for name, seeds in cells.items() if not seeds]
     if e is None:
