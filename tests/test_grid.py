@@ -431,7 +431,7 @@ def test_plan_reads_no_key_before_the_grids_data_exists(tmp_path, capsys):
     store = tmp_path / "store"
     store.mkdir()
     record = {"key": "x" * 64, "grid": "fresh", "cell": "word", "seed": 1, "recipe": "other.sh",
-              "machine": {"device": "gpu"}, "wall_s": 60.0, "updates": 100, "teacher": {"sha256": "another"}}
+              "machine": {"device": "gpu"}, "wall_s": 36000.0, "updates": 100, "teacher": {"sha256": "another"}}
     (store / "records.jsonl").write_text(json.dumps(record) + "\n")
     grid = grid_lib.Grid(str(path), str(tmp_path / "work"), str(store))
     grid_lib.plan(grid, grid.cells)
@@ -439,6 +439,7 @@ def test_plan_reads_no_key_before_the_grids_data_exists(tmp_path, capsys):
     line = next(line for line in out if line.startswith("word-s1"))
     assert line.split()[1:3] == ["to", "do"] and "-" * 10 in line, line
     assert out[-1].startswith("states: 1 to do; left to run: ") and not any(line.startswith("(filed") for line in out)
+    assert "GPU 10.0 h" in out[-1], out[-1]  # the cell's own record's wall time: counted while it is to do
     (store / "records.jsonl").write_text(json.dumps(dict(record, teacher={"sha256": grid.teacher_sha})) + "\n")
     grid_lib.plan(grid_lib.Grid(str(path), str(tmp_path / "work"), str(store)), grid.cells)
     out = capsys.readouterr().out.splitlines()
