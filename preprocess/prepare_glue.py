@@ -17,7 +17,10 @@ All nine tasks (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI) from their
   rows are listed in ``text/valid.rows`` (0-based rows of the training set as read, after
   ``--train-rows``). ``--select-fraction 0`` is GLUE's usual layout instead: ``valid`` is the dev set
   itself (choosing and reporting on the same examples, as the papers did);
-* MNLI: dev_matched -> dev, dev_mismatched -> dev1, test_matched -> test, test_mismatched -> test1.
+* MNLI: dev_matched -> dev, dev_mismatched -> dev1, test_matched -> test, test_mismatched -> test1;
+* MRPC with ``msr_paraphrase_test.txt`` beside its TSVs (GLUE's download keeps it): ``devtest``, the dev set followed
+  by the 1,725 labelled pairs of GLUE's test set (GLUE withholds their labels; the MSR corpus has them), 2,133 pairs
+  that only report, for comparisons that 408 dev pairs cannot resolve (ours: the papers report dev).
 
 Sentences are segmented by ``--tokenizer``: ``moses`` (sacremoses; ``--lowercase``), ``bpe``
 (Moses, then subword-nmt ``--bpe-codes``), ``sentencepiece`` (``--spm-model``) or ``wordpiece`` (BERT's,
@@ -69,6 +72,7 @@ class GlueTask:
 _STD = {"train": "train", "dev": "dev", "test": "test"}
 # the subset fairseq-train validates on and everything chooses by, and the subset every score is reported on
 SELECTION_SUBSET, REPORT_SUBSET = "valid", "dev"
+POOLED_SUBSET = "devtest"  # MRPC: dev + the labelled test pairs
 TASKS: Dict[str, GlueTask] = {
     "CoLA": GlueTask(("sentence",), "label", ("0", "1"), _STD, headerless={"sentence": 3, "label": 1}),
     "SST-2": GlueTask(("sentence",), "label", ("0", "1"), _STD),
@@ -174,6 +178,12 @@ def read_mrpc_canonical_train(glue_task_dir: str) -> Optional[Examples]:
 # ------------------------------------------------------------------------------------------------
 # tokenisers
 # ------------------------------------------------------------------------------------------------
+def read_mrpc_labelled_test(glue_task_dir: str, skip_malformed: bool) -> Optional[Examples]:
+    """msr_paraphrase_test.txt: GLUE's 1,725 MRPC test pairs with their labels (dev.tsv's columns), if present."""
+    path = os.path.join(glue_task_dir, "msr_paraphrase_test.txt")
+    return read_split("MRPC", path, "dev", skip_malformed) if os.path.isfile(path) else None
+
+
 def make_tokenizer(args, quiet: bool = False):
     """A function list[str] -> list[str] (space-separated tokens), by ``--tokenizer`` (``quiet``: it logs no
     progress line, for a server's per-request calls)."""
@@ -305,6 +315,9 @@ def main(argv=None) -> str:
     tokenize = make_tokenizer(args)
     config = {k: v for k, v in vars(args).items() if k not in ("dest", "workers", "force")}
     config["glue_dir"] = os.path.abspath(args.glue_dir)
+    labelled_test = read_mrpc_labelled_test(task_dir, args.skip_malformed) if args.task == "MRPC" else None
+    if labelled_test is not None:
+        config[POOLED_SUBSET] = "dev + msr_paraphrase_test.txt"
     if not args.force and is_prepared(args.dest, config):
         log(f"{args.dest} is already prepared with these options (use --force to redo)")
         return args.dest
@@ -315,7 +328,7 @@ def main(argv=None) -> str:
         if stem == "train" and args.task == "MRPC":
             canonical = read_mrpc_canonical_train(task_dir)
             if canonical is not None:
-                log(f"MRPC train: canonical split from msr_paraphrase_train.txt minus dev_ids.tsv")
+                log("MRPC train: canonical split from msr_paraphrase_train.txt minus dev_ids.tsv")
                 data[split] = canonical
                 continue
         if stem.startswith("test") and not os.path.isfile(path):
@@ -326,6 +339,10 @@ def main(argv=None) -> str:
         train = data["train"]
         data["train"] = Examples([c[: args.train_rows] for c in train.inputs], train.labels[: args.train_rows])
     held_out = hold_out_selection(data, args.select_fraction, args.select_seed)
+    if labelled_test is not None:
+        dev = data[REPORT_SUBSET]
+        data[POOLED_SUBSET] = Examples([a + b for a, b in zip(dev.inputs, labelled_test.inputs)],
+                                       dev.labels + labelled_test.labels)
     for split, ex in data.items():
         log(f"{args.task} {split}: {len(ex.inputs[0]):,} examples" + ("" if ex.labels else " (unlabelled)"))
 

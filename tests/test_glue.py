@@ -35,6 +35,34 @@ def test_mrpc_canonical_train_split():
     assert not set(zip(*canonical.inputs)) & set(zip(*dev.inputs))
 
 
+@needs_shared_data
+def test_mrpc_devtest_is_dev_then_the_labelled_test_pairs_and_only_with_their_file(tmp_path):
+    """MRPC's 'devtest': the dev set, then GLUE's test pairs in order with the MSR corpus's labels; dev is as without
+    it; a GLUE folder without msr_paraphrase_test.txt gets no devtest."""
+    import shutil
+
+    from preprocess.textio import read_lines
+
+    glue = tmp_path / "glue"
+    shutil.copytree(os.path.join(GLUE, "MRPC"), glue / "MRPC")
+    args = ["--task", "MRPC", "--glue-dir", str(glue), "--tokenizer", "moses", "--train-rows", "64", "--workers", "1"]
+    prepare_glue(args + ["--dest", str(tmp_path / "with")])
+    text = tmp_path / "with" / "text"
+    dev = read_split("MRPC", os.path.join(GLUE, "MRPC", "dev.tsv"), "dev", False)
+    rows = [line.split("\t") for line in read_lines(os.path.join(GLUE, "MRPC", "msr_paraphrase_test.txt"))[1:]]
+    glue_test = [line.split("\t") for line in read_lines(os.path.join(GLUE, "MRPC", "test.tsv"))[1:]]
+    assert len(rows) == len(glue_test) == 1725 and [r[1:3] for r in rows] == [r[1:3] for r in glue_test]
+    assert read_lines(str(text / "devtest.label")) == dev.labels + [r[0] for r in rows]
+    assert read_lines(str(text / "devtest.raw.input1")) == dev.inputs[1] + [r[4].strip() for r in rows]
+    assert set(read_lines(str(text / "devtest.label"))[408:]) == {"0", "1"}
+    assert (tmp_path / "with" / "label" / "devtest.bin").is_file()
+    (glue / "MRPC" / "msr_paraphrase_test.txt").unlink()
+    prepare_glue(args + ["--dest", str(tmp_path / "without")])
+    assert not (tmp_path / "without" / "input0" / "devtest.bin").exists()
+    for name in ("dev.label", "dev.input0", "valid.input1", "train.input0"):
+        assert (tmp_path / "without" / "text" / name).read_text() == (text / name).read_text()
+
+
 def _write_tsv(path, rows):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join("\t".join(r) + "\n" for r in rows), encoding="utf-8")

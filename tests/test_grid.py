@@ -167,6 +167,36 @@ def test_the_cells_work_folder_is_pet_shs_own(reference):
     assert other.returncode == 2 and "stage warmup in" in out and "was finished with another command" in out, out[-2000:]
 
 
+def test_a_new_key_starts_from_the_earlier_folders_stages_that_run_the_same_commands(reference, tmp_path):
+    """A cell whose key changed in its last stage only (here the measurement's flags) starts from a copy of the earlier
+    folder's finished training stages and runs the last alone: the same checkpoint's score, the training's time carried
+    into the record; a change in the first stage (the learning rate) copies nothing."""
+    import shutil
+
+    import grid as grid_lib
+
+    work, store = str(tmp_path / "work"), str(tmp_path / "store")
+    shutil.copytree(reference["work"], work)
+    text = open(reference["grid"]).read()
+    path = tmp_path / "smoke.toml"
+    path.write_text(text.replace("RUNS = 1", 'RUNS = 1\nMEASURE_EXTRA = "--max-sentences 20"'))
+    out = ok(grid("run", str(path), "--store", store, "--work", work, "--threads", "1"))
+    assert "finished stages: warmup, kd\n" in out and "pet-s1 done" in out, out
+    record, earlier = only_record(store), reference["record"]
+    assert record["key"] != earlier["key"] and record["metrics"] == earlier["metrics"]
+    (cell,) = grid_lib.Grid(str(path), work, store).cells
+    with open(os.path.join(cell.work, "grid.log")) as f:
+        log = f.read()
+    assert "--- warmup: done, skipped" in log and "--- kd: done, skipped" in log and "--- measure: done" not in log
+    stages = lambda r: {c["stage"]: c for c in r["commands"]}  # noqa: E731
+    assert stages(record)["kd"] == stages(earlier)["kd"] and stages(record)["warmup"] == stages(earlier)["warmup"]
+    assert stages(record)["measure"]["command"].count("--max-sentences 20") == 2
+    path.write_text(text.replace("SMOKE = 1", 'SMOKE = 1\nLR = "2e-3"'))
+    (other,) = grid_lib.Grid(str(path), work, store).cells
+    grid_lib.reuse_stages(other.grid, other, print)
+    assert not os.path.exists(other.work) or not os.listdir(other.work)
+
+
 def test_a_record_of_other_data_is_stale(reference, tmp_path):
     store = str(tmp_path / "store")
     record = dict(reference["record"])

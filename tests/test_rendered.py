@@ -289,16 +289,18 @@ def test_the_stopping_table_says_whether_patience_or_the_cap_ended_each_student(
     assert "| can |" not in text and "The epoch cap ended 1 of 2 students, patience 1." in text
 
 
-def test_a_claim_pairs_only_records_of_its_newest_teacher(tmp_path, monkeypatch):
-    """A teacher made again with other weights (a GLUE teacher prepared on a new machine) starts the claim's row afresh:
-    the records of the older teacher are neither paired with the new one's nor counted as its seeds."""
+@pytest.mark.parametrize("made_again", [{"teacher": {"sha256": "t2"}}, {"data": {"fingerprint": "d2"}}])
+def test_a_claim_pairs_only_records_of_its_newest_teacher_and_data(tmp_path, monkeypatch, made_again):
+    """A teacher made again with other weights (a GLUE teacher prepared on a new machine), or data prepared again (a
+    subset added to score on), starts the claim's row afresh: the older records are neither paired with the new one's
+    nor counted as its seeds."""
     import render
 
     store, _, _ = backbone_store(tmp_path)
     (first,) = store.find(cell="v", seed=1)
     result = {k: v for k, v in first.items() if k not in ("key", "grid", "cell", "seed", "date")}
     work = tmp_path / "w1"  # the same files again, filed as another teacher's
-    result.update(teacher={"sha256": "t2"}, outputs="outputs/variator-k4.txt",
+    result.update(made_again, outputs="outputs/variator-k4.txt",
                   references=str(work / "outputs" / "references.txt"),
                   also={"teacher": dict(first["also"]["teacher"], outputs="outputs/teacher.txt")})
     store.add("k-new", "glue", "v", 1, result, str(work))

@@ -10,7 +10,8 @@
 A grid (grids/*.toml): inputs (TEACHER, DATA and the command preparing DATA), seeds, shared variables and cells, each
 a recipe of scripts/recipes/ with its variables. A cell at one seed runs ``VARS... SEED=s bash scripts/recipes/RECIPE
 WORK`` in work/grid/CELL-sSEED-KEY (run again, it resumes); its WORK/result.json is filed in the store (store.py). The
-key: the sha256 of the commands the recipe prints (DRY_RUN=1) and of the teacher; a cell whose key is filed is done.
+key: the sha256 of the commands the recipe prints (DRY_RUN=1) and of the teacher; a cell whose key is filed is done;
+a new key's cell starts from the stages an earlier key's folder of it finished with the same commands (reuse_stages).
 ``plan``: each cell's state and estimated time on a CPU core and a GPU from measured rates. Executors: ``local``,
 ``slurm`` (a submitit array), ``device`` (cells until ``--budget`` s, work folders packed into ``--pack``, which
 ``unpack`` carries back in). ``--commit`` commits each cell's record (git)."""
@@ -18,10 +19,12 @@ import argparse
 import concurrent.futures
 import fcntl
 import functools
+import glob
 import hashlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,9 +68,10 @@ class Cell:
     def command(self, work):
         return ["bash", os.path.join(RECIPES, self.recipe), work]
 
-    def commands(self):
-        """The cell's commands as its recipe prints them (DRY_RUN=1), its work folder written WORK, the checkout ROOT."""
-        placeholder = os.path.join(self.grid.scratch, "dry", self.label)
+    def commands(self, work=None):
+        """The cell's commands as its recipe prints them (DRY_RUN=1) for the work folder WORK (a scratch one by
+        default), written WORK, the checkout ROOT."""
+        placeholder = work or os.path.join(self.grid.scratch, "dry", self.label)
         proc = subprocess.run(self.command(placeholder), env=dict(self.environment(), DRY_RUN="1"), capture_output=True,
                               text=True, cwd=ROOT)
         if proc.returncode != 0:
@@ -328,6 +332,8 @@ def run_cell(grid_path, work_root, store_root, label, threads=None, device_flags
     existing = grid.store.get(cell.key)
     if existing is not None:
         return existing
+    if not os.path.isdir(cell.work):
+        reuse_stages(grid, cell, log)
     os.makedirs(cell.work, exist_ok=True)
     marker = open(os.path.join(cell.work, ".running"), "a")  # locked while the cell runs: taking it is atomic
     try:
@@ -359,6 +365,30 @@ def run_cell(grid_path, work_root, store_root, label, threads=None, device_flags
     if commit:
         commit_landed(grid, f"store: {grid.name} {cell.label} ({cell.key[:10]})")
     return record
+
+
+def reuse_stages(grid, cell, log):
+    """Start CELL's new folder from the newest earlier folder of its label (another key: the recipe or a variable
+    changed): its finished stages in the order they finished, while this cell runs each with the same command (the
+    recipe's dry run in the new folder, so a command reading an earlier stage's output is spelt out), each with what
+    the run made up to its end; a changed last stage (another scoring subset) then does not train again."""
+    olds = [d for d in glob.glob(os.path.join(grid.work, f"{cell.label}-*")) if d != cell.work]
+    if not olds:
+        return
+    old, since, kept = max(olds, key=os.path.getmtime), 0.0, []
+    os.makedirs(cell.work)
+    for done in sorted(glob.glob(os.path.join(old, "*", "DONE")), key=os.path.getmtime):
+        with open(done) as f:
+            if f.read().strip() not in cell.commands(cell.work):
+                break
+        for entry in os.scandir(old):
+            if entry.name not in (".running", "grid.log", "result.json") and since < entry.stat().st_mtime <= \
+                    os.path.getmtime(done):
+                (shutil.copytree if entry.is_dir() else shutil.copy2)(entry.path, os.path.join(cell.work, entry.name))
+        since = os.path.getmtime(done)
+        kept.append(os.path.basename(os.path.dirname(done)))
+    if kept:
+        log(f"grid: {cell.label} starts from {os.path.relpath(old, ROOT)}'s finished stages: {', '.join(kept)}")
 
 
 def commit_landed(grid, message):

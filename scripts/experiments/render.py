@@ -106,23 +106,28 @@ def device_text(records):
         if slow else "") + ")")
 
 
+def origin(record):
+    """What a record was made from: its teacher's weights and its data (a record of another is not current)."""
+    return record["teacher"]["sha256"], record["data"]["fingerprint"]
+
+
 def evaluate(store, claims):
     """Every claim's row: A's and B's records paired by seed, the test once both have its seeds, Holm's p."""
     from user_dir.common.glue_metrics import METRIC_FUNCTIONS
     from user_dir.common.significance import claim_verdict, cluster_test, detectable_difference, holm, retention
 
-    def latest(claim, name, teacher):  # {seed: the latest record of the side's cell (with the side's row)} of TEACHER
+    def latest(claim, name, newest):  # {seed: the latest record of the side's cell (with the side's row)} like NEWEST
         cell, row = side(name)
         return {r["seed"]: r for r in store.find(grid=claim["grid"], cell=cell)
-                if (row is None or row in (r.get("also") or {})) and r["teacher"]["sha256"] == teacher}
+                if (row is None or row in (r.get("also") or {})) and newest and origin(r) == origin(newest[0])}
 
     def sized(c, seeds):  # the difference SEEDS paired seeds detect at comparison c's spread (its interval, seeds')
         return detectable_difference((c["high"] - c["low"]) / 3.92, c["per_seed_std"], seeds)
 
     rows = []
-    for claim in claims:  # the teacher of the claim's newest record: a teacher made again (other weights) starts afresh
+    for claim in claims:  # the origin of the claim's newest record: a teacher or data made again starts afresh
         newest = [r for r in store.find(grid=claim["grid"]) if r["cell"] in {side(claim[k])[0] for k in "ab"}][-1:]
-        a, b = (latest(claim, claim[k], newest and newest[0]["teacher"]["sha256"]) for k in "ab")
+        a, b = (latest(claim, claim[k], newest) for k in "ab")
         pairs = {s: (a[s], b[s]) for s in sorted(set(a) & set(b))}
         rows.append(row := {"claim": claim, "a_seeds": sorted(a), "b_seeds": sorted(b), "pairs": pairs})
         if (prior := claim.get("prior")) and "table" in prior:
@@ -197,6 +202,8 @@ def claims_table(store, claims):
                          "| not yet tested |")
             continue
         r, (recs_a, recs_b) = row["result"], row["records"]
+        start = start.replace(f" | {METRIC_NAMES[c['metric']]} | ", f" | {METRIC_NAMES[c['metric']]} on "
+                              f"{recs_a[0]['split']} ({recs_a[0]['sentences']:,} examples) | ", 1)
         cpu_hours = sum({x["key"]: x["cpu_s"] for x in recs_a + recs_b}.values()) / 3600  # a row of A's: once
         budget = "; ".join(f"s{x['seed']} " + " + ".join(  # epochs per seed and stage (the stopping rule's outcome)
             f"{s['epochs']:g}" + (f" (best {s['best_epoch']})" if "best_epoch" in s else "")
@@ -319,9 +326,9 @@ def ladder_table(store, path, summary=False):
     """A ladder's latest run and its advice per quality bound (``summary``: the advice alone, for the README)."""
     ladder = Ladder(path, store.root)
     spec, shown, e = ladder.spec, os.path.relpath(path, ROOT), ladder_run(store, ladder)
-    newest = {g.name: store.find(grid=g.name)[-1:] for g in ladder.grids}  # as the claims: its newest record's teacher
+    newest = {g.name: store.find(grid=g.name)[-1:] for g in ladder.grids}  # as the claims: its newest record's origin
     cells = {name: {str(r["seed"]): r["key"] for r in store.find(grid=grid.name, cell=name)  # cell -> {seed: the key
-                    if r["teacher"]["sha256"] == newest[grid.name][0]["teacher"]["sha256"]}  # of its latest record}
+                    if origin(r) == origin(newest[grid.name][0])}  # of its latest record}
              for grid in ladder.grids for name in dict.fromkeys(c.name for c in grid.cells)}
     without = [name for name, seeds in cells.items() if not seeds]
     if e is None:

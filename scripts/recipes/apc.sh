@@ -10,7 +10,7 @@
 #                hf_bert when every layer of a side has one width)
 #   4. finetune  (FINETUNE_UPDATES > 0) the 'Finalized' strategy of Table 3: every weight of the finalized model
 #                fine-tuned (the paper recommends it), lr 2e-5, 100 warm-up updates, linear decay
-#   5. measure   fc-measure: teacher vs the compressed model (BLEU on test / the GLUE metric on dev), sizes, speed
+#   5. measure   fc-measure: teacher vs the compressed model (BLEU on test / the GLUE metric on REPORT_SUBSET [dev]), sizes, speed
 # then the score line. Architecture flags are read from each checkpoint with fc-flags, a GLUE teacher's task
 # flags with fc-flags --task. Finished stages are skipped (WORK/STAGE/DONE), interrupted training resumes, a
 # stage finished with other settings is refused.
@@ -53,7 +53,7 @@ if [ "$MODE" = glue ]; then
   [ -n "${FINETUNE_EPOCHS:-}" ] && updates_for FINETUNE_UPDATES "$DATA" "$FINETUNE_EPOCHS" "$BATCH"
   CE=(--criterion glue_sentence_prediction --glue-task "$GLUE_TASK")
   SELECT=(--best-checkpoint-metric "$METRIC" --maximize-best-checkpoint-metric)
-  MEASURE_EXTRA=(--glue-task "$GLUE_TASK" --gen-subset dev)
+  MEASURE_EXTRA=(--glue-task "$GLUE_TASK" --gen-subset "$REPORT_SUBSET")
 else
   ENCODER_FFN_DIMS="${ENCODER_FFN_DIMS-128}"; DECODER_FFN_DIMS="${DECODER_FFN_DIMS-128}"
   BATCHING=(--max-tokens "${MAX_TOKENS:-2048}"); TASK=(); SELECT=(); MEASURE_EXTRA=()
@@ -133,6 +133,6 @@ stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$MODEL"
   --batch-size 64 --runs "$RUNS" "${MEASURE_EXTRA[@]}" "${MEASURE_DEVICE[@]}" --out "$WORK/measure.md" \
   --json "$WORK/measure.json" "${RAW_REFERENCE[@]}" --outputs-dir "$WORK/outputs"
 [ "$DRY_RUN" = 1 ] && exit 0
-RECORD_VARS="VARIANT GLUE_TASK ENCODER_FFN_DIMS DECODER_FFN_DIMS ENCODER_ATTN_DIMS ENCODER_EMBED_DIMS INIT_METHOD STRATEGY CRITERION COMPRESS_UPDATES COMPRESS_LR FINETUNE_UPDATES FINETUNE_EPOCHS FINETUNE_LR BATCH SEED EXTRA DEVICE_FLAGS"
+RECORD_VARS="VARIANT GLUE_TASK REPORT_SUBSET ENCODER_FFN_DIMS DECODER_FFN_DIMS ENCODER_ATTN_DIMS ENCODER_EMBED_DIMS INIT_METHOD STRATEGY CRITERION COMPRESS_UPDATES COMPRESS_LR FINETUNE_UPDATES FINETUNE_EPOCHS FINETUNE_LR BATCH SEED EXTRA DEVICE_FLAGS"
 RECORD_ALSO=teacher write_result "$ROW" "$MODEL" "${SHIPPED_DATA_STAGE[@]}" "${STAGES[@]}" measure -- "${TRAINED[@]}"
 print_score

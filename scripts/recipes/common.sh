@@ -177,9 +177,11 @@ glue_or_translation() {
   fi
   MODE=glue
   [ -n "${DATA:-}" ] || die "DATA=...: the task's data-bin (python -m preprocess.prepare_glue ...)"
-  # prepare_glue's layout: 'valid' (a slice of train held out at preparation) chooses, 'dev' (GLUE's dev set) reports
-  [ -f "$DATA/input0/dev.idx" ] || [ "$DRY_RUN" = 1 ] ||
-    die "DATA=$DATA has no 'dev' subset: it was prepared before choosing moved to a held-out slice of train ('valid') and reporting to GLUE's dev set ('dev'); prepare it again (python -m preprocess.prepare_glue ...)"
+  # prepare_glue's layout: 'valid' (a slice of train held out at preparation) chooses, REPORT_SUBSET reports: 'dev'
+  # (GLUE's dev set), or MRPC's 'devtest' (dev + the labelled test pairs: ours, for differences dev cannot resolve)
+  REPORT_SUBSET="${REPORT_SUBSET:-dev}"
+  [ -f "$DATA/input0/$REPORT_SUBSET.idx" ] || [ "$DRY_RUN" = 1 ] ||
+    die "DATA=$DATA has no '$REPORT_SUBSET' subset (REPORT_SUBSET): prepare it again (python -m preprocess.prepare_glue ...; 'dev' came when choosing moved to a held-out slice of train, MRPC's 'devtest' needs msr_paraphrase_test.txt)"
   flags_of TASK_FLAGS --task "$TEACHER"
   [ "${TASK_FLAGS[1]:-}" = sentence_prediction ] || [ "$DRY_RUN" = 1 ] ||
     die "GLUE_TASK=$GLUE_TASK, but $TEACHER was trained with ${TASK_FLAGS[*]} (a sentence_prediction teacher?)"
@@ -260,5 +262,5 @@ write_result() {
   "$PY" "$ROOT/scripts/experiments/record.py" "$WORK" --recipe "$RECIPE" --name "$name" --stages "${stages[@]}" \
     --train-stages "${train[@]}" --checkpoint "$checkpoint" --measure "$WORK/measure.json" \
     --outputs "$WORK/outputs/$name.txt" --teacher "$TEACHER" --data "$DATA" --device-flags="$DEVICE_FLAGS" \
-    --references "${RAW_REFERENCE[1]:-$WORK/outputs/references.txt}" "${vars[@]}"
+    --split "${REPORT_SUBSET:-test}" --references "${RAW_REFERENCE[1]:-$WORK/outputs/references.txt}" "${vars[@]}"
 }

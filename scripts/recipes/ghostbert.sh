@@ -7,7 +7,7 @@
 #   2. distill   fairseq-train --criterion ghost_distill: embedding + post-MHA + post-FFN MSE from the frozen
 #                teacher (eq. 6; Table 8: lambda = 0, 1, 1)
 #   3. finetune  fairseq-train with the task's cross-entropy (Table 8: lambda = 1, 0, 0)
-#   4. measure   fc-measure: teacher vs the fine-tuned model (BLEU on test / the GLUE metric on dev), sizes, speed
+#   4. measure   fc-measure: teacher vs the fine-tuned model (BLEU on test / the GLUE metric on REPORT_SUBSET [dev]), sizes, speed
 # then the score line. Architecture flags come from the pruned checkpoint (fc-flags), a GLUE teacher's task
 # flags (classes, [CLS], shortening, regression) from the teacher (fc-flags --task). Finished stages are
 # skipped (WORK/STAGE/DONE), an interrupted training resumes, a stage finished with other settings is refused.
@@ -48,7 +48,7 @@ if [ "$MODE" = glue ]; then
   [ -n "${FINETUNE_EPOCHS:-}" ] && updates_for FINETUNE_UPDATES "$DATA" "$FINETUNE_EPOCHS" "$BATCH"
   PRUNE_EXTRA=(--batch-size "$BATCH"); BATCHING=(--batch-size "$BATCH"); BETAS='(0.9,0.999)'
   ADAM_EPS=(--adam-eps 1e-6); ATTENTION_DROPOUT=(--attention-dropout 0.1)
-  MEASURE_EXTRA=(--glue-task "$GLUE_TASK" --gen-subset dev)
+  MEASURE_EXTRA=(--glue-task "$GLUE_TASK" --gen-subset "$REPORT_SUBSET")
   FINETUNE_CRITERION=(--criterion glue_sentence_prediction --glue-task "$GLUE_TASK" --best-checkpoint-metric "$METRIC"
                       --maximize-best-checkpoint-metric)
 else
@@ -100,7 +100,7 @@ stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$WORK/f
   --names teacher "ghostbert-$VARIANT" --beam 5 --batch-size 64 --runs "$RUNS" "${MEASURE_EXTRA[@]}" "${MEASURE_DEVICE[@]}" \
   "${RAW_REFERENCE[@]}" --out "$WORK/measure.md" --json "$WORK/measure.json" --outputs-dir "$WORK/outputs"
 [ "$DRY_RUN" = 1 ] && exit 0
-RECORD_VARS="GLUE_TASK WIDTH VARIANT DISTILL_UPDATES FINETUNE_UPDATES DISTILL_EPOCHS FINETUNE_EPOCHS LR BATCH VALIDATIONS SEED EXTRA DEVICE_FLAGS"
+RECORD_VARS="GLUE_TASK REPORT_SUBSET WIDTH VARIANT DISTILL_UPDATES FINETUNE_UPDATES DISTILL_EPOCHS FINETUNE_EPOCHS LR BATCH VALIDATIONS SEED EXTRA DEVICE_FLAGS"
 # the teacher's row filed beside the student's, as apc.sh and variator.sh file it (the score line's "teacher")
 RECORD_ALSO=teacher write_result "ghostbert-$VARIANT" "$WORK/finetune/checkpoint_best.pt" "${SHIPPED_DATA_STAGE[@]}" \
   prune distill finetune measure -- distill finetune
