@@ -207,8 +207,7 @@ def plot_costs(result, png, plt=None):
                    xlabel="m (heads and FFN width kept, of 12)", ylabel="GhostBERT time / pruned-only time",
                    title=f"{costs['device'].split(' (')[0]}, {costs['dtype']}", title_size=9, legend=dict(fontsize=7))
               for costs in result["costs"]]
-    return plot_panels(png, panels, command=result["provenance"]["command"], figsize=(6.5 * len(panels), 4.4),
-                       plt=plt)
+    return plot_panels(png, panels, command=result["provenance"]["command"], figsize=(6.5 * len(panels), 4.4), plt=plt)
 
 
 # ---- the command ---------------------------------------------------------------------------------------------

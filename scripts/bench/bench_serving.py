@@ -25,9 +25,10 @@ import subprocess
 import sys
 import time
 
-from benchlib import (ROOT, command_line, environment, invocation, logger, machine, plot_panels, rel, sha256_of,
-                      write_json, write_text)
+from benchlib import (ROOT, command_line, environment, invocation, logger, machine, plot_panels, rel, write_json,
+                      write_text)
 from glue_bench import REPORT_SUBSET, check_report_subset
+from record import sha256_of  # (scripts/experiments/, on the path benchlib sets)
 
 from preprocess.textio import read_lines
 

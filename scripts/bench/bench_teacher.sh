@@ -41,8 +41,7 @@ wall = re.search(r"training wall time: (\d+) s", log)
 loss, nll, updates = valid[-1]
 minutes = f"{int(wall.group(1)) / 60:.0f} min" if wall else "n/a (log has no end time)"
 print(f"| teacher_ours | {epochs[-1]} | {updates} | {loss} ({nll}) | {minutes} |")
-print()
-print("Validation nll_loss after each epoch: " + ", ".join(
+print("\nValidation nll_loss after each epoch: " + ", ".join(
     f"{n}" for n in re.findall(r"valid on 'valid' subset \| loss [\d.]+ \| nll_loss ([\d.]+)", log)))
 PY
   echo

@@ -17,10 +17,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
-from record import sha256_of  # noqa: E402,F401  (one definition: the records' file hashes)
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "experiments"))  # the drivers import record, store, grid by name
 # data that does not ship with the package (GLUE TSVs, IWSLT'14, the original teacher file): beside the checkout
 SHARED = os.environ.get("FAIRSEQ_COMPRESS_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
 WORK = os.path.join(ROOT, "work")  # what a run writes, unless told otherwise (git ignores it)
@@ -158,8 +156,7 @@ def plot_panels(png, panels, command=None, shape=None, figsize=None, dpi=120, ti
             x, y, kind, style = s.pop("x"), s.pop("y"), s.pop("kind", "plot"), s.pop("style", None)
             notes, offset, note_y = s.pop("notes", None), s.pop("note_offset", None), s.pop("note_y", None)
             note_style = s.pop("note_style", {})
-            draw = getattr(ax, kind)
-            draw(x, y, *([style] if style else []), **s)
+            getattr(ax, kind)(x, y, *([style] if style else []), **s)
             for i, note in enumerate(notes or []):
                 at = offset[i] if isinstance(offset, list) else offset
                 if note_y is not None:  # the label at its own height, ``at`` points to the right of its point
@@ -169,12 +166,10 @@ def plot_panels(png, panels, command=None, shape=None, figsize=None, dpi=120, ti
                     ax.annotate(note, (x[i], y[i]), textcoords="offset points", xytext=at, **note_style)
                 else:
                     ax.annotate(note, (x[i], y[i]), **note_style)
-        for line in panel.get("hlines", []):
-            line = dict(line)
-            ax.axhline(line.pop("y"), **line)
+        for line in panel.get("hlines", []):  # {"y": ..., **line style}: axhline's own keywords
+            ax.axhline(**line)
         for line in panel.get("vlines", []):
-            line = dict(line)
-            ax.axvline(line.pop("x"), **line)
+            ax.axvline(**line)
         for axis in ("x", "y"):
             if panel.get(f"{axis}scale"):
                 getattr(ax, f"set_{axis}scale")(panel[f"{axis}scale"])

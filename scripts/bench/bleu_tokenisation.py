@@ -16,6 +16,7 @@ splits (a BPE piece left before punctuation comes out of ``--remove-bpe`` glued,
 import argparse
 import collections
 import gzip
+import itertools
 import os
 import sys
 
@@ -55,8 +56,7 @@ def main(argv=None):
     with opener(args.raw_references, "rt", encoding="utf-8") as f:
         raw = [line.strip().lower() for line in f]
     raw = [raw[i] for i in ids]
-    detok = MosesDetokenizer(lang="en")
-    split13a = Tokenizer13a()
+    detok, split13a = MosesDetokenizer(lang="en"), Tokenizer13a()
     detokenised = [detok.detokenize(h.split()) for h in hyps]
 
     def both(keep):
@@ -83,11 +83,7 @@ def main(argv=None):
 
 def max_run(words):
     """The longest run of one token repeated in a row."""
-    best = run = 0
-    for i, w in enumerate(words):
-        run = run + 1 if i and w == words[i - 1] else 1
-        best = max(best, run)
-    return best
+    return max((len(list(run)) for _, run in itertools.groupby(words)), default=0)
 
 
 if __name__ == "__main__":

@@ -12,22 +12,15 @@ import os
 import shutil
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
+from benchlib import write_text  # it also puts the checkout (user_dir/) on sys.path
 
 
 def stages(path, total):
     """[(title, seconds)] from demo.sh's stages.tsv (each stage's start, in seconds since the demo began)."""
-    rows = []
     with open(path) as f:
-        for line in f:
-            start, title = line.rstrip("\n").split("\t", 1)
-            rows.append((title, int(start)))
-    out = []
-    for (title, start), nxt in zip(rows, rows[1:] + [("end", total)]):
-        if not title.startswith("done"):
-            out.append((title, nxt[1] - start))
-    return out
+        rows = [(title, int(start)) for start, title in (line.rstrip("\n").split("\t", 1) for line in f)]
+    return [(title, nxt[1] - start) for (title, start), nxt in zip(rows, rows[1:] + [("end", total)])
+            if not title.startswith("done")]
 
 
 def main(argv=None):
@@ -45,8 +38,7 @@ def main(argv=None):
         if not os.path.isfile(path):
             raise SystemExit(f"demo_report: {path} missing (did scripts/demo.sh finish?)")
     with open(measure_json) as f:
-        measured = json.load(f)
-    rows = {r["name"]: r for r in measured["rows"]}
+        rows = {r["name"]: r for r in json.load(f)["rows"]}
     t, s = rows["teacher"], rows["pet"]
     full = rows.get("pet-full-recipe")  # the shipped full-recipe student, when the repository has it
     with open(os.path.join(args.work, "stages.tsv")) as f:
@@ -86,9 +78,7 @@ def main(argv=None):
           for de, te, pe, fu in zip(german, translations["teacher"], translations["pet"],
                                     translations.get("pet-full-recipe", [""] * len(german)))], "",
         "## The measurement command's table", "", measure_md]
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write("\n".join(lines))
+    write_text(args.out, "\n".join(lines))
     shutil.copyfile(measure_json, os.path.splitext(args.out)[0] + ".json")
     print(f"[demo_report] wrote {args.out}", file=sys.stderr)
 

@@ -1,13 +1,12 @@
-"""GLUE pieces the benchmark scripts share: a task's teacher, data and flags from glue_teachers.sh's work folder,
-and the record of what chose its learning rate.
+"""GLUE pieces the benchmark scripts share: a task's teacher and data from glue_teachers.sh's work folder, and the
+record of what chose its learning rate.
 """
 import json
 import os
 import sys
 
 # preprocess/prepare_glue.py's layout: 'valid' (a slice of train held out at preparation) is what fairseq-train
-# validates on and everything chooses by (checkpoints, learning rates, importance); 'dev' (GLUE's dev set) only
-# reports
+# validates on and everything chooses by (checkpoints, learning rates, importance); 'dev' (GLUE's dev set) only reports
 from preprocess.prepare_glue import REPORT_SUBSET, SELECTION_SUBSET
 
 
@@ -38,45 +37,33 @@ def chosen_on(settings):
 
 def first_glue_setup(glue_work, task):
     """:func:`glue_setup` of ``task`` from the first folder of ``glue_work`` (comma-separated) with its teacher."""
-    import argparse
-
     for folder in (f for f in glue_work.split(",") if f):
         if os.path.isfile(os.path.join(folder, task, "checkpoints", "checkpoint_best.pt")):
-            setup = glue_setup(argparse.Namespace(glue_work=folder), task)
-            setup["glue_work"] = folder
-            return setup
+            return {**glue_setup(folder, task), "glue_work": folder}
     return None
 
 
-def glue_setup(args, task):
-    """Teacher, data, task flags and metric of GLUE ``task`` from scripts/recipes/glue_teachers.sh's work folder
-    (``args.glue_work``)."""
+def glue_setup(glue_work, task):
+    """Teacher, data and metric of GLUE ``task`` from scripts/recipes/glue_teachers.sh's work folder ``glue_work``."""
     from fairseq import checkpoint_utils
 
-    from user_dir.common.glue_metrics import BEST_CHECKPOINT_METRIC, TASK_METRICS
-    from user_dir.common.task_flags import sentence_prediction_flags
+    from user_dir.common.glue_metrics import TASK_METRICS
     if task not in TASK_METRICS:
         sys.exit(f"--glue-task {task}: expected one of {', '.join(TASK_METRICS)}")
-    teacher = os.path.join(args.glue_work, task, "checkpoints", "checkpoint_best.pt")
-    data = os.path.join(args.glue_work, "data-bin", f"{task}.wordpiece")
+    teacher = os.path.join(glue_work, task, "checkpoints", "checkpoint_best.pt")
+    data = os.path.join(glue_work, "data-bin", f"{task}.wordpiece")
     if not os.path.isfile(teacher):
         sys.exit(f"--glue-task {task}: no teacher at {teacher} (--glue-work); train it first: "
                  f"TASKS={task} bash scripts/recipes/glue_teachers.sh")
     if not os.path.isdir(os.path.join(data, "input0")):
         sys.exit(f"--glue-task {task}: no binarised data at {data} (scripts/recipes/glue_teachers.sh prepares it)")
     check_report_subset(data, task)
-    cfg = checkpoint_utils.load_checkpoint_to_cpu(teacher)["cfg"]
-    tcfg = cfg["task"]
+    tcfg = checkpoint_utils.load_checkpoint_to_cpu(teacher)["cfg"]["task"]
     if tcfg.get("_name") != "sentence_prediction":
         sys.exit(f"{teacher} was trained with --task {tcfg.get('_name')}, not sentence_prediction")
     regression = bool(tcfg.get("regression_target"))
     if task == "STS-B" and not regression:
         sys.exit(f"{teacher}: STS-B is a regression task, but this teacher was not trained with "
                  "--regression-target --num-classes 1")
-    flags = sentence_prediction_flags(tcfg)
-    lr, model = cfg["optimization"]["lr"], cfg["model"]
-    heads = model["encoder_attention_heads"] if isinstance(model, dict) else model.encoder_attention_heads
-    return {"heads": heads, "teacher": teacher, "data": data, "task_flags": flags, "regression": regression,
-            "metric": TASK_METRICS[task][0], "best_metric": BEST_CHECKPOINT_METRIC.get(task, TASK_METRICS[task][0]),
-            "teacher_lr": float(lr if isinstance(lr, (int, float, str)) else lr[0]),
+    return {"teacher": teacher, "data": data, "regression": regression, "metric": TASK_METRICS[task][0],
             "selection": selection_record(data)}

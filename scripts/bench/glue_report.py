@@ -185,8 +185,7 @@ def teachers_report(work, tasks, command, model=DEFAULT_MODEL, kept=(), counts=N
     # regression task (none of them for SST-2, MRPC and RTE)
     notes = []
     if list(metrics) != list(ALWAYS_SHOWN):
-        each = "; ".join(f"{r['task']} " + ", ".join(METRIC_NAMES[m] for m in TASK_METRICS[r["task"]])
-                         for r in rows)
+        each = "; ".join(f"{r['task']} " + ", ".join(METRIC_NAMES[m] for m in TASK_METRICS[r["task"]]) for r in rows)
         notes.append("Metrics: each task's own GLUE metrics (Wang et al. 2019, Table 1; user_dir/common/glue_metrics"
                      f".py), the first the one compared with the published score: {each}. '-': a metric the task does "
                      "not report." + (" Majority class: the accuracy of always predicting the dev set's most frequent "

@@ -9,10 +9,8 @@ import argparse
 import os
 import sys
 
-from benchlib import plot_panels
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
-from grid import ROOT, Grid  # noqa: E402
+from benchlib import plot_panels, write_text  # benchlib also puts scripts/experiments/ on sys.path
+from grid import ROOT, Grid
 
 COLUMNS = {"loss": 2, "nll": 3}
 
@@ -58,9 +56,7 @@ def main(argv=None):
     lines += [f"| {u:,} | " + " | ".join(f"{c[u]:.3f}" if u in c else "-" for c in found.values()) + " |"
               for u in updates]
     lines += ["", f"Plot: `{os.path.basename(png)}`"] if png else []
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_text(args.out, "\n".join(lines) + "\n")
     print(f"[curves] wrote {args.out}", file=sys.stderr)
 
 

@@ -10,8 +10,8 @@ import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
-from record import validation_curve  # noqa: E402
+from benchlib import write_text  # it also puts scripts/experiments/ on sys.path
+from record import validation_curve
 
 # the PET paper's Table 7 (IWSLT'14 De-En): the teacher's BLEU; PET's non-embedding share (%) and BLEU
 PAPER_TEACHER_BLEU, PAPER = "34.63", {"pet": ("9.51", "34.36 +- 0.14")}
@@ -52,9 +52,7 @@ def main(argv=None):
     if not os.path.isfile(os.path.join(args.work, "measure.json")):
         raise SystemExit(f"pet_report: {args.work}/measure.json missing (run scripts/recipes/pet.sh {args.work} first)")
     text = pet_report_text(args.work, args.command, args.recipe, args.train_log)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(text)
+    write_text(args.out, text)
     # the measurement's rows beside the report (OUT.json), for plots and later comparisons
     shutil.copyfile(os.path.join(args.work, "measure.json"), os.path.splitext(args.out)[0] + ".json")
     print(f"[pet_report] wrote {args.out} and {os.path.splitext(args.out)[0]}.json", file=sys.stderr)

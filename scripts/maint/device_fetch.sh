@@ -28,11 +28,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-PYVER=3.12
-DEST=wheels/gpu
+PYVER=3.12; DEST=wheels/gpu
 PACKAGES="hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.12.3 sacremoses==0.2.0 subword-nmt==0.3.8"
-FAIRSEQ_SPEC="fairseq-fixed==0.12.3.1"
-ANTLR_SPEC="antlr4-python3-runtime==4.9.3"
+FAIRSEQ_SPEC="fairseq-fixed==0.12.3.1"; ANTLR_SPEC="antlr4-python3-runtime==4.9.3"
 LIMIT_MIB=64   # what one device call carries: tracked and untracked files plus the carried folders
 usage() { sed -n '2,27p' "$0"; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
@@ -74,7 +72,5 @@ TOTAL=$((DEST_BYTES + TREE_BYTES))
 printf '[fetch] %s: %d files, %.1f MiB; with the working tree (%.1f MiB) a device call carries %.1f MiB of %d\n' \
   "$DEST" "$(wc -l < "$DEST/MANIFEST.tsv")" "$(bc -l <<< "$DEST_BYTES / 1048576")" \
   "$(bc -l <<< "$TREE_BYTES / 1048576")" "$(bc -l <<< "$TOTAL / 1048576")" "$LIMIT_MIB"
-if [ "$TOTAL" -gt $((LIMIT_MIB * 1048576)) ]; then
-  echo "device_fetch.sh: over the device's $LIMIT_MIB MiB: remove what the machine has from $DEST" >&2
-  exit 1
-fi
+[ "$TOTAL" -le $((LIMIT_MIB * 1048576)) ] ||
+  { echo "device_fetch.sh: over the device's $LIMIT_MIB MiB: remove what the machine has from $DEST" >&2; exit 1; }

@@ -16,9 +16,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-PYTHON="${PYTHON:-python3}"
-WHEELS="${WHEELS:-wheels/gpu}"
-WORK="${WORK:-work/device}"
+PYTHON="${PYTHON:-python3}"; WHEELS="${WHEELS:-wheels/gpu}"; WORK="${WORK:-work/device}"
 CORES=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # GNU nproc reports OMP_NUM_THREADS where it is set
 say() { printf '[device_setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { echo "device_setup.sh: $*" >&2; exit 2; }

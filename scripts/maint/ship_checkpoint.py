@@ -27,7 +27,6 @@ names no path of the machine that trained it (``common.user_dir`` and the KD cri
 (``DIR/code``, ``DIR/dict.*.txt``), and writes both BLEU scores: the number the test suite holds the shipped file to
 (tests/test_demo.py)."""
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -36,6 +35,9 @@ import sys
 import tempfile
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
+from record import ROOT, sha256_of  # noqa: E402  (one definition of the checkout and of a file's SHA-256)
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -67,10 +69,9 @@ def is_plugin_model(cfg: dict) -> bool:
     """Whether the checkpoint's architecture is one the plug-in registers (it then loads with --user-dir)."""
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
-    import user_dir  # noqa: F401  (registers the plug-in's architectures)
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    from user_dir.deploy.export import _from_plugin
+    from user_dir.deploy.export import _from_plugin  # (importing user_dir registers the plug-in's architectures)
 
     model = cfg.get("model") or {}
     arch = model.get("_name") or model.get("arch")
@@ -102,15 +103,6 @@ def shrink(state: dict, dtype: torch.dtype, plugin: bool) -> dict:
     }
 
 
-def sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MULTI30K_TEST = os.path.join(ROOT, "preprocess", "data", "multi30k.de-en", "test_2016_flickr")
 
 
@@ -163,7 +155,7 @@ def main(argv=None) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     torch.save(small, args.out)
     torch.load(args.out, map_location="cpu", weights_only=True)  # fails here, not at the user's, if a global slipped in
-    print(f"{args.out}: {os.path.getsize(args.out) / 1e6:.1f} MB ({args.dtype}), sha256 {sha256(args.out)}",
+    print(f"{args.out}: {os.path.getsize(args.out) / 1e6:.1f} MB ({args.dtype}), sha256 {sha256_of(args.out)}",
           file=sys.stderr)
     if args.slice_json:
         with tempfile.TemporaryDirectory() as tmp:
@@ -171,7 +163,7 @@ def main(argv=None) -> None:
             scores = {"input_bleu": slice_bleu(args.checkpoint, args.slice_lines, tmp, vocab, plugin=True),
                       "shipped_bleu": slice_bleu(args.out, args.slice_lines, tmp, vocab, plugin=plugin)}
         record = {"slice": f"first {args.slice_lines} sentences of test_2016_flickr", "beam": 5, **scores,
-                  "input": os.path.basename(args.checkpoint), "dtype": args.dtype, "sha256": sha256(args.out),
+                  "input": os.path.basename(args.checkpoint), "dtype": args.dtype, "sha256": sha256_of(args.out),
                   "needs_user_dir": plugin,
                   "command": "python scripts/maint/ship_checkpoint.py " + " ".join(argv if argv is not None else sys.argv[1:])}
         with open(args.slice_json, "w") as f:
