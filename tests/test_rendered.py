@@ -70,6 +70,7 @@ def backbone_store(tmp_path):
         result = {"recipe": "variator.sh", "name": "variator-k4", "variables": {"UPDATES": "4140", "SEED": str(seed)},
                   "commands": [{"stage": "plugin", "cpu_s": 3600.0}], "teacher": {"sha256": "t"},
                   "data": {"fingerprint": "d"}, "metrics": {"accuracy": acc["a"]}, "outputs": "outputs/variator-k4.txt",
+                  "split": "dev", "sentences": len(labels),
                   "references": str(work / "outputs" / "references.txt"),
                   "also": {"teacher": {"metrics": {"accuracy": acc["b"]}, "outputs": "outputs/teacher.txt",
                                        "sentences_per_s": 80.0}}, "sentences_per_s": 100.0,
@@ -107,7 +108,7 @@ def test_a_claim_against_the_backbone_row_of_its_own_records_is_tested_and_carri
     verdict = row.split("|")[-2].split(" at this")[0].strip()
     assert verdict in {"reproduced", "not reproduced", "inconclusive"}
     summary = render.claims_summary(store, [claim])
-    assert summary.startswith(f"- a plugin loses under 2 points (the paper's claim): accuracy {diff:+.2f} [")
+    assert summary.startswith(f"- a plugin loses under 2 points (the paper's claim): accuracy on dev {diff:+.2f} [")
     assert f"{verdict} at 4140 updates, 3 seeds; it detects " in summary and "; cost: 42.0%" in summary
 
 
@@ -154,13 +155,22 @@ def test_a_row_says_whether_it_can_detect_the_papers_own_difference_and_a_prior_
     d = detectable_difference((r["high"] - r["low"]) / 3.92, r["per_seed_std"], 3)
     assert d["detectable"] < 3.5 and d["interval_part"] > d["seeds_part"], d  # the examples bound it, within reach
     assert (f"| {d['detectable']:.2f} (the paper's A - B, +1.50, is 3.50 from the test's bound: within what this row "
-            "can detect; the test examples bound it, not the seeds) |") in done, done
+            "can detect; the test examples bound it, not the seeds; the paper's A - B lies above this row's 95% "
+            "interval) |") in done, done
     assert (f"| about {d['detectable']:.2f} before running (3 seeds; the spread of claim m's cells as measured; the "
             "paper's A - B, +0.25, is 0.25 from the test's bound: below what this row can detect; the test examples "
             "bound it, not the seeds) |") in waiting, waiting
     assert "the paper's A - B, +0.50, is 1.50 from the test's bound: below" in parity, parity  # margin 2 - |0.5|
     assert (f"3 seeds; it detects {d['detectable']:.2f}; the paper's A - B, +1.50, is 3.50 from the test's bound: "
             "within") in render.claims_summary(store, [measured])
+    assert "| accuracy on dev (200 examples) |" in done and "- a plugin loses under 2 points (the paper's claim): " \
+        "accuracy on dev " in render.claims_summary(store, [measured])
+    # measured, a paper's A - B above the row's 95% interval (+1.50 above [-4.17, -1.00]) is said to be; inside, not
+    assert r["high"] < 1.5
+    inside = dict(measured, effect=round((r["low"] + r["high"]) / 2, 2))
+    monkeypatch.setattr(render, "load_claims", lambda path=None: [inside])
+    render._EVALUATED.clear()
+    assert "interval" not in render.claims_table(store, [inside]).splitlines()[2].split("|")[13]
 
 
 def test_a_retention_claim_is_a_ratio_interval_with_the_constant_answers_ratio_beside_it(tmp_path, monkeypatch):

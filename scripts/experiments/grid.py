@@ -403,7 +403,7 @@ def commit_landed(grid, message):
 
         try:
             pages = sorted({stale.split(": ")[0] for stale in render.render_pages()})
-        except SystemExit as error:  # a page that cannot render (a record it names is missing) keeps its old text;
+        except (SystemExit, Exception) as error:  # a page that cannot render keeps its old text (the cell is filed);
             print(f"grid: pages not re-rendered: {error}", file=sys.stderr, flush=True)  # the store is committed
             return
         index = os.path.join(ROOT, "results", "README.md")

@@ -213,7 +213,7 @@ def claims_table(store, claims):
                       f"| {', '.join(f'{x:.3f}' for x in r['per_seed'])} | - | - | -")
             tail = f"; a constant answer (the most frequent label) keeps {row['constant_ratio']:.3f}"
         else:
-            why = reach(c, row["detectable"])[2:]  # the paper's difference within reach or not; what bounds it
+            why = reach(c, row["detectable"], r)[2:]  # the paper's difference within reach or not; what bounds it
             result = (f"{r['diff']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] | "
                       f"{', '.join(f'{d:+.2f}' for d in r['per_seed'])} | {r['p']:.3g} | {row['holm_p']:.3g} "
                       f"| {row['detectable']['detectable']:.2f}{f' ({why})' if why else ''}")
@@ -226,14 +226,18 @@ def claims_table(store, claims):
     return "\n".join(lines) + "\n"
 
 
-def reach(claim, d):
-    """Whether the paper's A - B ('effect') is as far from the test's bound as the row detects (``d``); what bounds d."""
+def reach(claim, d, result=None):
+    """Whether the paper's A - B ('effect') is as far from the test's bound as the row detects (``d``); what bounds d;
+    measured (``result``), whether the paper's A - B lies outside the row's 95% interval (a difference that large is
+    not what these students show)."""
     bound = "; the test examples bound it, not the seeds" if d["interval_part"] >= d["seeds_part"] else ""
     if (e := claim.get("effect")) is None:
         return bound
     room = claim["margin"] - abs(e) if claim["test"] == "parity" else abs(e - claim.get("threshold", 0.0))
+    outside = ("" if result is None or result["low"] <= e <= result["high"] else
+               f"; the paper's A - B lies {'above' if e > result['high'] else 'below'} this row's 95% interval")
     return (f"; the paper's A - B, {e:+.2f}, is {room:.2f} from the test's bound: "
-            f"{'within' if room >= d['detectable'] else 'below'} what this row can detect{bound}")
+            f"{'within' if room >= d['detectable'] else 'below'} what this row can detect{bound}{outside}")
 
 
 def cost_text(claim, records):
@@ -265,9 +269,9 @@ def claims_summary(store, claims):
         r, ratio, recs_a = row["result"], c["test"] == "ratio", row["records"][0]
         score = (f"kept {r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}] (a constant answer: "
                  f"{row['constant_ratio']:.3f})" if ratio else f"{r['diff']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}]")
-        out.append(f"{start}{METRIC_NAMES[c['metric']]} {score}, {row['verdict']} at {rule_text(recs_a[0])}, "
-                   f"{r['seeds']} seeds" + ("" if ratio else f"; it detects {row['detectable']['detectable']:.2f}"
-                                            f"{reach(c, row['detectable'])}{cost_text(c, recs_a)}"))
+        out.append(f"{start}{METRIC_NAMES[c['metric']]} on {recs_a[0]['split']} {score}, {row['verdict']} at "
+                   f"{rule_text(recs_a[0])}, {r['seeds']} seeds" + ("" if ratio else f"; it detects "
+                   f"{row['detectable']['detectable']:.2f}{reach(c, row['detectable'], r)}{cost_text(c, recs_a)}"))
     return "\n".join(out) + "\n"
 
 
