@@ -11,7 +11,7 @@
 #                with fc-flags; GLUE: adaptation from the pre-trained plugin, the best dev checkpoint kept
 #   3. export    python -m user_dir.variator.tools.plugins export -> WORK/plugin-kK.pt (a few hundred KB)
 #   4. measure   fc-measure: the backbone alone and with the plugin (the plugin's training checkpoint, which builds
-#                the plugged model): BLEU (tok) and sacreBLEU on test (beam 5) / the GLUE metric on dev, per-example
+#                the plugged model): BLEU (tok) and sacreBLEU on test (beam 5) / the GLUE metric on REPORT_SUBSET [dev], per-example
 #                outputs; 5. cost: encoder FLOPs and speed at length 128 (encoder_cost)
 # then WORK_DIR/result.json (scripts/experiments/record.py) and the score line. Finished stages are skipped (WORK/STAGE/DONE), interrupted training resumes, a stage
 # finished with other settings is refused.
@@ -90,7 +90,7 @@ stage plugin fairseq-train "$DATA" "${TASK[@]}" "${ARCH[@]}" "${PLUGIN[@]}" "${C
 say "3/5 export the plugin (its tensors, configuration and the backbone's signature)"
 stage export "$PY" -m user_dir.variator.tools.plugins export "$WORK/plugin/$CHOSEN" --out "$WORK/plugin-k$K.pt"
 
-MEASURE_EXTRA=(); [ "$MODE" = glue ] && MEASURE_EXTRA=(--glue-task "$GLUE_TASK" --gen-subset dev)
+MEASURE_EXTRA=(); [ "$MODE" = glue ] && MEASURE_EXTRA=(--glue-task "$GLUE_TASK" --gen-subset "$REPORT_SUBSET")
 [ "$SMOKE" = 1 ] && MEASURE_EXTRA+=(--max-sentences 20 "${SMOKE_DECODE[@]}")
 say "4/5 the backbone alone and with the plugin (fc-measure; the plugged model: the plugin's training checkpoint)"
 stage measure "$PY" -m user_dir.tools.measure "$DATA" --path "$TEACHER" "$WORK/plugin/$CHOSEN" --names teacher \
@@ -101,7 +101,7 @@ say "5/5 encoder FLOPs and speed at length 128, backbone vs plugin"
 stage cost "$PY" -m user_dir.variator.tools.cost "$DATA" --path "$TEACHER" --plugins "$WORK/plugin-k$K.pt" \
   --length 128 --batch-size 4 --runs "$COST_RUNS" --repeats "$COST_RUNS" --json "$WORK/cost.json"
 [ "$DRY_RUN" = 1 ] && exit 0
-RECORD_VARS="GLUE_TASK K BOTTLENECK PLACE PLUGIN_FLAGS UPDATES PRETRAIN_UPDATES LR PRETRAIN_LR WARMUP BATCH PRETRAIN_BATCH MAX_TOKENS VALIDATIONS SEED EXTRA DEVICE_FLAGS"
+RECORD_VARS="GLUE_TASK REPORT_SUBSET K BOTTLENECK PLACE PLUGIN_FLAGS UPDATES PRETRAIN_UPDATES LR PRETRAIN_LR WARMUP BATCH PRETRAIN_BATCH MAX_TOKENS VALIDATIONS SEED EXTRA DEVICE_FLAGS"
 TRAINED=(plugin); STAGES=("${SHIPPED_DATA_STAGE[@]}")
 [ -f "$WORK/pretrain/DONE" ] && TRAINED=(pretrain plugin) && STAGES+=(pretrain pretrain-export)
 RECORD_ALSO=teacher RECORD_COST="$WORK/cost.json" write_result "variator-k$K" "$WORK/plugin/$CHOSEN" "${STAGES[@]}" plugin export measure cost -- "${TRAINED[@]}"
