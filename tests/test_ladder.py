@@ -192,13 +192,15 @@ def test_a_run_measured_before_newer_records_says_measure_again(tmp_path):
              "sentences_per_s": 20.0}]
     models = [{"name": "teacher", "records": {}}, {"name": "pet", "records": {"1": "k1"}}]
     record = {"key": "k1", "grid": "g", "cell": "pet", "seed": 1, "commands": [], "machine": {},
-              "teacher": {"sha256": "t"}}
+              "teacher": {"sha256": "t"}, "data": {"fingerprint": "d"}}
     text = rendered(tmp_path, entry(rows, models), [record])
     assert "Measured before" not in text
     text = rendered(tmp_path, entry(rows, models), [record, dict(record, key="k2", seed=2)])
     assert "- Measured before the store's latest records of pet: measure again." in text
     text = rendered(tmp_path, entry(rows, models), [record, dict(record, key="k3", teacher={"sha256": "t2"})])
     assert "- Measured before the store's latest records of pet: measure again." in text  # a teacher made again
+    text = rendered(tmp_path, entry(rows, models), [record, dict(record, key="k4", data={"fingerprint": "d2"})])
+    assert "- Measured before the store's latest records of pet: measure again." in text  # data prepared again
 
 
 def test_a_ladder_not_measured_counts_the_seeds_of_its_grids_newest_teacher(tmp_path):
@@ -206,7 +208,8 @@ def test_a_ladder_not_measured_counts_the_seeds_of_its_grids_newest_teacher(tmp_
     record, as the claims count them (a GLUE teacher prepared again with other weights starts afresh)."""
     path = ladder_files(tmp_path, str(tmp_path / "data"))
     store = store_lib.Store(str(tmp_path / "store"))
-    old = {"grid": "g", "cell": "pet", "commands": [], "machine": {}, "teacher": {"sha256": "t1"}}
+    old = {"grid": "g", "cell": "pet", "commands": [], "machine": {}, "teacher": {"sha256": "t1"},
+           "data": {"fingerprint": "d"}}
     for key, seed, teacher in (("a", 1, "t1"), ("b", 2, "t1"), ("c", 1, "t2"), ("d", 1, "t1")):
         store._append(dict(old, key=key, seed=seed, teacher={"sha256": teacher}))
     assert "records in the store: pet (2 seeds); without: word-kd." in render.ladder_table(store, path)
@@ -226,6 +229,7 @@ def test_the_plot_draws_the_latest_run_beside_its_store(tmp_path):
              "sentences_per_s": 20.0}]
     models = [{"name": "teacher", "records": {}}, {"name": "pet", "records": {"1": "k1"}}]
     record = {"key": "k1", "grid": "g", "cell": "pet", "seed": 1, "machine": {}, "teacher": {"sha256": "t"},
+              "data": {"fingerprint": "d"},
               "commands": [{"stage": "kd", "cpu_s": 7200.0}, {"stage": "measure", "cpu_s": 999.0}]}
     rendered(tmp_path, dict(entry(rows, models), command="ladder.py measure lad.toml"), [record])
     ladder = Ladder(str(tmp_path / "ladder.toml"), str(tmp_path / "store"))
