@@ -175,15 +175,15 @@ def read_mrpc_canonical_train(glue_task_dir: str) -> Optional[Examples]:
     return Examples(inputs=[[col[i] for i in keep] for col in examples.inputs], labels=[examples.labels[i] for i in keep])
 
 
-# ------------------------------------------------------------------------------------------------
-# tokenisers
-# ------------------------------------------------------------------------------------------------
 def read_mrpc_labelled_test(glue_task_dir: str, skip_malformed: bool) -> Optional[Examples]:
     """msr_paraphrase_test.txt: GLUE's 1,725 MRPC test pairs with their labels (dev.tsv's columns), if present."""
     path = os.path.join(glue_task_dir, "msr_paraphrase_test.txt")
     return read_split("MRPC", path, "dev", skip_malformed) if os.path.isfile(path) else None
 
 
+# ------------------------------------------------------------------------------------------------
+# tokenisers
+# ------------------------------------------------------------------------------------------------
 def make_tokenizer(args, quiet: bool = False):
     """A function list[str] -> list[str] (space-separated tokens), by ``--tokenizer`` (``quiet``: it logs no
     progress line, for a server's per-request calls)."""
