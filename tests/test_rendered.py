@@ -67,7 +67,8 @@ def backbone_store(tmp_path):
         acc = {name: 100 * sum(p == y for p, y in zip(preds, labels)) / len(labels)
                for name, preds in (("a", plugged), ("b", teacher))}
         accuracy[seed] = acc
-        result = {"recipe": "variator.sh", "name": "variator-k4", "variables": {"UPDATES": "4140", "SEED": str(seed)},
+        result = {"recipe": "variator.sh", "name": "variator-k4", "variables": {"UPDATES": "4140", "SEED": str(seed),
+                                                                         "PRETRAIN_UPDATES": "200"},
                   "commands": [{"stage": "plugin", "cpu_s": 3600.0}], "teacher": {"sha256": "t"},
                   "data": {"fingerprint": "d"}, "metrics": {"accuracy": acc["a"]}, "outputs": "outputs/variator-k4.txt",
                   "split": "dev", "sentences": len(labels),
@@ -101,7 +102,11 @@ def test_a_claim_against_the_backbone_row_of_its_own_records_is_tested_and_carri
     assert f"| {diff:+.2f} [" in row, row
     means = [sum(a[k] for a in accuracy.values()) / 3 for k in ("a", "b")]
     assert f"| v: {means[0]:.2f} +- " in row and f"| v:teacher: {means[1]:.2f} +- 0.00 " in row
-    assert "| 4140 updates | 3 |" in row and "| 3.0 on CPU (test, 1 thread a run) |" in row
+    assert "| A: s1 20, s2 20, s3 20 | 3.0 on CPU" in row  # B is a row of A's records: its epochs are A's
+    assert "| 4140 updates | 3 |" in row and "| 3.0 on CPU (test, 1 thread a run) |" in row  # no pretrain stage ran
+    record = store.records()[0]
+    assert render.rule_text(dict(record, commands=[{"stage": "pretrain"}, {"stage": "plugin"}])) == \
+        "200 pretrain updates, 4140 updates"
     assert row.endswith("at this stopping rule; cost: 42.0% of the encoder's FLOPs saved with 1.0% extra parameters, "
                         "the encoder x1.50 faster at length 128, the whole model x1.25 the teacher's sentences/s (the "
                         "recipe's measurement, the two in turn) (the paper: 53% saved) |"), row

@@ -85,10 +85,11 @@ def _any_references(store, record):
 
 
 def rule_text(record):
-    """The stopping rule of a record's variables: fixed epochs or updates per stage, else patience."""
-    v = record["variables"]
+    """The stopping rule of a record's variables: fixed epochs or updates per stage, else patience. A stage's
+    variable (PRETRAIN_UPDATES) counts only when the record ran that stage (Variator without a pre-training corpus)."""
+    v, ran = record["variables"], {c.get("stage") for c in record.get("commands") or [{"stage": None}]}
     fixed = [f"{v[k]} {k.lower().replace('_', ' ')}" for k in sorted(v) if v[k] and k.endswith(("_EPOCHS", "UPDATES"))
-             and k != "MAX_EPOCHS"]
+             and k != "MAX_EPOCHS" and ("_" not in k or None in ran or k.rsplit("_", 1)[0].lower() in ran)]
     if v.get("PATIENCE") and not (v.get("UPDATES") or v.get("KD_UPDATES")):
         fixed.append(f"patience {v['PATIENCE']} epochs on validation loss, at most {v.get('MAX_EPOCHS')} epochs")
     return ", ".join(fixed) or "-"
@@ -205,9 +206,12 @@ def claims_table(store, claims):
         start = start.replace(f" | {METRIC_NAMES[c['metric']]} | ", f" | {METRIC_NAMES[c['metric']]} on "
                               f"{recs_a[0]['split']} ({recs_a[0]['sentences']:,} examples) | ", 1)
         cpu_hours = sum({x["key"]: x["cpu_s"] for x in recs_a + recs_b}.values()) / 3600  # a row of A's: once
-        budget = "; ".join(f"s{x['seed']} " + " + ".join(  # epochs per seed and stage (the stopping rule's outcome)
-            f"{s['epochs']:g}" + (f" (best {s['best_epoch']})" if "best_epoch" in s else "")
-            for s in x["training"].values() if s) for x in recs_a + recs_b)
+        def epochs(recs):  # per seed and stage (the stopping rule's outcome)
+            return ", ".join(f"s{x['seed']} " + " + ".join(
+                f"{s['epochs']:g}" + (f" (best {s['best_epoch']})" if "best_epoch" in s else "")
+                for s in x["training"].values() if s) for x in recs)
+        same = [x["key"] for x in recs_a] == [x["key"] for x in recs_b]  # B a row of A's records: trained once
+        budget = f"A: {epochs(recs_a)}" + ("" if same else f"; B: {epochs(recs_b)}")
         if c["test"] == "ratio":
             result = (f"A / B {r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}] "
                       f"| {', '.join(f'{x:.3f}' for x in r['per_seed'])} | - | - | -")
