@@ -138,6 +138,14 @@ def test_a_waiting_row_states_what_its_seeds_can_detect_and_whether_the_test_exa
     assert f"| about 2.80 before running (3 seeds; the spread of {table}, b; the test examples bound it, not the " \
            "seeds) |" in rows[0], rows[0]
     assert f"| about 2.93 before running (3 seeds; the spread of {table}, b) |" in rows[1], rows[1]
+    assert "| grids/glue.toml's | waiting" in rows[0]  # cell v is not in glue.toml: the grid's name stands for its rule
+    # the stopping rule A's grid sets, its own cell's variables only (glue.toml's GhostBERT epochs are not APC's)
+    for grid, cell, rule in (("glue", "apc-mrpc", "100 compress updates, 163 finetune epochs"),
+                             ("pet", "can", "patience 3 epochs on validation loss, at most 60 epochs")):
+        claim = claim_of(grid=grid, a=cell, b="other", test="greater", threshold=0.0)
+        monkeypatch.setattr(render, "load_claims", lambda path=None: [claim])
+        render._EVALUATED.clear()
+        assert f"| {rule} | waiting: A 0/3" in render.claims_table(store, [claim]).splitlines()[2]
 
 
 def test_a_row_says_whether_it_can_detect_the_papers_own_difference_and_a_prior_may_be_a_measured_claim(

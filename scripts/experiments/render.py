@@ -95,6 +95,14 @@ def rule_text(record):
     return ", ".join(fixed) or "-"
 
 
+def grid_rule(claim):
+    """A waiting row's stopping rule: its A cell's variables as its grid sets them, else the grid's name."""
+    path = os.path.join(GRIDS, f"{claim['grid']}.toml")
+    cells = [x for x in Grid(path).cells if x.name == side(claim["a"])[0]] if os.path.exists(path) else []
+    rule = rule_text({"variables": cells[0].variables}) if cells else "-"
+    return rule if rule != "-" else f"grids/{claim['grid']}.toml's"
+
+
 def default_malloc(record):  # made on a CPU before scripts/recipes/common.sh raised glibc's malloc threshold
     return not (record["machine"].get("malloc") or record["machine"].get("gpu"))
 
@@ -198,7 +206,7 @@ def claims_table(store, claims):
             seeds, d = c.get("seeds", 3), row.get("prior")
             detect = (f"about {d['detectable']:.2f} before running ({seeds} seeds; the spread of {d['source']}"
                       f"{reach(c, d)})") if d else "-"
-            lines.append(f"{start} | grids/{c['grid']}.toml's | waiting: A {len(row['a_seeds'])}/{seeds} seeds, B "
+            lines.append(f"{start} | {grid_rule(c)} | waiting: A {len(row['a_seeds'])}/{seeds} seeds, B "
                          f"{len(row['b_seeds'])}/{seeds} seeds in the store | - | - | - | - | - | - | {detect} | - | - "
                          "| not yet tested |")
             continue
