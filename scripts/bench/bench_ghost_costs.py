@@ -52,7 +52,6 @@ def width_dir(work, m):
 def prune(setup, m, work, args=None):
     """{variant: checkpoint}: ghost_prune's pruned-only and GhostBERT cuts of the teacher at width ``m`` (cached)."""
     from user_dir.ghost.tools import prune as ghost_prune
-
     paths = {v: os.path.join(width_dir(work, m), f"{v}.pt") for v, _ in VARIANTS}
     for variant, positions in VARIANTS:
         if not os.path.isfile(paths[variant]):
@@ -66,7 +65,6 @@ def save_shapes(setup, widths, work, dest):
     """``dest``: every width's configurations without weights (VARIANT.cfg.pt) and the task's dictionaries and dev
     set (data-bin/), what ``--shapes`` times on a machine without the teacher."""
     import torch
-
     for m in widths:
         os.makedirs(width_dir(dest, m), exist_ok=True)
         for variant, path in prune(setup, m, work).items():
@@ -84,7 +82,6 @@ def build_from_shape(path, data):
     import torch
     from fairseq import tasks
     from omegaconf import open_dict
-
     cfg = torch.load(path, map_location="cpu", weights_only=False)["cfg"]
     with open_dict(cfg):
         cfg.task.data = data
@@ -96,7 +93,6 @@ def build_from_shape(path, data):
 def load_models(args, setup, m):
     """({variant: model} at width ``m``, the task): cut from ``setup``'s teacher, or built from ``--shapes``."""
     from fairseq import checkpoint_utils
-
     if args.shapes:
         built = [build_from_shape(os.path.join(width_dir(args.shapes, m), f"{v}.cfg.pt"),
                                   os.path.join(args.shapes, "data-bin")) for v, _ in VARIANTS]
@@ -115,20 +111,18 @@ def ghost_costs(args, dtype, setup=None):
     from user_dir.common.structured_pruning import transformer_encoder
     from user_dir.ghost import ghost_module
     from user_dir.variator.tools.cost import real_batch
-
     device, dtype = torch.device(args.device), getattr(torch, dtype)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     torch.set_num_threads(args.threads)
+    torch.manual_seed(SEED)  # each dtype's table from the same initial weights (--shapes)
     rows = []
     for m in args.widths.split(","):
         models, task = load_models(args, setup, m)
         models = {k: model.to(device=device, dtype=dtype).eval() for k, model in models.items()}
         models["ghost, compiled"] = ghost_module.compile_ghost_modules(copy.deepcopy(models["ghost"]))
         encoders, row = {k: transformer_encoder(model) for k, model in models.items()}, {"m": m}
-        for label, size in (("batch", args.time_batch), ("single", 1)):
-            tokens = real_batch(task, "valid", 128, size).to(device)
-            lengths = torch.full((size,), 128, device=device)
-            reps = args.repeats * (1 if label == "batch" else 10)
+        for label, size, reps in (("batch", args.time_batch, args.repeats), ("single", 1, 10 * args.repeats)):
+            tokens, lengths = real_batch(task, "valid", 128, size).to(device), torch.full((size,), 128, device=device)
             with torch.no_grad():  # the first forward is the warm-up: it compiles and fills the caches
                 out = {k: enc(tokens, src_lengths=lengths)["encoder_out"][0].float() for k, enc in encoders.items()}
                 sync()
@@ -170,8 +164,7 @@ def costs_report(result):
     lines = ["# GhostBERT's ghost modules against pruned only: encoder time, paired", "",
              provenance_text(result["provenance"]), "",
              f"Task {result['task']} (its dev tokens). Load average (1, 5, 15 min) at the start "
-             f"{', '.join(f'{x:.2f}' for x in result['load'][0])}, at the end "
-             f"{', '.join(f'{x:.2f}' for x in result['load'][1])}.", "",
+             + ", at the end ".join(", ".join(f"{x:.2f}" for x in load) for load in result["load"]) + ".", "",
              "GhostBERT (ghost modules after O and FFN2, the paper's) in the fused eager form (the default) and "
              "compiled (`--ghost-compile`: torch.compile of the out-of-place form"
              + (", fused with the layer's residual add" if result["costs"][0].get("residual_fusion") else "")
@@ -236,12 +229,10 @@ def main(argv=None):
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     out = (args.out or default_out("ghost_costs")).removesuffix(".md")
     if args.report_only:
-        with open(out + ".json") as f:
-            result = json.load(f)
+        result = json.load(open(out + ".json"))
     else:
         import torch
         from fairseq import utils
-
         widths, dtypes, setup = args.widths.split(","), args.dtype.split(","), None
         if args.device.startswith("cuda") and not torch.cuda.is_available():
             sys.exit("bench_ghost_costs: --device cuda, but torch sees no CUDA device")
@@ -262,10 +253,7 @@ def main(argv=None):
                      "(write them with --save-shapes)")
         if args.save_shapes:
             return save_shapes(setup, widths, args.work, args.save_shapes)
-        start, costs = os.getloadavg(), []
-        for dtype in dtypes:
-            torch.manual_seed(SEED)
-            costs.append(ghost_costs(args, dtype, setup))
+        start, costs = os.getloadavg(), [ghost_costs(args, dtype, setup) for dtype in dtypes]
         result = {"provenance": provenance("bench_ghost_costs.py", argv, args.threads, [SEED]),
                   "task": args.glue_task, "costs": costs, "load": [list(start), list(os.getloadavg())]}
     written = write_report(out + ".md", costs_report(result), None if args.report_only else out + ".json", result,

