@@ -115,6 +115,16 @@ def test_a_claim_against_the_backbone_row_of_its_own_records_is_tested_and_carri
     summary = render.claims_summary(store, [claim])
     assert summary.startswith(f"- a plugin loses under 2 points (the paper's claim): accuracy on dev {diff:+.2f} [")
     assert f"{verdict} at 4140 updates, 3 seeds; it detects " in summary and "; cost: 42.0%" in summary
+    for r in store.find(cell="v"):  # the same files filed as another cell, trained 10 epochs: B's epochs said apart
+        kept = {k: v for k, v in r.items() if k not in ("key", "grid", "cell", "seed", "date", "training")}
+        work = tmp_path / f"w{r['seed']}"
+        store.add(f"w{r['seed']}", "glue", "w", r["seed"], dict(kept, training={"plugin": {"epochs": 10}},
+                  references=str(work / "outputs" / "references.txt")), str(work))
+    two_cells = claim_of(b="w", test="greater", threshold=-2.0)
+    monkeypatch.setattr(render, "load_claims", lambda path=None: [two_cells])
+    render._EVALUATED.clear()
+    (two,) = render.claims_table(store, [two_cells]).splitlines()[2:]
+    assert "| A: s1 20, s2 20, s3 20; B: s1 10, s2 10, s3 10 |" in two, two
 
 
 def test_a_waiting_row_states_what_its_seeds_can_detect_and_whether_the_test_examples_bound_it(tmp_path, monkeypatch):

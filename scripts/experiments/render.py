@@ -95,6 +95,13 @@ def rule_text(record):
     return ", ".join(fixed) or "-"
 
 
+def epochs_text(records):
+    """Epochs per seed and stage (the stopping rule's outcome), with the best epoch where one was chosen."""
+    return ", ".join(f"s{x['seed']} " + " + ".join(
+        f"{s['epochs']:g}" + (f" (best {s['best_epoch']})" if "best_epoch" in s else "")
+        for s in x["training"].values() if s) for x in records)
+
+
 def grid_rule(claim):
     """A waiting row's stopping rule: its A cell's variables as its grid sets them, else the grid's name."""
     path = os.path.join(GRIDS, f"{claim['grid']}.toml")
@@ -214,12 +221,8 @@ def claims_table(store, claims):
         start = start.replace(f" | {METRIC_NAMES[c['metric']]} | ", f" | {METRIC_NAMES[c['metric']]} on "
                               f"{recs_a[0]['split']} ({recs_a[0]['sentences']:,} examples) | ", 1)
         cpu_hours = sum({x["key"]: x["cpu_s"] for x in recs_a + recs_b}.values()) / 3600  # a row of A's: once
-        def epochs(recs):  # per seed and stage (the stopping rule's outcome)
-            return ", ".join(f"s{x['seed']} " + " + ".join(
-                f"{s['epochs']:g}" + (f" (best {s['best_epoch']})" if "best_epoch" in s else "")
-                for s in x["training"].values() if s) for x in recs)
         same = [x["key"] for x in recs_a] == [x["key"] for x in recs_b]  # B a row of A's records: trained once
-        budget = f"A: {epochs(recs_a)}" + ("" if same else f"; B: {epochs(recs_b)}")
+        budget = f"A: {epochs_text(recs_a)}" + ("" if same else f"; B: {epochs_text(recs_b)}")
         if c["test"] == "ratio":
             result = (f"A / B {r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}] "
                       f"| {', '.join(f'{x:.3f}' for x in r['per_seed'])} | - | - | -")
